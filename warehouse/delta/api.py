@@ -1,0 +1,177 @@
+"""The engine-neutral Delta API: value types, the ``DeltaEngine`` protocol, engine choice.
+
+Invariants every engine keeps:
+
+- A commit that carries an :class:`AppTransaction` lands at most once. If the table already
+  records that app id at a version >= the transaction's version, the commit is skipped and
+  reported as ``committed=False``.
+- Reads only ever see files referenced by the pinned snapshot's log, never files merely
+  present in the table directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+logger = logging.getLogger(__name__)
+
+EngineChoice = Literal["auto", "embedded", "native"]
+
+PARTITION_OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in")
+
+
+@dataclass(frozen=True)
+class AppTransaction:
+    """An idempotency token: the pipeline's app id and a strictly increasing version."""
+
+    app_id: str
+    version: int
+
+    def __post_init__(self) -> None:
+        if not self.app_id:
+            raise ValueError("app transaction needs a non-empty app_id")
+        if self.version < 0:
+            raise ValueError(f"app transaction version must be >= 0, got {self.version}")
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What a write did: the table version it produced, or that it was already there."""
+
+    table_version: int
+    committed: bool
+    files_added: int = 0
+    bytes_added: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionFilter:
+    """One conjunct ``column <op> value`` over a partition column."""
+
+    column: str
+    op: str
+    value: Any
+
+    def __post_init__(self) -> None:
+        if self.op not in PARTITION_OPERATORS:
+            raise ValueError(
+                f"partition filter operator must be one of {PARTITION_OPERATORS}, got {self.op!r}"
+            )
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One live data file of a snapshot, with its partition values decoded from the log."""
+
+    path: str
+    size_bytes: int
+    num_records: int | None
+    partition_values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A pinned table version: its schema, partitioning and the live files at that version."""
+
+    table_path: str
+    version: int
+    schema: StructType
+    partition_columns: tuple[str, ...]
+    files: tuple[DataFile, ...]
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+
+class DeltaEngine(Protocol):
+    """Operations the pipeline needs from a Delta table, whatever engine is underneath."""
+
+    name: str
+
+    def exists(self, path: str) -> bool: ...
+
+    def create_table(
+        self,
+        path: str,
+        schema: StructType,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> int: ...
+
+    def snapshot(
+        self, path: str, version: int | None = None, timestamp: datetime | None = None
+    ) -> Snapshot: ...
+
+    def read_files(self, snapshot: Snapshot, files: Sequence[DataFile] | None = None) -> DataFrame:
+        """Read ``files`` of ``snapshot`` (all of them by default) as one DataFrame."""
+        ...
+
+    def read(
+        self, path: str, version: int | None = None, timestamp: datetime | None = None
+    ) -> DataFrame: ...
+
+    def append(
+        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+    ) -> CommitOutcome: ...
+
+    def replace(
+        self,
+        path: str,
+        data: DataFrame,
+        where: Sequence[PartitionFilter],
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome: ...
+
+    def merge(
+        self,
+        path: str,
+        source: DataFrame,
+        keys: Sequence[str],
+        delete_flag: str | None = None,
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome: ...
+
+    def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame: ...
+
+    def transaction_version(self, path: str, app_id: str) -> int | None: ...
+
+    def vacuum(
+        self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
+    ) -> list[str]: ...
+
+
+def open_engine(session: SparkSession, choice: EngineChoice = "auto") -> DeltaEngine:
+    """Return the engine for ``choice``; ``auto`` prefers native delta-spark when present."""
+    from warehouse.spark import has_delta_jars
+
+    if choice not in ("auto", "embedded", "native"):
+        raise ConfigError(f"delta engine must be auto, embedded or native, got {choice!r}")
+    native_available = has_delta_jars(session)
+    if choice == "native" and not native_available:
+        raise ConfigError(
+            "delta engine 'native' was requested but io.delta.tables.DeltaTable is not on the "
+            "Spark classpath; add the delta-spark jars or use engine 'auto'/'embedded'"
+        )
+    if choice == "native" or (choice == "auto" and native_available):
+        from warehouse.delta.native import NativeDeltaEngine
+
+        logger.info("using native delta-spark engine")
+        return NativeDeltaEngine(session)
+    from warehouse.delta.embedded import EmbeddedDeltaEngine
+
+    logger.info("using embedded delta-rs engine")
+    return EmbeddedDeltaEngine(session)
