@@ -103,6 +103,10 @@ class StageOffset(Base):
     stage: Mapped[str] = mapped_column(String(200), primary_key=True)
     input_version: Mapped[int] = mapped_column(Integer, default=0)
     step_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # The step being executed: its input range end and master version are fixed before any
+    # write, so a rerun after a crash repeats exactly the same step.
+    planned_input_version: Mapped[int | None] = mapped_column(Integer)
+    planned_master_version: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -304,17 +308,33 @@ class StateStore:
     def offset(self, stage: str) -> StageOffset:
         with self._session() as session:
             row = session.get(StageOffset, stage)
-            return row if row is not None else StageOffset(stage=stage, input_version=0, step_seq=0)
+            if row is None:
+                return StageOffset(stage=stage, input_version=0, step_seq=0)
+            return row
 
     def set_offset(self, stage: str, input_version: int, step_seq: int) -> None:
+        """Record a completed step: the input is consumed up to ``input_version``."""
         with self._session() as session:
             row = session.get(StageOffset, stage)
             if row is None:
-                session.add(
-                    StageOffset(stage=stage, input_version=input_version, step_seq=step_seq)
-                )
-            else:
-                row.input_version, row.step_seq, row.updated_at = input_version, step_seq, utcnow()
+                row = StageOffset(stage=stage)
+                session.add(row)
+            row.input_version, row.step_seq, row.updated_at = input_version, step_seq, utcnow()
+            row.planned_input_version = row.planned_master_version = None
+
+    def plan_step(self, stage: str, input_version: int, master_version: int | None) -> StageOffset:
+        """Fix the next step's input range and master version, unless one is already planned."""
+        with self._session() as session:
+            row = session.get(StageOffset, stage)
+            if row is None:
+                row = StageOffset(stage=stage, input_version=0, step_seq=0)
+                session.add(row)
+            if row.planned_input_version is None:
+                row.planned_input_version = input_version
+                row.planned_master_version = master_version
+                row.updated_at = utcnow()
+            session.flush()
+            return row
 
     def operator_state(self, stage: str) -> dict[str, Any] | None:
         with self._session() as session:

@@ -1,0 +1,194 @@
+"""``enrich``: the one command line of the pipeline; Airflow tasks call exactly these.
+
+    enrich [--config FILE] ingest                 pick up complete landing files
+    enrich [--config FILE] stage NAME             one step of one stage
+    enrich [--config FILE] run                    ingest, then one step of every stage
+    enrich [--config FILE] validate               row-conservation gate for a run
+    enrich [--config FILE] drain                  finish every pending tuple now
+    enrich [--config FILE] backfill --start T --end T
+    enrich [--config FILE] status [--json]
+    enrich [--config FILE] report [--start T --end T]
+    enrich [--config FILE] demo-data [--scale S --intervals N --zipf Z]
+    enrich [--config FILE] generate-dag --out FILE
+
+Exit codes: 0 done; 1 pipeline error; 2 bad configuration or arguments; 3 a quality gate
+failed; 4 done, but some landing files were rejected or changed (they stay in place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from common.errors import ConfigError, EnrichmentError, ValidationFailedError
+
+logger = logging.getLogger("enrich")
+
+DEFAULT_CONFIG = "configs/demo.yaml"
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    """The parsed command line, frozen."""
+
+    command: str
+    config: Path
+    run_id: str
+    start: datetime | None
+    end: datetime | None
+    stage: str | None
+    as_json: bool
+    scale: float
+    intervals: int
+    zipf: float
+    out: Path | None
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected an ISO-8601 timestamp, got {text!r}") from e
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="enrich", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG))
+    parser.add_argument("--log-level", default="INFO")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("ingest", "run", "validate", "drain", "status", "report"):
+        sub = commands.add_parser(name)
+        sub.add_argument("--run-id", default=None)
+        sub.add_argument("--start", type=_timestamp, default=None, help="data interval start")
+        sub.add_argument("--end", type=_timestamp, default=None, help="data interval end")
+        if name == "status":
+            sub.add_argument("--json", action="store_true")
+        if name == "report":
+            sub.add_argument("--out", type=Path, default=None)
+    stage = commands.add_parser("stage")
+    stage.add_argument("name")
+    stage.add_argument("--run-id", default=None)
+    stage.add_argument("--start", type=_timestamp, default=None)
+    stage.add_argument("--end", type=_timestamp, default=None)
+    backfill = commands.add_parser("backfill")
+    backfill.add_argument("--start", type=_timestamp, required=True)
+    backfill.add_argument("--end", type=_timestamp, required=True)
+    backfill.add_argument("--run-id", default=None)
+    demo = commands.add_parser("demo-data")
+    demo.add_argument("--scale", type=float, default=0.01)
+    demo.add_argument("--intervals", type=int, default=3)
+    demo.add_argument("--zipf", type=float, default=0.0)
+    demo.add_argument("--start", type=_timestamp, default=None, help="first interval start")
+    generate = commands.add_parser("generate-dag")
+    generate.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
+    ns = build_parser().parse_args(list(argv))
+    if ns.command == "backfill" and ns.start >= ns.end:
+        raise ConfigError(f"backfill: --start {ns.start} must be before --end {ns.end}")
+    run_id = getattr(ns, "run_id", None) or f"{ns.command}__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+    args = JobArgs(
+        command=ns.command,
+        config=ns.config,
+        run_id=run_id,
+        start=getattr(ns, "start", None),
+        end=getattr(ns, "end", None),
+        stage=getattr(ns, "name", None),
+        as_json=getattr(ns, "json", False),
+        scale=getattr(ns, "scale", 0.01),
+        intervals=getattr(ns, "intervals", 3),
+        zipf=getattr(ns, "zipf", 0.0),
+        out=getattr(ns, "out", None),
+    )
+    return args, ns.log_level
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args, level = parse_args(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    try:
+        return _dispatch(args)
+    except ValidationFailedError as e:
+        logger.error("%s", e)
+        return EXIT_VALIDATION
+    except ConfigError as e:
+        logger.error("configuration error: %s", e)
+        return EXIT_CONFIG
+    except EnrichmentError as e:
+        logger.error("%s: %s", type(e).__name__, e)
+        return e.exit_code
+
+
+def _dispatch(args: JobArgs) -> int:
+    from pipeline.config import load_config
+
+    config = load_config(args.config)
+    if args.command == "generate-dag":
+        from pipeline.dag_generator import write_dag
+
+        assert args.out is not None
+        write_dag(config, args.config, args.out)
+        print(f"wrote {args.out}")
+        return EXIT_OK
+
+    from pipeline.context import open_pipeline
+
+    with open_pipeline(config) as pipeline:
+        if args.command == "demo-data":
+            from pipeline.demo_setup import prepare_demo
+
+            prepare_demo(pipeline, args.scale, args.intervals, args.zipf, args.start)
+            return EXIT_OK
+        if args.command == "status":
+            status = pipeline.runner.status()
+            print(
+                json.dumps(status, indent=2, default=str)
+                if args.as_json
+                else _format_status(status)
+            )
+            return EXIT_OK
+        if args.command == "report":
+            from pipeline.run_report import write_text_report
+
+            path = write_text_report(pipeline, args.start, args.end, args.out)
+            print(f"report: {path}")
+            return EXIT_OK
+        return pipeline.execute(args.command, args.run_id, args.start, args.end, args.stage)
+
+
+def _format_status(status: dict[str, object]) -> str:
+    lines = ["streams:"]
+    for name, info in status["streams"].items():  # type: ignore[attr-defined]
+        lines.append(f"  {name}: {info}")
+    lines.append("stages:")
+    for name, info in status["stages"].items():  # type: ignore[attr-defined]
+        lines.append(f"  {name}: {info}")
+    lines.append("last runs:")
+    for run in status["last_runs"]:  # type: ignore[attr-defined]
+        lines.append(f"  {run}")
+    return "\n".join(lines)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Baseline enrichment: Spark's own join of each batch against the whole master snapshot.
+
+This is what SSBJ and A-DSP are measured against, and what a stage runs with
+``mode: baseline`` (equi) or ``scheme: spark`` (theta). For theta predicates Spark plans a
+BroadcastNestedLoopJoin or a cartesian product, so it is only practical for small masters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from joins.columns import MATCHED, ROW_ID, version_column
+from joins.predicates import theta_condition
+from pipeline.config import ThetaPredicate
+
+
+def _flagged(master: DataFrame, master_name: str, version: int) -> DataFrame:
+    return master.withColumn(MATCHED, F.lit(True)).withColumn(
+        version_column(master_name), F.lit(version).cast("bigint")
+    )
+
+
+def equi_join_flagged(
+    stream: DataFrame,
+    master: DataFrame,
+    on: Mapping[str, str],
+    master_name: str,
+    master_version: int,
+) -> DataFrame:
+    """Left-join every stream row to its matches; ``_matched`` is false for no match."""
+    right = _flagged(master, master_name, master_version)
+    condition: Column | None = None
+    for stream_col, master_col in on.items():
+        term = stream[stream_col] == right[master_col]
+        condition = term if condition is None else condition & term
+    joined = stream.join(right, condition, "left")
+    return joined.withColumn(MATCHED, F.coalesce(F.col(MATCHED), F.lit(False)))
+
+
+def theta_join_flagged(
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    master_name: str,
+    master_version: int,
+) -> DataFrame:
+    """Left-join every stream row to the master rows satisfying the theta predicate."""
+    right = _flagged(master, master_name, master_version)
+    joined = stream.join(right, theta_condition(predicate, stream, right), "left")
+    return joined.withColumn(MATCHED, F.coalesce(F.col(MATCHED), F.lit(False)))
+
+
+def finish(joined: DataFrame, how: str) -> DataFrame:
+    """Keep what the join type emits: matches only (inner) or also unmatched rows (left)."""
+    kept = joined if how == "left" else joined.where(F.col(MATCHED))
+    return kept.drop(MATCHED, ROW_ID)

@@ -1,0 +1,38 @@
+"""Names and derivations of the lineage columns every enriched row carries."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from common.errors import JoinError
+
+INTERVAL_START = "_interval_start"
+MATCHED = "_matched"
+# A per-step identity of each input row, so that counts are per row even when the input
+# (a previous stage's output) repeats a stream tuple id.
+ROW_ID = "_row_id"
+
+
+def version_column(master: str) -> str:
+    """The column recording which master snapshot version enriched the row."""
+    return f"_version_{master}"
+
+
+def with_interval_start(frame: DataFrame, event_time: str, interval_seconds: int) -> DataFrame:
+    """Add the start of the scheduling interval that each row's event time falls in."""
+    if INTERVAL_START in frame.columns:
+        return frame
+    seconds = F.unix_seconds(F.col(event_time))
+    start: Column = F.timestamp_seconds(F.floor(seconds / interval_seconds) * interval_seconds)
+    return frame.withColumn(INTERVAL_START, start)
+
+
+def require_disjoint(stream: DataFrame, master: DataFrame, stage: str) -> None:
+    """Enriched rows take columns from both sides; a shared name would be ambiguous."""
+    shared = sorted(set(stream.columns) & set(master.columns))
+    if shared:
+        raise JoinError(
+            f"stage {stage}: master columns {shared} collide with input columns; project "
+            "them away in the master's 'columns' or rename them"
+        )

@@ -1,0 +1,323 @@
+"""The pipeline configuration: one YAML file, validated with pydantic.
+
+A config declares the warehouse (root, state store, engine), the streams and their landing
+zones, the master tables, the enrichment stages and the quality suites per output table.
+Unknown keys are errors, and every error message names the offending key path, such as
+``stages.1.input: unknown table 'ordrs'; known: orders, customer_orders``.
+
+This module imports neither Spark nor GX, so the Airflow DAG and the CLI can validate a
+config cheaply.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from common.errors import ConfigError
+
+NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SIMPLE_TYPES = (
+    "string",
+    "bigint",
+    "int",
+    "smallint",
+    "double",
+    "float",
+    "boolean",
+    "date",
+    "timestamp",
+)
+DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+Identifier = Annotated[str, Field(pattern=NAME)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_duration(text: str) -> timedelta:
+    match = DURATION.match(text.strip())
+    if not match:
+        raise ValueError(f"expected a duration like 30s, 5m, 1h or 1d, got {text!r}")
+    units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+    return timedelta(**{units[match.group(2)]: int(match.group(1))})
+
+
+class ColumnSpec(Strict):
+    name: Identifier
+    type: str
+    nullable: bool = True
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value in SIMPLE_TYPES or DECIMAL.match(value):
+            return value
+        raise ValueError(
+            f"unknown column type {value!r}; expected one of {SIMPLE_TYPES} or decimal(p,s)"
+        )
+
+
+class WarehouseConfig(Strict):
+    root: str = "var/warehouse"
+    state_store: str | None = None
+    engine: Literal["auto", "embedded", "native"] = "auto"
+    vacuum_retention_hours: float = Field(default=168.0, ge=0)
+
+    def resolved_state_store(self) -> str:
+        return (
+            self.state_store or f"sqlite:///{Path(self.root).resolve() / '_state' / 'pipeline.db'}"
+        )
+
+
+class SparkConfig(Strict):
+    master: str = "local[2]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class ScheduleConfig(Strict):
+    interval: str = "1h"
+    start: datetime = datetime(2024, 1, 1)
+    catchup: bool = False
+    retries: int = Field(default=2, ge=0, description="Airflow task retries")
+
+    @field_validator("interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    @property
+    def interval_delta(self) -> timedelta:
+        return parse_duration(self.interval)
+
+
+class StreamConfig(Strict):
+    landing: str
+    format: Literal["json", "csv", "parquet"]
+    columns: list[ColumnSpec] = Field(min_length=1)
+    event_time: Identifier
+    id_column: Identifier
+    csv_header: bool = True
+    csv_delimiter: str = ","
+
+    @model_validator(mode="after")
+    def _columns_exist(self) -> StreamConfig:
+        names = [c.name for c in self.columns]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"columns: duplicate names {duplicates}")
+        for key in ("event_time", "id_column"):
+            value = getattr(self, key)
+            if value not in names:
+                raise ValueError(f"{key}: column {value!r} is not declared; declared: {names}")
+        event_type = next(c.type for c in self.columns if c.name == self.event_time)
+        if event_type != "timestamp":
+            raise ValueError(
+                f"event_time: column {self.event_time!r} must be a timestamp, is {event_type}"
+            )
+        return self
+
+
+class MasterConfig(Strict):
+    table: str
+    keys: list[Identifier] = Field(min_length=1)
+    columns: list[Identifier] = Field(min_length=1)
+
+
+class SsbjParams(Strict):
+    """Parameters of the SSBJ / MESHJOIN operator (see joins.ssbj)."""
+
+    mode: Literal["baseline", "meshjoin", "ssbj"] = "ssbj"
+    partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")
+    steps_per_run: int = Field(default=1, ge=1)
+    switch_factor: float = Field(default=1.0, gt=0, description="s_f of the cache inequality")
+    eviction_cycles: int = Field(default=10, ge=1)
+
+
+class EquiStage(Strict):
+    name: Identifier
+    kind: Literal["equi"]
+    input: Identifier
+    master: Identifier
+    join_on: dict[Identifier, Identifier] = Field(min_length=1)
+    join: Literal["inner", "left"] = "inner"
+    output: Identifier
+    operator: SsbjParams = Field(default_factory=SsbjParams)
+
+
+class ThetaPredicate(Strict):
+    """A monotonic theta predicate between a stream column and master column(s).
+
+    band:  |s.stream_column - r.master_column| <= eps (or lower/upper for asymmetric bands)
+    range: r.lo <= s.stream_column < r.hi
+    less/less_equal/greater/greater_equal: s.stream_column <op> r.master_column
+    """
+
+    type: Literal["band", "range", "less", "less_equal", "greater", "greater_equal"]
+    stream_column: Identifier
+    master_column: Identifier | None = None
+    lo: Identifier | None = None
+    hi: Identifier | None = None
+    eps: float | None = Field(default=None, ge=0)
+    lower: float | None = Field(default=None, ge=0)
+    upper: float | None = Field(default=None, ge=0)
+    residual: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_type(self) -> ThetaPredicate:
+        if self.type == "range":
+            if not (self.lo and self.hi):
+                raise ValueError("a range predicate needs 'lo' and 'hi' master columns")
+        elif not self.master_column:
+            raise ValueError(f"a {self.type} predicate needs 'master_column'")
+        if self.type == "band" and self.eps is None and (self.lower is None or self.upper is None):
+            raise ValueError("a band predicate needs 'eps' or both 'lower' and 'upper'")
+        return self
+
+
+class ThetaParams(Strict):
+    scheme: Literal["adsp", "square", "dynamic", "binning", "spark"] = "adsp"
+    task_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    sample_size: int = Field(default=10_000, ge=100)
+
+
+class ThetaStage(Strict):
+    name: Identifier
+    kind: Literal["theta"]
+    input: Identifier
+    master: Identifier
+    predicate: ThetaPredicate
+    join: Literal["inner", "left"] = "inner"
+    output: Identifier
+    operator: ThetaParams = Field(default_factory=ThetaParams)
+
+
+Stage = Annotated[EquiStage | ThetaStage, Field(discriminator="kind")]
+
+
+class QualityConfig(Strict):
+    suites: list[str] = Field(default_factory=list)
+    warn_only: bool = False
+    value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
+    value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
+
+
+class PipelineConfig(Strict):
+    name: Identifier
+    warehouse: WarehouseConfig = Field(default_factory=WarehouseConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    streams: dict[Identifier, StreamConfig] = Field(min_length=1)
+    masters: dict[Identifier, MasterConfig] = Field(default_factory=dict)
+    stages: list[Stage] = Field(default_factory=list)
+    quality: dict[Identifier, QualityConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references(self) -> PipelineConfig:
+        known = list(self.streams)
+        for index, stage in enumerate(self.stages):
+            where = f"stages.{index}"
+            if stage.input not in known:
+                raise ValueError(
+                    f"{where}.input: unknown table {stage.input!r}; known so far: {known}"
+                )
+            if stage.master not in self.masters:
+                raise ValueError(
+                    f"{where}.master: unknown master {stage.master!r}; known: {list(self.masters)}"
+                )
+            if stage.output in known or stage.output in self.masters:
+                raise ValueError(f"{where}.output: name {stage.output!r} is already in use")
+            master = self.masters[stage.master]
+            if isinstance(stage, EquiStage):
+                bad = [m for m in stage.join_on.values() if m not in master.columns]
+                if bad:
+                    raise ValueError(
+                        f"{where}.join_on: master columns {bad} are not projected by master "
+                        f"{stage.master!r} (columns: {master.columns})"
+                    )
+            known.append(stage.output)
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stages: duplicate stage names in {names}")
+        outputs = {s.output for s in self.stages}
+        for table in self.quality:
+            if table not in outputs:
+                raise ValueError(
+                    f"quality.{table}: not an output table; outputs: {sorted(outputs)}"
+                )
+        return self
+
+    def stage(self, name: str) -> EquiStage | ThetaStage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise ConfigError(f"no stage named {name!r}; stages: {[s.name for s in self.stages]}")
+
+    def resolve_paths(self, base: Path) -> PipelineConfig:
+        """Return a copy whose relative paths are anchored at ``base`` (the working directory)."""
+
+        def anchor(path: str) -> str:
+            return (
+                path if "://" in path or Path(path).is_absolute() else str((base / path).resolve())
+            )
+
+        warehouse = self.warehouse.model_copy(update={"root": anchor(self.warehouse.root)})
+        streams = {
+            name: s.model_copy(update={"landing": anchor(s.landing)})
+            for name, s in self.streams.items()
+        }
+        return self.model_copy(update={"warehouse": warehouse, "streams": streams})
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
+    """Read and validate a config file; raise :class:`ConfigError` naming the bad key."""
+    source = Path(path)
+    try:
+        raw = yaml.safe_load(source.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read config {source}: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config {source} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"config {source} must be a mapping at the top level, got {type(raw).__name__}"
+        )
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return parse_config(raw, str(source)).resolve_paths(Path.cwd())
+
+
+def parse_config(raw: dict[str, Any], source: str = "<config>") -> PipelineConfig:
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as e:
+        problems = []
+        for error in e.errors():
+            location = ".".join(str(p) for p in error["loc"] if not str(p).startswith("function-"))
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"  {location or '<top>'}: {message}")
+        raise ConfigError(f"invalid config {source}:\n" + "\n".join(problems)) from e
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    node = raw
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value

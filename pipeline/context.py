@@ -1,0 +1,120 @@
+"""The assembled pipeline: config, Spark session, Delta engine, state store, runner.
+
+``open_pipeline`` builds them in that order and ``PipelineContext.execute`` runs one CLI
+command inside the run ledger, so every command leaves a ``runs`` row that says whether it
+succeeded and, if not, why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from common.errors import ConfigError, EnrichmentError, ValidationFailedError
+from pipeline.config import PipelineConfig
+from pipeline.layout import WarehouseLayout
+from pipeline.runner import PipelineRunner
+from warehouse.delta import DeltaEngine, open_engine
+from warehouse.spark import SparkSettings, build_session
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_PARTIAL = 0, 4
+
+
+@dataclass
+class PipelineContext:
+    config: PipelineConfig
+    spark: SparkSession
+    engine: DeltaEngine
+    store: StateStore
+    runner: PipelineRunner
+
+    @property
+    def layout(self) -> WarehouseLayout:
+        return self.runner.layout
+
+    def execute(
+        self,
+        command: str,
+        run_id: str,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        stage: str | None = None,
+    ) -> int:
+        """Run one command as a ledger run; return the CLI exit code."""
+        kind = {"backfill": "backfill", "drain": "drain"}.get(command, "scheduled")
+        # One ledger row per task of a run; metrics stay keyed by the run id itself.
+        ledger_id = f"{run_id}/{command}" + (f".{stage}" if stage else "")
+        self.store.start_run(ledger_id, kind, start, end)
+        try:
+            code = self._execute(command, run_id, start, end, stage)
+        except EnrichmentError as e:
+            self.store.finish_run(ledger_id, error=f"{type(e).__name__}: {e}")
+            raise
+        except Exception as e:
+            self.store.finish_run(ledger_id, error=f"unexpected {type(e).__name__}: {e}")
+            raise
+        self.store.finish_run(ledger_id, error=None if code == EXIT_OK else f"exit code {code}")
+        return code
+
+    def _execute(
+        self,
+        command: str,
+        run_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        stage: str | None,
+    ) -> int:
+        code = EXIT_OK
+        if command in ("ingest", "run"):
+            reports = self.runner.ingest(run_id)
+            if any(r.errors for r in reports):
+                code = EXIT_PARTIAL
+        if command == "stage":
+            if stage is None:
+                raise ConfigError("stage: a stage name is required")
+            self.runner.run_stage_step(self.config.stage(stage), run_id)
+        if command == "run":
+            self.runner.run_stages(run_id)
+        if command == "drain":
+            self.runner.drain(run_id)
+        if command == "backfill":
+            assert start is not None and end is not None
+            self.runner.backfill(start, end, run_id)
+        if command == "validate":
+            from pipeline.conservation import check_run
+
+            problems = check_run(self.config, self.engine, self.store, run_id)
+            if problems:
+                raise ValidationFailedError(
+                    f"run {run_id}: {len(problems)} conservation problem(s): "
+                    + "; ".join(f"{p.stage} step {p.step}: {p.message}" for p in problems)
+                )
+        return code
+
+
+@contextmanager
+def open_pipeline(
+    config: PipelineConfig, spark: SparkSession | None = None
+) -> Iterator[PipelineContext]:
+    """Assemble the pipeline; the Spark session is reused if one is active."""
+    session = spark or build_session(
+        SparkSettings(
+            app_name=f"enrich-{config.name}", master=config.spark.master, conf=config.spark.conf
+        )
+    )
+    engine = open_engine(session, config.warehouse.engine)
+    store = StateStore(config.warehouse.resolved_state_store())
+    try:
+        yield PipelineContext(
+            config, session, engine, store, PipelineRunner(config, session, engine, store)
+        )
+    finally:
+        store.dispose()

@@ -1,0 +1,51 @@
+"""Where each table of a pipeline lives under the warehouse root.
+
+``bronze/<stream>``      ingested stream rows, one commit per landing file
+``quarantine/<stream>``  malformed records with their reason and source file
+``silver/<table>``       stage outputs
+``_operators/<stage>``   bulk operator state (SSBJ cache and pending queue, A-DSP layout)
+``_state/``              the SQLite state store of the embedded default
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import ConfigError
+from pipeline.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class WarehouseLayout:
+    root: str
+
+    @classmethod
+    def of(cls, config: PipelineConfig) -> WarehouseLayout:
+        return cls(config.warehouse.root.rstrip("/"))
+
+    def bronze(self, stream: str) -> str:
+        return f"{self.root}/bronze/{stream}"
+
+    def quarantine(self, stream: str) -> str:
+        return f"{self.root}/quarantine/{stream}"
+
+    def output(self, table: str) -> str:
+        return f"{self.root}/silver/{table}"
+
+    def operator_state(self, stage: str, part: str) -> str:
+        return f"{self.root}/_operators/{stage}/{part}"
+
+    def master(self, config: PipelineConfig, name: str) -> str:
+        table = config.masters[name].table
+        if "://" in table or Path(table).is_absolute():
+            return table
+        return f"{self.root}/{table}"
+
+    def input_table(self, config: PipelineConfig, name: str) -> str:
+        """The table a stage reads: a stream's bronze table or an earlier stage's output."""
+        if name in config.streams:
+            return self.bronze(name)
+        if any(s.output == name for s in config.stages):
+            return self.output(name)
+        raise ConfigError(f"{name!r} is neither a stream nor a stage output")
