@@ -31,6 +31,7 @@ from common.errors import ConfigError, EnrichmentError, ValidationFailedError
 logger = logging.getLogger("enrich")
 
 DEFAULT_CONFIG = "configs/demo.yaml"
+PACKAGE_LOGGERS = ("enrich", "common", "warehouse", "pipeline", "joins", "cache", "expectations")
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL = 0, 1, 2, 3, 4
 
 
@@ -119,9 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
+    # Inside Airflow the root logger is already configured and must stay so (task logs).
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in PACKAGE_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())
     try:
         return _dispatch(args)
     except ValidationFailedError as e:

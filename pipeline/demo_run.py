@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if enrich([*base, *demo_args, "--zipf", str(args.zipf)]) != 0:
         return 1
 
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     from pipeline.config import load_config
     from pipeline.demo_data import deliver
