@@ -34,9 +34,11 @@ from joins.columns import (
     require_disjoint,
     with_interval_start,
 )
+from joins.ssbj import INPUT_VERSION
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
+from pipeline.ssbj_stage import SsbjStage
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.embedded import CHANGE_TYPE, COMMIT_VERSION
 from warehouse.landing import IngestReport, StreamSource, ingest_stream
@@ -134,6 +136,8 @@ class PipelineRunner:
         return reports
 
     def run_stage_step(self, stage: EquiStage | ThetaStage, run_id: str) -> StageReport:
+        if isinstance(stage, EquiStage) and stage.operator.mode != "baseline":
+            return self._run_ssbj(stage, run_id, drain=False)
         started = time.monotonic()
         input_path = self.layout.input_table(self.config, stage.input)
         master_path = self.layout.master(self.config, stage.master)
@@ -179,6 +183,42 @@ class PipelineRunner:
             master.version,
             report.seconds,
         )
+        return report
+
+    def ssbj_stage(self, stage: EquiStage) -> SsbjStage:
+        input_path = self.layout.input_table(self.config, stage.input)
+
+        def input_rows(after_version: int, to_version: int) -> DataFrame:
+            changes = self.engine.changes(input_path, after_version, to_version)
+            rows = (
+                changes.where(F.col(CHANGE_TYPE).isin(*INSERTED))
+                .withColumn(INPUT_VERSION, F.col(COMMIT_VERSION).cast("bigint"))
+                .drop(CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp")
+            )
+            return self._stream_for(stage, rows)
+
+        return SsbjStage(
+            stage,
+            self.config,
+            self.spark,
+            self.engine,
+            self.store,
+            input_rows,
+            output_path=self.layout.output(stage.output),
+            input_path=input_path,
+        )
+
+    def _run_ssbj(self, stage: EquiStage, run_id: str, drain: bool) -> StageReport:
+        if not self.engine.exists(self.layout.input_table(self.config, stage.input)):
+            return StageReport(stage.name)
+        steps = self.ssbj_stage(stage).run(run_id, drain=drain)
+        report = StageReport(stage.name, step=steps[-1].step + 1)
+        for step in steps:
+            report.tuples_in += step.tuples_in
+            report.output_rows += step.output_rows
+            report.tuples_pending = step.pending_rows
+            report.master_bytes_read += step.master_bytes_read
+            report.seconds += step.seconds
         return report
 
     def new_rows(self, input_path: str, after_version: int, to_version: int) -> DataFrame:
@@ -251,9 +291,17 @@ class PipelineRunner:
     def drain(self, run_id: str) -> list[StageReport]:
         """Bring every stage up to date with its input; nothing stays pending afterwards.
 
-        Baseline stages hold no pending state, so one step per stage, in order, drains them.
+        Baseline stages hold no pending state; SSBJ stages keep stepping until H_S is empty.
+        Stages run in config order, so a chained stage sees its input fully drained.
         """
-        return self.run_stages(run_id)
+        reports = []
+        for stage in self.config.stages:
+            self._progress(f"drain {stage.name}")
+            if isinstance(stage, EquiStage) and stage.operator.mode != "baseline":
+                reports.append(self._run_ssbj(stage, run_id, drain=True))
+            else:
+                reports.append(self.run_stage_step(stage, run_id))
+        return reports
 
     # ------------------------------------------------------------------ backfill
 
@@ -274,7 +322,9 @@ class PipelineRunner:
             started = time.monotonic()
             input_path = self.layout.input_table(self.config, stage.input)
             master = self._master_as_of(self.layout.master(self.config, stage.master), end)
-            rows = self._stream_for(stage, self.engine.read(input_path)).where(
+            input_snapshot = self.engine.snapshot(input_path)
+            input_version = input_snapshot.version
+            rows = self._stream_for(stage, self.engine.read_files(input_snapshot)).where(
                 (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
             )
             joined = self._join(stage, rows, master).cache()
@@ -290,6 +340,8 @@ class PipelineRunner:
                 joined.unpersist()
             report.seconds = time.monotonic() - started
             self.store.record_metrics(run_id, f"backfill.{stage.name}", 0, report.as_metrics())
+            if isinstance(stage, EquiStage) and stage.operator.mode != "baseline":
+                self.ssbj_stage(stage).record_backfill(start, end, input_version)
             reports.append(report)
         return reports
 

@@ -336,6 +336,28 @@ class StateStore:
             session.flush()
             return row
 
+    def complete_step(
+        self, stage: str, input_version: int, step_seq: int, state: Mapping[str, Any]
+    ) -> None:
+        """Record a finished operator step and its controller state in one transaction."""
+        with self._session() as session:
+            offset = session.get(StageOffset, stage)
+            if offset is None:
+                offset = StageOffset(stage=stage)
+                session.add(offset)
+            offset.input_version, offset.step_seq, offset.updated_at = (
+                input_version,
+                step_seq,
+                utcnow(),
+            )
+            offset.planned_input_version = offset.planned_master_version = None
+            payload = json.loads(json.dumps(state))
+            row = session.get(OperatorState, stage)
+            if row is None:
+                session.add(OperatorState(stage=stage, state=payload))
+            else:
+                row.state, row.updated_at = payload, utcnow()
+
     def operator_state(self, stage: str) -> dict[str, Any] | None:
         with self._session() as session:
             row = session.get(OperatorState, stage)

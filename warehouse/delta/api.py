@@ -134,6 +134,12 @@ class DeltaEngine(Protocol):
         txn: AppTransaction | None = None,
     ) -> CommitOutcome: ...
 
+    def overwrite(
+        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        """Atomically replace the whole table's rows with ``data``."""
+        ...
+
     def merge(
         self,
         path: str,

@@ -350,6 +350,29 @@ class EmbeddedDeltaEngine:
             txn=txn,
         )
 
+    def overwrite(
+        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        root = _table_root(path)
+        table = self._open(root)
+        schema = arrow_to_spark(table.schema().to_arrow())
+        require_same_schema(root, schema, data.schema)
+        skipped = self._skip_if_committed(root, table, txn)
+        if skipped:
+            return skipped
+        partitions = list(table.metadata().partition_columns)
+        adds = self._write_files(root, data.select(*schema.fieldNames()), partitions)
+        return self._commit(
+            root,
+            table,
+            adds=adds,
+            mode="overwrite",
+            schema=schema,
+            partitions=partitions,
+            filters=None,
+            txn=txn,
+        )
+
     def merge(
         self,
         path: str,

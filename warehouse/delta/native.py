@@ -138,6 +138,14 @@ class NativeDeltaEngine:
         self._writer(data, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
         return self._outcome(path, txn, before)
 
+    def overwrite(
+        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        require_same_schema(path, self.read(path).schema, data.schema)
+        before = int(self.history(path, 1)[0]["version"])
+        self._writer(data, txn).mode("overwrite").save(path)
+        return self._outcome(path, txn, before)
+
     def merge(
         self,
         path: str,

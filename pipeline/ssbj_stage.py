@@ -1,0 +1,597 @@
+"""The stateful SSBJ / MESHJOIN stage driver: one Algorithm 1 loop iteration per step.
+
+Operator state lives in Delta tables under ``_operators/<stage>/``:
+
+``pending``  H_S: tuples waiting for the cyclic scan, partitioned by entry step (adding a
+             chunk appends a partition; expiring the oldest drops one; nothing is rewritten)
+``matched``  (entry step, pending id) of pending tuples that met a master row (left joins)
+``stats``    per-step counters per join value: cache hits (f_count) and master rows
+             (s_count), partitioned by step, dropped when no longer needed
+``cache``    H_R: all projected master rows of each cached value, at the cache's version;
+             a value without master rows has one ``_empty`` marker row
+``switch``   the switching buffer s_B, partitioned by step
+``marked``   the values chosen for switching at the start of the switching cycle
+
+and small controller state (step counter, versions, chunk pins) in the state store.
+
+Exactly once: before anything is written, the step's plan (input range, master version,
+and the version of every operator table) is saved. All reads use those pinned versions,
+every write carries the app transaction ``(table, step)``, destructive writes (cache
+overwrite, expiry) come last, and the step is completed in one state-store transaction. A
+rerun after a crash anywhere recomputes the same results and skips the writes that landed.
+
+Point in time: each tuple is pinned to the master version in force when it entered; the
+disk phase reads partition p of that version by time travel until the tuple expires. The
+cache is brought to the current version from the master's changes before it serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cache.inequality import TupleSizes
+from cache.rcycle import CycleState, StepPosition
+from common.errors import JoinError
+from common.faults import crash_point
+from joins import ssbj
+from joins.columns import INTERVAL_START
+from joins.mesh_partitions import partition_by_bytes
+from pipeline.config import EquiStage, PipelineConfig
+from pipeline.layout import WarehouseLayout
+from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
+from warehouse.delta.embedded import CHANGE_TYPE
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger(__name__)
+
+TABLES = ("pending", "matched", "stats", "cache", "switch", "marked")
+SIZE_SAMPLE_ROWS = 2000
+
+
+@dataclass
+class SsbjStepReport:
+    stage: str
+    step: int
+    tuples_in: int = 0
+    cache_hits: int = 0
+    cache_hits_unmatched: int = 0
+    entered_pending: int = 0
+    expired: int = 0
+    output_rows: int = 0
+    pending_rows: int = 0
+    pending_bytes: int = 0
+    cache_rows: int = 0
+    cache_bytes: int = 0
+    master_bytes_read: int = 0
+    master_version: int = 0
+    output_version: int | None = None
+    seconds: float = 0.0
+    state: str = ""
+
+    def as_metrics(self) -> dict[str, float]:
+        values: dict[str, float] = {
+            "tuples_in": self.tuples_in,
+            "cache_hits": self.cache_hits,
+            "entered_pending": self.entered_pending,
+            "expired": self.expired,
+            "output_rows": self.output_rows,
+            "pending_rows": self.pending_rows,
+            "pending_bytes": self.pending_bytes,
+            "cache_rows": self.cache_rows,
+            "cache_bytes": self.cache_bytes,
+            "master_bytes_read": self.master_bytes_read,
+            "master_version": self.master_version,
+            "step_seconds": self.seconds,
+            # Conservation view: every tuple in is served by the cache or waits in H_S.
+            "tuples_matched": self.cache_hits - self.cache_hits_unmatched,
+            "tuples_unmatched": self.cache_hits_unmatched,
+            "tuples_pending": self.entered_pending,
+        }
+        if self.output_version is not None:
+            values["output_version"] = self.output_version
+        return values
+
+
+class SsbjStage:
+    """Runs SSBJ (or MESHJOIN, with the cache off) steps for one equi stage."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        input_rows: Any,
+        output_path: str,
+        input_path: str,
+    ) -> None:
+        self.stage = stage
+        self.spark = spark
+        self.engine = engine
+        self.store = store
+        self.params = stage.operator
+        self.use_cache = self.params.mode == "ssbj"
+        layout = WarehouseLayout.of(config)
+        self.master_path = layout.master(config, stage.master)
+        self.output_path = output_path
+        self.input_path = input_path
+        self.paths = {t: layout.operator_state(stage.name, t) for t in TABLES}
+        self.spec = ssbj.JoinSpec(
+            stream_keys=tuple(stage.join_on),
+            master_keys=tuple(stage.join_on.values()),
+            master_columns=tuple(config.masters[stage.master].columns),
+            master_name=stage.master,
+            how=stage.join,
+        )
+        self._input_rows = input_rows  # (after_version, to_version) -> DataFrame with lineage
+
+    # ------------------------------------------------------------------ public API
+
+    def run(self, run_id: str, drain: bool = False) -> list[SsbjStepReport]:
+        reports = [self.step(run_id, take_input=True)]
+        for _ in range(self.params.steps_per_run - 1):
+            reports.append(self.step(run_id, take_input=False))
+        if drain:
+            while self.pending_rows() > 0:
+                reports.append(self.step(run_id, take_input=False))
+        return reports
+
+    def pending_rows(self) -> int:
+        if not self.engine.exists(self.paths["pending"]):
+            return 0
+        return sum(f.num_records or 0 for f in self.engine.snapshot(self.paths["pending"]).files)
+
+    def record_backfill(self, start: Any, end: Any, input_version: int) -> None:
+        """Suppress later live output for tuples a backfill already joined."""
+        state = self._state()
+        state.setdefault("backfills", []).append(
+            {"start": start.isoformat(), "end": end.isoformat(), "input_version": input_version}
+        )
+        self.store.save_operator_state(self.stage.name, state)
+
+    # ------------------------------------------------------------------ state
+
+    def _state(self) -> dict[str, Any]:
+        state = self.store.operator_state(self.stage.name)
+        if state is None:
+            state = {
+                "next_step": 0,
+                "cycle_base": 0,
+                "partitions": self.params.partitions,
+                "cache_version": None,
+                "switch_version": None,
+                "hits_since": 0,
+                "chunks": {},
+                "backfills": [],
+                "sizes": None,
+                "plan": None,
+            }
+        return state
+
+    def _position(self, state: dict[str, Any]) -> StepPosition:
+        if state["partitions"] != self.params.partitions:
+            if state["chunks"]:
+                raise JoinError(
+                    f"stage {self.stage.name}: operator.partitions changed from "
+                    f"{state['partitions']} to {self.params.partitions} while tuples are "
+                    "pending; run `enrich drain` first"
+                )
+            state["partitions"], state["cycle_base"] = self.params.partitions, state["next_step"]
+        return StepPosition(state["next_step"] - state["cycle_base"], state["partitions"])
+
+    def _plan(self, state: dict[str, Any], take_input: bool) -> dict[str, Any]:
+        step = state["next_step"]
+        plan = state.get("plan")
+        if plan is not None and plan["step"] == step:
+            return dict(plan)
+        offset = self.store.offset(self.stage.name)
+        input_to = offset.input_version
+        if take_input and self.engine.exists(self.input_path):
+            input_to = self.engine.snapshot(self.input_path).version
+        plan = {
+            "step": step,
+            "input_from": offset.input_version,
+            "input_to": input_to,
+            "master_version": self.engine.snapshot(self.master_path).version,
+            "tables": {
+                t: self.engine.snapshot(p).version
+                for t, p in self.paths.items()
+                if self.engine.exists(p)
+            },
+        }
+        state["plan"] = plan
+        self.store.save_operator_state(self.stage.name, state)
+        return dict(plan)
+
+    def _read(self, table: str, plan: dict[str, Any]) -> DataFrame | None:
+        version = plan["tables"].get(table)
+        if version is None:
+            return None
+        return self.engine.read(self.paths[table], version=version)
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self, run_id: str, take_input: bool) -> SsbjStepReport:
+        started = time.monotonic()
+        state = self._state()
+        position = self._position(state)
+        plan = self._plan(state, take_input)
+        step = plan["step"]
+        version = plan["master_version"]
+        master = self.engine.snapshot(self.master_path, version)
+        report = SsbjStepReport(
+            self.stage.name, step, master_version=version, state=position.state.value
+        )
+        txn = lambda table: AppTransaction(f"ssbj.{self.stage.name}.{table}", step)  # noqa: E731
+
+        new_rows = self._suppressed(self._new_rows(plan), state).cache()
+        report.tuples_in = new_rows.count()
+        sizes = self._sizes(state, new_rows, master)
+
+        cache, cache_changed = self._cache_at(state, plan, master)
+        cache_version_before = state["cache_version"]
+        if self.use_cache and position.starts_cycle:
+            cache, cycle_changed = self._cycle_start(
+                state, plan, position, cache, master, sizes, txn
+            )
+            cache_changed = cache_changed or cycle_changed
+
+        served, misses, hits = self._cache_phase(new_rows, cache, version)
+        chunk = (
+            misses.withColumn(ssbj.ENTRY_STEP, F.lit(step).cast(T.LongType()))
+            .withColumn(ssbj.PENDING_ID, F.monotonically_increasing_id())
+            .withColumn(ssbj.PINNED_VERSION, F.lit(version).cast(T.LongType()))
+        )
+        self.engine.create_table(self.paths["pending"], chunk.schema, (ssbj.ENTRY_STEP,))
+        self.engine.append(self.paths["pending"], chunk, txn("pending"))
+        chunks = {**state["chunks"]}
+        chunks[str(step)] = version
+        pending = self._suppressed(self.engine.read(self.paths["pending"]), state).cache()
+
+        disk_output, matched_now, bytes_read, partition_at = self._disk_phase(
+            pending, chunks, position, master
+        )
+        report.master_bytes_read = bytes_read
+        expiring_step = step - position.partitions + 1
+        unmatched = self._expire(pending, matched_now, plan, expiring_step)
+
+        output = served.unionByName(disk_output)
+        if unmatched is not None:
+            output = output.unionByName(unmatched)
+        output = output.cache()
+        report.output_rows = output.count()
+        hits = hits.cache()
+        hit_total = hits.agg(F.sum(ssbj.COUNT)).first()
+        report.cache_hits = int(hit_total[0] or 0) if hit_total else 0
+        report.entered_pending = report.tuples_in - report.cache_hits
+        if self.spec.how == "left" and report.cache_hits:
+            report.cache_hits_unmatched = served.where(F.col(self.spec.version).isNull()).count()
+
+        self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
+        outcome = self.engine.append(
+            self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
+        )
+        if outcome.committed:
+            report.output_version = outcome.table_version
+        crash_point("ssbj.after_output")
+        self._write_stats(position, plan, pending, hits, partition_at, state, txn)
+        if self.spec.how == "left":
+            self._append_keyed("matched", matched_now, (ssbj.ENTRY_STEP,), txn("matched"))
+        crash_point("ssbj.after_stats")
+        if self.use_cache and (cache_changed or state["cache_version"] is None):
+            self._write_cache(cache, txn("cache"))
+        crash_point("ssbj.after_cache")
+        if str(expiring_step) in chunks:
+            where = [PartitionFilter(ssbj.ENTRY_STEP, "=", expiring_step)]
+            report.expired = sum(
+                f.num_records or 0
+                for f in self.engine.snapshot(self.paths["pending"]).files
+                if f.partition_values.get(ssbj.ENTRY_STEP) == expiring_step
+            )
+            empty = pending.limit(0)
+            self.engine.replace(self.paths["pending"], empty, where, txn("expire"))
+            if self.spec.how == "left" and self.engine.exists(self.paths["matched"]):
+                matched_empty = self.engine.read(self.paths["matched"]).limit(0)
+                self.engine.replace(self.paths["matched"], matched_empty, where, txn("expire"))
+            chunks.pop(str(expiring_step))
+        crash_point("ssbj.before_complete")
+
+        state["chunks"] = chunks
+        state["cache_version"] = version if self.use_cache else None
+        state["next_step"] = step + 1
+        state["plan"] = None
+        pending_snapshot = self.engine.snapshot(self.paths["pending"])
+        report.pending_rows = sum(f.num_records or 0 for f in pending_snapshot.files)
+        report.pending_bytes = pending_snapshot.size_bytes
+        if self.engine.exists(self.paths["cache"]):
+            cache_snapshot = self.engine.snapshot(self.paths["cache"])
+            report.cache_rows = sum(f.num_records or 0 for f in cache_snapshot.files)
+            report.cache_bytes = cache_snapshot.size_bytes
+        report.seconds = time.monotonic() - started
+        self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
+        self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
+        for frame in (new_rows, pending, output, hits):
+            frame.unpersist()
+        logger.info(
+            "ssbj %s step %d (%s, partition %d/%d): %d in, %d cache hits, %d to H_S, %d expired, "
+            "%d out; H_S %d rows, H_R %d rows; master v%d (cache was v%s) %.1fs",
+            self.stage.name,
+            step,
+            position.state.value,
+            position.partition + 1,
+            position.partitions,
+            report.tuples_in,
+            report.cache_hits,
+            report.entered_pending,
+            report.expired,
+            report.output_rows,
+            report.pending_rows,
+            report.cache_rows,
+            version,
+            cache_version_before,
+            report.seconds,
+        )
+        return report
+
+    # ------------------------------------------------------------------ phases
+
+    def _new_rows(self, plan: dict[str, Any]) -> DataFrame:
+        frame: DataFrame = self._input_rows(plan["input_from"], plan["input_to"])
+        return frame
+
+    def _suppressed(self, frame: DataFrame, state: dict[str, Any]) -> DataFrame:
+        """Drop tuples whose interval a backfill has already joined and published."""
+        for backfill in state.get("backfills", []):
+            covered = (
+                (F.col(INTERVAL_START) >= F.lit(backfill["start"]).cast(T.TimestampType()))
+                & (F.col(INTERVAL_START) < F.lit(backfill["end"]).cast(T.TimestampType()))
+                & (F.col(ssbj.INPUT_VERSION) <= F.lit(backfill["input_version"]))
+            )
+            frame = frame.where(~covered)
+        return frame
+
+    def _sizes(self, state: dict[str, Any], rows: DataFrame, master: Snapshot) -> TupleSizes:
+        """v_S and v_R measured as Arrow bytes of sampled projected rows, once per stage."""
+        if state.get("sizes"):
+            return TupleSizes(state["sizes"]["stream"], state["sizes"]["master"])
+        stream_sample = rows.drop(*ssbj.OPERATOR_COLUMNS).limit(SIZE_SAMPLE_ROWS).toArrow()
+        master_sample = (
+            self.engine.read_files(master).select(*self.spec.master_columns).limit(SIZE_SAMPLE_ROWS)
+        ).toArrow()
+        if stream_sample.num_rows == 0 or master_sample.num_rows == 0:
+            return TupleSizes(1.0, 1.0)  # nothing to measure yet; measured on a later step
+        sizes = TupleSizes(
+            stream_sample.nbytes / stream_sample.num_rows,
+            master_sample.nbytes / master_sample.num_rows,
+        )
+        state["sizes"] = {"stream": sizes.stream_bytes, "master": sizes.master_bytes}
+        logger.info(
+            "ssbj %s: measured v_S=%.1f B, v_R=%.1f B", self.stage.name, *state["sizes"].values()
+        )
+        return sizes
+
+    def _empty_cache(self, master: Snapshot) -> DataFrame:
+        schema = T.StructType(
+            [master.schema[c] for c in self.spec.master_columns]
+            + [T.StructField(ssbj.EMPTY, T.BooleanType(), False)]
+        )
+        return self.spark.createDataFrame([], schema)
+
+    def _cache_at(
+        self, state: dict[str, Any], plan: dict[str, Any], master: Snapshot
+    ) -> tuple[DataFrame, bool]:
+        cache = self._read("cache", plan)
+        if cache is None or not self.use_cache:
+            return self._empty_cache(master), False
+        if state["cache_version"] == master.version:
+            return cache, False
+        changes = self.engine.changes(self.master_path, state["cache_version"], master.version)
+        return ssbj.apply_master_changes(cache, changes, CHANGE_TYPE, self.spec), True
+
+    def _cycle_start(
+        self,
+        state: dict[str, Any],
+        plan: dict[str, Any],
+        position: StepPosition,
+        cache: DataFrame,
+        master: Snapshot,
+        sizes: TupleSizes,
+        txn: Any,
+    ) -> tuple[DataFrame, bool]:
+        changed = False
+        if position.state is CycleState.PHASE_OUT and state["switch_version"] is not None:
+            marked = self._read("marked", plan)
+            collected = self._read("switch", plan)
+            if marked is not None and collected is not None:
+                entries = ssbj.cache_rows_for(marked, collected.drop(ssbj.STEP), self.spec)
+                if state["switch_version"] != master.version:
+                    changes = self.engine.changes(
+                        self.master_path, state["switch_version"], master.version
+                    )
+                    entries = ssbj.apply_master_changes(entries, changes, CHANGE_TYPE, self.spec)
+                cache = ssbj.without_keys(cache, marked, self.spec).unionByName(entries)
+                changed = True
+                self.engine.overwrite(self.paths["switch"], collected.limit(0), txn("switch-clear"))
+                self.engine.overwrite(self.paths["marked"], marked.limit(0), txn("marked-clear"))
+            state["switch_version"] = None
+        if position.evicts:
+            stats = self._read("stats", plan)
+            if stats is not None:
+                hits = stats.where(
+                    (F.col(ssbj.KIND) == ssbj.HIT) & (F.col(ssbj.STEP) >= state["hits_since"])
+                )
+                victims = ssbj.eviction_victims(
+                    cache,
+                    hits,
+                    self.spec,
+                    sizes,
+                    self.params.switch_factor,
+                    self.params.eviction_cycles,
+                )
+                cache = ssbj.without_keys(cache, victims, self.spec)
+                changed = True
+            state["hits_since"] = plan["step"]
+        if position.state is CycleState.SWITCHING:
+            pending = self._read("pending", plan)
+            stats = self._read("stats", plan)
+            if pending is not None and stats is not None:
+                counts = stats.where(
+                    (F.col(ssbj.KIND) == ssbj.MASTER_ROWS)
+                    & (F.col(ssbj.STEP) >= plan["step"] - position.partitions)
+                )
+                cached_keys = cache.select(
+                    *[
+                        F.col(m).alias(s)
+                        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
+                    ]
+                ).distinct()
+                marked = ssbj.switch_candidates(
+                    pending, counts, cached_keys, self.spec, sizes, self.params.switch_factor
+                )
+                self._overwrite("marked", marked, txn("marked"))
+                state["switch_version"] = master.version
+        return cache, changed
+
+    def _cache_phase(
+        self, new_rows: DataFrame, cache: DataFrame, version: int
+    ) -> tuple[DataFrame, DataFrame, DataFrame]:
+        if not self.use_cache:
+            served = ssbj.enriched(
+                new_rows.limit(0), cache.drop(ssbj.EMPTY), self.spec, F.lit(version)
+            )
+            counts = (
+                new_rows.limit(0).select(*self.spec.stream_keys).withColumn(ssbj.COUNT, F.lit(0))
+            )
+            return served, new_rows, counts
+        return ssbj.probe_cache(new_rows, cache, self.spec, version)
+
+    def _partition(self, snapshot: Snapshot, index: int, parts: int) -> tuple[DataFrame, int]:
+        groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
+        chosen = [f for f in snapshot.files if f.path in set(groups[index])]
+        return self.engine.read_files(snapshot, chosen).select(*self.spec.master_columns), sum(
+            f.size_bytes for f in chosen
+        )
+
+    def _disk_phase(
+        self,
+        pending: DataFrame,
+        chunks: dict[str, int],
+        position: StepPosition,
+        master: Snapshot,
+    ) -> tuple[DataFrame, DataFrame, int, dict[int, DataFrame]]:
+        outputs: list[DataFrame] = []
+        matched: list[DataFrame] = []
+        partitions: dict[int, DataFrame] = {}
+        bytes_read = 0
+        for pinned in sorted(set(chunks.values())):
+            snapshot = (
+                master
+                if pinned == master.version
+                else self.engine.snapshot(self.master_path, pinned)
+            )
+            rows, size = self._partition(snapshot, position.partition, position.partitions)
+            partitions[pinned] = rows
+            bytes_read += size
+            mine = pending.where(F.col(ssbj.PINNED_VERSION) == pinned)
+            outputs.append(ssbj.disk_join(mine, rows, self.spec))
+            if self.spec.how == "left":
+                matched.append(ssbj.matched_ids(mine, rows, self.spec))
+        if master.version not in partitions and self.use_cache:
+            rows, size = self._partition(master, position.partition, position.partitions)
+            partitions[master.version] = rows
+        empty_out = ssbj.enriched(
+            pending.limit(0), self._empty_cache(master).drop(ssbj.EMPTY), self.spec, F.lit(0)
+        )
+        output = empty_out
+        for frame in outputs:
+            output = output.unionByName(frame)
+        matched_frame = pending.limit(0).select(ssbj.ENTRY_STEP, ssbj.PENDING_ID)
+        for frame in matched:
+            matched_frame = matched_frame.unionByName(frame)
+        return output, matched_frame, bytes_read, partitions
+
+    def _expire(
+        self, pending: DataFrame, matched_now: DataFrame, plan: dict[str, Any], expiring_step: int
+    ) -> DataFrame | None:
+        if self.spec.how != "left" or expiring_step < 0:
+            return None
+        expiring = pending.where(F.col(ssbj.ENTRY_STEP) == expiring_step)
+        earlier = self._read("matched", plan)
+        matched = matched_now
+        if earlier is not None:
+            matched = matched.unionByName(earlier.where(F.col(ssbj.ENTRY_STEP) == expiring_step))
+        master_schema = self.engine.snapshot(self.master_path, plan["master_version"]).schema
+        return ssbj.unmatched(ssbj.never_matched(expiring, matched), master_schema, self.spec)
+
+    # ------------------------------------------------------------------ writes
+
+    def _write_stats(
+        self,
+        position: StepPosition,
+        plan: dict[str, Any],
+        pending: DataFrame,
+        hits: DataFrame,
+        partitions: dict[int, DataFrame],
+        state: dict[str, Any],
+        txn: Any,
+    ) -> None:
+        if not self.use_cache:
+            return
+        step = plan["step"]
+        frames = [hits.withColumn(ssbj.KIND, F.lit(ssbj.HIT))]
+        current = partitions.get(plan["master_version"])
+        if position.state is CycleState.INCREMENTING and current is not None:
+            keys = pending.select(*self.spec.stream_keys).distinct()
+            counts = ssbj.master_row_counts(current, keys, self.spec)
+            frames.append(counts.withColumn(ssbj.KIND, F.lit(ssbj.MASTER_ROWS)))
+        stats = frames[0]
+        for frame in frames[1:]:
+            stats = stats.unionByName(frame)
+        stats = stats.withColumn(ssbj.STEP, F.lit(step).cast(T.LongType())).withColumn(
+            ssbj.COUNT, F.col(ssbj.COUNT).cast(T.LongType())
+        )
+        self._append_keyed("stats", stats, (ssbj.STEP,), txn("stats"))
+        if position.state is CycleState.SWITCHING and state["switch_version"] is not None:
+            marked = self._read(
+                "marked", {"tables": {**plan["tables"], **self._fresh(("marked",))}}
+            )
+            source = partitions.get(state["switch_version"])
+            if marked is not None and source is not None:
+                renamed = marked.select(
+                    *[
+                        F.col(s).alias(m)
+                        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
+                    ]
+                )
+                rows = source.join(renamed, list(self.spec.master_keys), "left_semi").withColumn(
+                    ssbj.STEP, F.lit(step).cast(T.LongType())
+                )
+                self._append_keyed("switch", rows, (ssbj.STEP,), txn("switch"))
+
+    def _fresh(self, tables: tuple[str, ...]) -> dict[str, int]:
+        return {
+            t: self.engine.snapshot(self.paths[t]).version
+            for t in tables
+            if self.engine.exists(self.paths[t])
+        }
+
+    def _append_keyed(
+        self, table: str, frame: DataFrame, partition_by: tuple[str, ...], txn: AppTransaction
+    ) -> None:
+        self.engine.create_table(self.paths[table], frame.schema, partition_by)
+        self.engine.append(self.paths[table], frame, txn)
+
+    def _overwrite(self, table: str, frame: DataFrame, txn: AppTransaction) -> None:
+        self.engine.create_table(self.paths[table], frame.schema)
+        self.engine.overwrite(self.paths[table], frame, txn)
+
+    def _write_cache(self, cache: DataFrame, txn: AppTransaction) -> None:
+        self._overwrite("cache", cache, txn)
