@@ -55,8 +55,11 @@ class JoinSpec:
         return version_column(self.master_name)
 
 
-def _on(left: DataFrame, right: DataFrame, spec: JoinSpec) -> Column:
-    terms = [left[s] == right[m] for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
+def _on(spec: JoinSpec) -> Column:
+    terms = [
+        F.col(f"s.`{s}`") == F.col(f"r.`{m}`")
+        for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)
+    ]
     return reduce(lambda a, b: a & b, terms)
 
 
@@ -66,10 +69,11 @@ def _stream_columns(frame: DataFrame) -> list[str]:
 
 def enriched(stream: DataFrame, master: DataFrame, spec: JoinSpec, version: Column) -> DataFrame:
     """Inner-join stream rows to master rows and lay out the output columns."""
-    joined = stream.join(master, _on(stream, master, spec), "inner")
+    # Aliases, not DataFrame-bound columns: both sides may derive from one lineage.
+    joined = stream.alias("s").join(master.alias("r"), _on(spec), "inner")
     return joined.select(
-        *[stream[c] for c in _stream_columns(stream)],
-        *[master[c] for c in spec.master_columns],
+        *[F.col(f"s.`{c}`").alias(c) for c in _stream_columns(stream)],
+        *[F.col(f"r.`{c}`").alias(c) for c in spec.master_columns],
         version.cast(T.LongType()).alias(spec.version),
     )
 
@@ -110,7 +114,7 @@ def probe_cache(
 
 def disk_join(pending: DataFrame, partition_rows: DataFrame, spec: JoinSpec) -> DataFrame:
     """One MESHJOIN step for tuples pinned to the version ``partition_rows`` comes from."""
-    return enriched(pending, partition_rows, spec, F.col(PINNED_VERSION))
+    return enriched(pending, partition_rows, spec, F.col(f"s.`{PINNED_VERSION}`"))
 
 
 def matched_ids(pending: DataFrame, partition_rows: DataFrame, spec: JoinSpec) -> DataFrame:

@@ -252,6 +252,7 @@ class SsbjStage:
         )
         self.engine.create_table(self.paths["pending"], chunk.schema, (ssbj.ENTRY_STEP,))
         self.engine.append(self.paths["pending"], chunk, txn("pending"))
+        crash_point("ssbj.after_pending")
         chunks = {**state["chunks"]}
         chunks[str(step)] = version
         pending = self._suppressed(self.engine.read(self.paths["pending"]), state).cache()

@@ -1,0 +1,210 @@
+"""A small SSBJ pipeline over hand-made data, and its DuckDB oracle."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from cache.inequality import TupleSizes
+from pipeline.config import PipelineConfig, parse_config
+from pipeline.context import PipelineContext
+from pipeline.layout import WarehouseLayout
+from pipeline.runner import PipelineRunner
+from pipeline.schemas import bronze_schema
+from warehouse.delta import AppTransaction, DeltaEngine
+from warehouse.delta.embedded import EmbeddedDeltaEngine
+from warehouse.state_store import StateStore
+
+MASTER_SCHEMA = T.StructType(
+    [
+        T.StructField("mk", T.LongType()),
+        T.StructField("supplier", T.LongType()),
+        T.StructField("price", T.DoubleType()),
+    ]
+)
+FLAGGED = T.StructType([*MASTER_SCHEMA.fields, T.StructField("deleted", T.BooleanType())])
+BASE_TIME = dt.datetime(2024, 1, 1)
+
+
+def config_for(root: Path, mode: str, partitions: int, steps: int, how: str) -> PipelineConfig:
+    return parse_config(
+        {
+            "name": "t",
+            "warehouse": {
+                "root": str(root / "wh"),
+                "state_store": f"sqlite:///{root / 'state.db'}",
+            },
+            "streams": {
+                "s": {
+                    "landing": str(root / "landing"),
+                    "format": "json",
+                    "event_time": "ts",
+                    "id_column": "id",
+                    "columns": [
+                        {"name": "id", "type": "bigint", "nullable": False},
+                        {"name": "k", "type": "bigint"},
+                        {"name": "ts", "type": "timestamp", "nullable": False},
+                    ],
+                }
+            },
+            "masters": {
+                "m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "supplier", "price"]}
+            },
+            "stages": [
+                {
+                    "name": "enrich",
+                    "kind": "equi",
+                    "input": "s",
+                    "master": "m",
+                    "join_on": {"k": "mk"},
+                    "join": how,
+                    "output": "out",
+                    "operator": {"mode": mode, "partitions": partitions, "steps_per_run": steps},
+                }
+            ],
+        }
+    )
+
+
+class SsbjHarness:
+    def __init__(
+        self, spark: SparkSession, root: Path, mode: str, partitions: int, steps: int, how: str
+    ) -> None:
+        self.spark = spark
+        self.config = config_for(root, mode, partitions, steps, how)
+        self.engine: DeltaEngine = EmbeddedDeltaEngine(spark)
+        self.store = StateStore(self.config.warehouse.resolved_state_store())
+        self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
+        self.context = PipelineContext(self.config, spark, self.engine, self.store, self.runner)
+        self.layout = WarehouseLayout.of(self.config)
+        self.master = self.layout.master(self.config, "m")
+        self.bronze = self.layout.bronze("s")
+        self.batches: list[tuple[list[tuple[int, int]], int]] = []
+        self.pending_batches: list[list[tuple[int, int]]] = []
+        self.batch_no = 0
+        self.engine.create_table(self.bronze, bronze_schema(self.config.streams["s"]))
+
+    def load_master(self, rows: Sequence[tuple[int, int, float]], files: int) -> None:
+        self.engine.create_table(
+            self.master, MASTER_SCHEMA, (), {"delta.enableChangeDataFeed": "true"}
+        )
+        frame = self.spark.createDataFrame(list(rows), MASTER_SCHEMA)
+        self.engine.append(self.master, frame.repartition(files))
+
+    def update_master(
+        self, upserts: Sequence[tuple[int, int, float]], deletes: Sequence[tuple[int, int]]
+    ) -> None:
+        """Change rows by (mk, supplier): upsert new prices/rows, delete some."""
+        rows = [(*u, False) for u in upserts] + [(mk, sup, 0.0, True) for mk, sup in deletes]
+        if rows:
+            self.engine.merge(
+                self.master,
+                self.spark.createDataFrame(rows, FLAGGED),
+                ["mk", "supplier"],
+                "deleted",
+            )
+
+    def arrive(self, tuples: Sequence[tuple[int, int]]) -> None:
+        """Append stream tuples (id, key) to bronze, as ingestion would."""
+        self.batch_no += 1
+        schema = bronze_schema(self.config.streams["s"])
+        rows = [
+            (i, k, BASE_TIME + dt.timedelta(seconds=i), f"file{self.batch_no}", self.batch_no)
+            for i, k in tuples
+        ]
+        self.engine.append(
+            self.bronze,
+            self.spark.createDataFrame(rows, schema),
+            AppTransaction("test", self.batch_no),
+        )
+        self.pending_batches.append(list(tuples))
+
+    def run(self) -> None:
+        """One scheduled run of the stage; tuples that arrived are pinned to the current master."""
+        version = self.engine.snapshot(self.master).version
+        for batch in self.pending_batches:
+            self.batches.append((batch, version))
+        self.pending_batches = []
+        self.runner.run_stage_step(self.config.stage("enrich"), f"run{len(self.batches)}")
+
+    def drain(self) -> None:
+        self.runner.drain("drain")
+
+    def output(self) -> list[tuple[Any, ...]]:
+        table = DeltaTable(self.layout.output("out")).to_pyarrow_table(
+            columns=["id", "k", "mk", "supplier", "price", "_version_m"]
+        )
+        return [tuple(r.values()) for r in table.to_pylist()]
+
+    def paths_of(self, table: str) -> str:
+        return self.layout.operator_state("enrich", table)
+
+    def measured_sizes(self) -> TupleSizes:
+        state = self.store.operator_state("enrich")
+        assert state is not None and state["sizes"]
+        return TupleSizes(state["sizes"]["stream"], state["sizes"]["master"])
+
+    def metric_sum(self, name: str) -> float:
+        return sum(m.value for m in self.store.metrics() if m.name == name and m.stage == "enrich")
+
+    def oracle(self, how: str) -> list[tuple[Any, ...]]:
+        con = duckdb.connect()
+        rows: list[tuple[Any, ...]] = []
+        for index, (batch, version) in enumerate(self.batches):
+            if not batch:
+                continue
+            con.register(f"m{index}", DeltaTable(self.master, version=version).to_pyarrow_table())
+            con.register(
+                f"s{index}", pa.table({"id": [b[0] for b in batch], "k": [b[1] for b in batch]})
+            )
+            join = "LEFT JOIN" if how == "left" else "JOIN"
+            rows += con.execute(
+                f"SELECT s.id, s.k, m.mk, m.supplier, m.price, "
+                f"CASE WHEN m.mk IS NULL THEN NULL ELSE {version} END "
+                f"FROM s{index} s {join} m{index} m ON s.k = m.mk"
+            ).fetchall()
+        return rows
+
+
+SCENARIO_RUNS = 7
+
+
+def run_scenario(h: SsbjHarness) -> None:
+    """A resumable scenario: each run is one step; runs whose step completed are skipped."""
+    if not h.engine.exists(h.master):
+        h.load_master(
+            [(k, s, float(10 * k + s)) for k in range(1, 6) for s in range(k % 3)], files=3
+        )
+    rng = __import__("random").Random(11)
+    for run in range(SCENARIO_RUNS):
+        batch = [(run * 10 + i, rng.choice([1, 1, 1, 2, 4, 4, 5, 77])) for i in range(6)]
+        h.arrive(batch)
+        if h.store.offset("enrich").step_seq > run:
+            h.pending_batches = []
+            h.batches.append((batch, 1))
+            continue
+        h.run()
+
+
+def main(argv: list[str]) -> int:
+    from warehouse.spark import SparkSettings, build_session
+
+    spark = build_session(
+        SparkSettings(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"})
+    )
+    run_scenario(SsbjHarness(spark, Path(argv[0]), "ssbj", 2, 1, "left"))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
