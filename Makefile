@@ -34,7 +34,7 @@ unit: setup
 test: lint typecheck unit
 
 bench: setup
-	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.ssbj_bench
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from common.errors import ConfigError, DeltaTableError
+from common.errors import ConfigError
 from common.faults import crash_point
 from joins import baseline
 from joins.columns import (
@@ -189,7 +189,7 @@ class PipelineRunner:
         input_path = self.layout.input_table(self.config, stage.input)
 
         def input_rows(after_version: int, to_version: int) -> DataFrame:
-            changes = self.engine.changes(input_path, after_version, to_version)
+            changes = self.engine.changes(input_path, after_version, to_version, added_only=True)
             rows = (
                 changes.where(F.col(CHANGE_TYPE).isin(*INSERTED))
                 .withColumn(INPUT_VERSION, F.col(COMMIT_VERSION).cast("bigint"))
@@ -222,7 +222,7 @@ class PipelineRunner:
         return report
 
     def new_rows(self, input_path: str, after_version: int, to_version: int) -> DataFrame:
-        changes = self.engine.changes(input_path, after_version, to_version)
+        changes = self.engine.changes(input_path, after_version, to_version, added_only=True)
         return changes.where(F.col(CHANGE_TYPE).isin(*INSERTED)).drop(
             CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp"
         )
@@ -346,14 +346,27 @@ class PipelineRunner:
         return reports
 
     def _master_as_of(self, path: str, moment: datetime) -> Snapshot:
-        try:
-            return self.engine.snapshot(path, timestamp=moment)
-        except DeltaTableError:
-            first = self.engine.snapshot(path, version=0)
-            logger.warning(
-                "master %s has no version as of %s; using its first version", path, moment
-            )
-            return first
+        """The master version in force at ``moment``.
+
+        A master first committed after ``moment`` (replayed or late-loaded data) has no such
+        version; the latest one is used then, with a warning, as a live run would.
+        """
+        moment_ms = moment.timestamp() * 1000
+        in_force = [
+            int(h["version"])
+            for h in self.engine.history(path)
+            if h.get("timestamp") is not None and float(h["timestamp"]) <= moment_ms
+        ]
+        if in_force:
+            return self.engine.snapshot(path, version=max(in_force))
+        latest = self.engine.snapshot(path)
+        logger.warning(
+            "master %s has no version as of %s; backfill uses its latest version %d",
+            path,
+            moment,
+            latest.version,
+        )
+        return latest
 
     # ------------------------------------------------------------------ status
 

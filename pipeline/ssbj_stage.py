@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +110,7 @@ class SsbjStage:
         spark: SparkSession,
         engine: DeltaEngine,
         store: StateStore,
-        input_rows: Any,
+        input_rows: Callable[[int, int], DataFrame],
         output_path: str,
         input_path: str,
     ) -> None:
@@ -131,7 +132,8 @@ class SsbjStage:
             master_name=stage.master,
             how=stage.join,
         )
-        self._input_rows = input_rows  # (after_version, to_version) -> DataFrame with lineage
+        # (after_version, to_version) -> new input rows with _input_version and _interval_start
+        self._input_rows = input_rows
 
     # ------------------------------------------------------------------ public API
 
@@ -256,6 +258,8 @@ class SsbjStage:
         chunks = {**state["chunks"]}
         chunks[str(step)] = version
         pending = self._suppressed(self.engine.read(self.paths["pending"]), state).cache()
+        if self.use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
+            self._mark_for_switching(state, plan, position, pending, cache, master, sizes, txn)
 
         disk_output, matched_now, bytes_read, partition_at = self._disk_phase(
             pending, chunks, position, master
@@ -267,8 +271,6 @@ class SsbjStage:
         output = served.unionByName(disk_output)
         if unmatched is not None:
             output = output.unionByName(unmatched)
-        output = output.cache()
-        report.output_rows = output.count()
         hits = hits.cache()
         hit_total = hits.agg(F.sum(ssbj.COUNT)).first()
         report.cache_hits = int(hit_total[0] or 0) if hit_total else 0
@@ -282,6 +284,7 @@ class SsbjStage:
         )
         if outcome.committed:
             report.output_version = outcome.table_version
+            report.output_rows = outcome.rows_added
         crash_point("ssbj.after_output")
         self._write_stats(position, plan, pending, hits, partition_at, state, txn)
         if self.spec.how == "left":
@@ -297,11 +300,9 @@ class SsbjStage:
                 for f in self.engine.snapshot(self.paths["pending"]).files
                 if f.partition_values.get(ssbj.ENTRY_STEP) == expiring_step
             )
-            empty = pending.limit(0)
-            self.engine.replace(self.paths["pending"], empty, where, txn("expire"))
+            self.engine.delete_partitions(self.paths["pending"], where, txn("expire"))
             if self.spec.how == "left" and self.engine.exists(self.paths["matched"]):
-                matched_empty = self.engine.read(self.paths["matched"]).limit(0)
-                self.engine.replace(self.paths["matched"], matched_empty, where, txn("expire"))
+                self.engine.delete_partitions(self.paths["matched"], where, txn("expire"))
             chunks.pop(str(expiring_step))
         crash_point("ssbj.before_complete")
 
@@ -319,7 +320,7 @@ class SsbjStage:
         report.seconds = time.monotonic() - started
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
-        for frame in (new_rows, pending, output, hits):
+        for frame in (new_rows, pending, hits):
             frame.unpersist()
         logger.info(
             "ssbj %s step %d (%s, partition %d/%d): %d in, %d cache hits, %d to H_S, %d expired, "
@@ -345,8 +346,7 @@ class SsbjStage:
     # ------------------------------------------------------------------ phases
 
     def _new_rows(self, plan: dict[str, Any]) -> DataFrame:
-        frame: DataFrame = self._input_rows(plan["input_from"], plan["input_to"])
-        return frame
+        return self._input_rows(plan["input_from"], plan["input_to"])
 
     def _suppressed(self, frame: DataFrame, state: dict[str, Any]) -> DataFrame:
         """Drop tuples whose interval a backfill has already joined and published."""
@@ -440,26 +440,42 @@ class SsbjStage:
                 cache = ssbj.without_keys(cache, victims, self.spec)
                 changed = True
             state["hits_since"] = plan["step"]
-        if position.state is CycleState.SWITCHING:
-            pending = self._read("pending", plan)
-            stats = self._read("stats", plan)
-            if pending is not None and stats is not None:
-                counts = stats.where(
-                    (F.col(ssbj.KIND) == ssbj.MASTER_ROWS)
-                    & (F.col(ssbj.STEP) >= plan["step"] - position.partitions)
-                )
-                cached_keys = cache.select(
-                    *[
-                        F.col(m).alias(s)
-                        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
-                    ]
-                ).distinct()
-                marked = ssbj.switch_candidates(
-                    pending, counts, cached_keys, self.spec, sizes, self.params.switch_factor
-                )
-                self._overwrite("marked", marked, txn("marked"))
-                state["switch_version"] = master.version
         return cache, changed
+
+    def _mark_for_switching(
+        self,
+        state: dict[str, Any],
+        plan: dict[str, Any],
+        position: StepPosition,
+        pending: DataFrame,
+        cache: DataFrame,
+        master: Snapshot,
+        sizes: TupleSizes,
+        txn: Any,
+    ) -> None:
+        """Line 33 at the first step of the switching cycle, over H_S with this step's chunk."""
+        stats = self._read("stats", plan)
+        counts = (
+            stats.where(
+                (F.col(ssbj.KIND) == ssbj.MASTER_ROWS)
+                & (F.col(ssbj.STEP) >= plan["step"] - position.partitions)
+            )
+            if stats is not None
+            else self.spark.createDataFrame(
+                [], pending.select(*self.spec.stream_keys).schema
+            ).withColumn(ssbj.COUNT, F.lit(0).cast(T.LongType()))
+        )
+        cached_keys = cache.select(
+            *[
+                F.col(m).alias(s)
+                for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
+            ]
+        ).distinct()
+        marked = ssbj.switch_candidates(
+            pending, counts, cached_keys, self.spec, sizes, self.params.switch_factor
+        )
+        self._overwrite("marked", marked, txn("marked"))
+        state["switch_version"] = master.version
 
     def _cache_phase(
         self, new_rows: DataFrame, cache: DataFrame, version: int

@@ -155,6 +155,18 @@ class SsbjHarness:
     def metric_sum(self, name: str) -> float:
         return sum(m.value for m in self.store.metrics() if m.name == name and m.stage == "enrich")
 
+    def oracle_for_batches(self, id_groups: list[list[int]], how: str) -> list[tuple[Any, ...]]:
+        """The oracle for tuples by id, all joined with the latest master version."""
+        keys = {i: k for batch, _ in self.batches for i, k in batch}
+        keys.update({i: k for batch in self.pending_batches for i, k in batch})
+        version = self.engine.snapshot(self.master).version
+        saved = self.batches
+        self.batches = [([(i, keys[i]) for i in group], version) for group in id_groups]
+        try:
+            return self.oracle(how)
+        finally:
+            self.batches = saved
+
     def oracle(self, how: str) -> list[tuple[Any, ...]]:
         con = duckdb.connect()
         rows: list[tuple[Any, ...]] = []

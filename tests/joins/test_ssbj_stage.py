@@ -44,7 +44,7 @@ def test_drained_output_equals_oracle_per_pinned_version(
             (k, s, float(rng.randint(1, 99))) for k in range(1, 9) for s in range(rng.randint(0, 3))
         ]
         h.load_master(master, files=rng.randint(1, 4))
-        domain = list(range(1, 9)) + [900, 901]
+        domain = [*range(1, 9), 900, 901]
         next_id = 0
         for run in range(5):
             size = rng.randint(0, 8)

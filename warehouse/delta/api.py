@@ -52,6 +52,7 @@ class CommitOutcome:
     committed: bool
     files_added: int = 0
     bytes_added: int = 0
+    rows_added: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,12 @@ class DeltaEngine(Protocol):
         """Atomically replace the whole table's rows with ``data``."""
         ...
 
+    def delete_partitions(
+        self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        """Atomically remove the partitions ``where`` selects; no data is read or written."""
+        ...
+
     def merge(
         self,
         path: str,
@@ -151,7 +158,9 @@ class DeltaEngine(Protocol):
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
-    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame: ...
+    def changes(
+        self, path: str, after_version: int, to_version: int, added_only: bool = False
+    ) -> DataFrame: ...
 
     def transaction_version(self, path: str, app_id: str) -> int | None: ...
 

@@ -74,6 +74,8 @@ class EmbeddedDeltaEngine:
     def __init__(self, session: SparkSession, max_commit_retries: int = 15) -> None:
         self._spark = session
         self._max_commit_retries = max_commit_retries
+        # Row counts of the files this engine wrote, read from their footers at write time.
+        self._rows_in_file: dict[str, int] = {}
 
     # ------------------------------------------------------------------ table handles
 
@@ -209,12 +211,17 @@ class EmbeddedDeltaEngine:
     def transaction_version(self, path: str, app_id: str) -> int | None:
         return self._open(path).transaction_version(app_id)
 
-    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
+    def changes(
+        self, path: str, after_version: int, to_version: int, added_only: bool = False
+    ) -> DataFrame:
         """Rows added or changed in versions ``(after_version, to_version]``.
 
         Uses the change data feed when the table enables it. Otherwise the table must have
         been append-only over the range, and the answer is the rows of the files added,
-        tagged ``insert``; a file removed in the range raises :class:`NotAppendOnlyError`.
+        tagged ``insert``; a file removed in the range raises :class:`NotAppendOnlyError`,
+        unless ``added_only`` says the caller wants the added rows regardless (a stage
+        reading its input: replaced partitions are a backfill's business, not the live
+        stage's).
         """
         if to_version < after_version:
             raise DeltaTableError(
@@ -241,10 +248,15 @@ class EmbeddedDeltaEngine:
             target = spark_to_arrow(change_schema)
             feed = feed.select(target.names).cast(target)
             return self._spark.createDataFrame(feed, change_schema)
-        return self._appended_rows(root, after_version, end, change_schema)
+        return self._appended_rows(root, after_version, end, change_schema, added_only)
 
     def _appended_rows(
-        self, root: str, after_version: int, end: Snapshot, change_schema: StructType
+        self,
+        root: str,
+        after_version: int,
+        end: Snapshot,
+        change_schema: StructType,
+        added_only: bool,
     ) -> DataFrame:
         walker = self._open(root, after_version)
         previous = {f.path: f for f in self._snapshot_of(root, walker).files}
@@ -253,7 +265,7 @@ class EmbeddedDeltaEngine:
             walker.load_as_version(version)
             current = {f.path: f for f in self._snapshot_of(root, walker).files}
             removed = previous.keys() - current.keys()
-            if removed:
+            if removed and not added_only:
                 raise NotAppendOnlyError(
                     f"table {root} removed {len(removed)} file(s) in version {version} and does "
                     f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
@@ -329,16 +341,7 @@ class EmbeddedDeltaEngine:
         if skipped:
             return skipped
         adds = self._write_files(root, data.select(*schema.fieldNames()), partitions)
-        filters = [
-            (
-                f.column,
-                f.op,
-                [delta_partition_literal(v) for v in f.value]
-                if f.op in ("in", "not in")
-                else delta_partition_literal(f.value),
-            )
-            for f in where
-        ]
+        filters = _delta_filters(where)
         return self._commit(
             root,
             table,
@@ -347,6 +350,31 @@ class EmbeddedDeltaEngine:
             schema=schema,
             partitions=partitions,
             filters=filters,
+            txn=txn,
+        )
+
+    def delete_partitions(
+        self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        root = _table_root(path)
+        table = self._open(root)
+        partitions = list(table.metadata().partition_columns)
+        if not where or any(f.column not in partitions for f in where):
+            raise UnsupportedOperationError(
+                f"delete_partitions on {root} needs a predicate over partition columns "
+                f"{partitions}; got {[f.column for f in where]}"
+            )
+        skipped = self._skip_if_committed(root, table, txn)
+        if skipped:
+            return skipped
+        return self._commit(
+            root,
+            table,
+            adds=[],
+            mode="overwrite",
+            schema=arrow_to_spark(table.schema().to_arrow()),
+            partitions=partitions,
+            filters=_delta_filters(where),
             txn=txn,
         )
 
@@ -488,6 +516,7 @@ class EmbeddedDeltaEngine:
             relative = os.path.relpath(info.path, base)
             with filesystem.open_input_file(info.path) as handle:
                 rows = pq.read_metadata(handle).num_rows
+            self._rows_in_file[f"{prefix}/{relative}"] = rows
             adds.append(
                 AddAction(
                     path=f"{prefix}/{relative}",
@@ -536,6 +565,7 @@ class EmbeddedDeltaEngine:
             committed=True,
             files_added=len(adds),
             bytes_added=sum(a.size for a in adds),
+            rows_added=sum(self._rows_in_file.pop(a.path, 0) for a in adds),
         )
 
     def _recover_or_raise(
@@ -593,6 +623,19 @@ def _spark_condition(where: Sequence[PartitionFilter]) -> Column:
         condition = term if condition is None else condition & term
     assert condition is not None
     return condition
+
+
+def _delta_filters(where: Sequence[PartitionFilter]) -> list[tuple[str, str, Any]]:
+    return [
+        (
+            f.column,
+            f.op,
+            [delta_partition_literal(v) for v in f.value]
+            if f.op in ("in", "not in")
+            else delta_partition_literal(f.value),
+        )
+        for f in where
+    ]
 
 
 def _describe(where: Sequence[PartitionFilter]) -> str:

@@ -138,6 +138,15 @@ class NativeDeltaEngine:
         self._writer(data, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
         return self._outcome(path, txn, before)
 
+    def delete_partitions(
+        self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        before = int(self.history(path, 1)[0]["version"])
+        empty = self.read(path).limit(0)
+        predicate = " AND ".join(_sql_term(f) for f in where)
+        self._writer(empty, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
+        return self._outcome(path, txn, before)
+
     def overwrite(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
@@ -178,7 +187,9 @@ class NativeDeltaEngine:
         frame = table.history(limit) if limit else table.history()
         return [row.asDict(recursive=True) for row in frame.collect()]
 
-    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
+    def changes(
+        self, path: str, after_version: int, to_version: int, added_only: bool = False
+    ) -> DataFrame:
         return (
             self._spark.read.format("delta")
             .option("readChangeFeed", "true")

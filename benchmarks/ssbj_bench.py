@@ -1,0 +1,261 @@
+"""SSBJ vs MESHJOIN vs a plain Spark join per batch, on TPC-H, in one process.
+
+    python -m benchmarks.ssbj_bench [--scale 1] [--batch 20000] [--partitions 4]
+                                    [--steps 20] [--zipf 0 0.5 1 1.5] [--masters customer partsupp]
+
+For each master (customer: one-to-many on custkey; partsupp: many-to-many on partkey,
+4 suppliers per part) and each Zipf skew z of the stream's join key, the same stream
+batches run through three stages side by side:
+
+- plain: Spark joins each batch with the whole master snapshot (stateless);
+- meshjoin: SSBJ's disk phase only (cache off);
+- ssbj: cache phase + MESHJOIN, cache migrated by the cache inequality.
+
+The first 3 R-cycles are warm-up (SSBJ's cache fills at the first phase-out); the table
+reports the steps after them: service rate (stream tuples per second of step time), master
+bytes read per step, H_S and H_R sizes at the end, the share of tuples served by the cache,
+and the state ratio MESHJOIN / SSBJ. The cost model (Eq. 2) is fitted on all measured SSBJ
+steps and its c_loop prediction is printed next to the measured mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
+from pipeline.config import parse_config
+from pipeline.demo_data import _plain, generate_tpch, zipf_resample
+from pipeline.layout import WarehouseLayout
+from pipeline.runner import PipelineRunner
+from pipeline.schemas import bronze_schema
+from warehouse.delta import AppTransaction
+from warehouse.delta.embedded import EmbeddedDeltaEngine
+from warehouse.delta.schema import arrow_to_spark
+from warehouse.spark import SparkSettings, build_session
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger("bench")
+
+MASTERS = {
+    "customer": {
+        "file": "customer.parquet",
+        "key": "c_custkey",
+        "columns": ["c_custkey", "c_name", "c_nationkey", "c_acctbal", "c_mktsegment"],
+        "stream_key": "o_custkey",
+    },
+    "partsupp": {
+        "file": "partsupp.parquet",
+        "key": "ps_partkey",
+        "columns": ["ps_partkey", "ps_suppkey", "ps_availqty", "ps_supplycost"],
+        "stream_key": "l_partkey",
+    },
+}
+MODES = ("plain", "meshjoin", "ssbj")
+
+
+def build_config(root: Path, master: str, partitions: int) -> dict:
+    spec = MASTERS[master]
+    stages = []
+    for mode in MODES:
+        stages.append(
+            {
+                "name": f"{mode}",
+                "kind": "equi",
+                "input": "s",
+                "master": "m",
+                "join_on": {spec["stream_key"]: spec["key"]},
+                "join": "inner",
+                "output": f"out_{mode}",
+                "operator": {
+                    "mode": "baseline" if mode == "plain" else mode,
+                    "partitions": partitions,
+                },
+            }
+        )
+    return {
+        "name": "bench",
+        "warehouse": {"root": str(root / "wh"), "state_store": f"sqlite:///{root / 'state.db'}"},
+        "streams": {
+            "s": {
+                "landing": str(root / "landing"),
+                "format": "json",
+                "event_time": "ts",
+                "id_column": "sid",
+                "columns": [
+                    {"name": "sid", "type": "bigint", "nullable": False},
+                    {"name": spec["stream_key"], "type": "bigint"},
+                    {"name": "payload", "type": "double"},
+                    {"name": "ts", "type": "timestamp", "nullable": False},
+                ],
+            }
+        },
+        "masters": {"m": {"table": "masters/m", "keys": [spec["key"]], "columns": spec["columns"]}},
+        "stages": stages,
+    }
+
+
+def run_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+    spec = MASTERS[master]
+    root = Path(tempfile.mkdtemp(prefix=f"ssbj-{master}-z{z}-"))
+    config = parse_config(build_config(root, master, args.partitions))
+    engine = EmbeddedDeltaEngine(spark)
+    store = StateStore(config.warehouse.resolved_state_store())
+    runner = PipelineRunner(config, spark, engine, store)
+    layout = WarehouseLayout.of(config)
+    table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
+    master_path = layout.master(config, "m")
+    schema = arrow_to_spark(table.schema)
+    engine.create_table(master_path, schema, (), {"delta.enableChangeDataFeed": "true"})
+    engine.append(
+        master_path, spark.createDataFrame(table, schema).repartition(4 * args.partitions)
+    )
+    master_bytes = engine.snapshot(master_path).size_bytes
+    keys = np.unique(table.column(spec["key"]).to_numpy())
+    rng = np.random.default_rng(42)
+    bronze = layout.bronze("s")
+    engine.create_table(bronze, bronze_schema(config.streams["s"]))
+    stream_schema = bronze_schema(config.streams["s"])
+    warmup = 3 * args.partitions
+    timings: dict[str, list[float]] = {m: [] for m in MODES}
+    for step in range(args.steps):
+        sampled = zipf_resample(rng.choice(keys, size=args.batch), keys, z, rng)
+        batch = pa.table(
+            {
+                "sid": pa.array(np.arange(step * args.batch, (step + 1) * args.batch), pa.int64()),
+                spec["stream_key"]: pa.array(sampled, pa.int64()),
+                "payload": pa.array(rng.random(args.batch)),
+                "ts": pa.array(
+                    [dt.datetime(2024, 1, 1)] * args.batch, pa.timestamp("us", tz="UTC")
+                ),
+                "_source_file": pa.array([f"bench-{step}"] * args.batch),
+                "_batch_id": pa.array([step] * args.batch, pa.int64()),
+            }
+        )
+        engine.append(
+            bronze, spark.createDataFrame(batch, stream_schema), AppTransaction("bench", step)
+        )
+        for mode in MODES:
+            started = time.perf_counter()
+            runner.run_stage_step(config.stage(mode), f"step{step}")
+            if step >= warmup:
+                timings[mode].append(time.perf_counter() - started)
+        logger.info("%s z=%s step %d/%d done", master, z, step + 1, args.steps)
+    result = {"master": master, "z": z, "master_bytes": master_bytes, "root": str(root)}
+    metrics: dict[str, dict[int, dict[str, float]]] = {}
+    for metric in store.metrics():
+        metrics.setdefault(metric.stage, {}).setdefault(metric.step, {})[metric.name] = metric.value
+    measured_steps = args.steps - warmup
+    for mode in MODES:
+        steps = [values for step, values in sorted(metrics[mode].items()) if step > warmup]
+        tuples = sum(s.get("tuples_in", 0) for s in steps)
+        result[mode] = {
+            "rate": tuples / sum(timings[mode]),
+            "bytes_read": statistics.mean(s.get("master_bytes_read", 0) for s in steps),
+            "pending_rows": steps[-1].get("pending_rows", 0),
+            "pending_bytes": steps[-1].get("pending_bytes", 0),
+            "cache_rows": steps[-1].get("cache_rows", 0),
+            "cache_bytes": steps[-1].get("cache_bytes", 0),
+            "cache_share": sum(s.get("cache_hits", 0) for s in steps) / max(1, tuples),
+            "seconds": statistics.mean(timings[mode]),
+            "steps": measured_steps,
+        }
+    ssbj_steps = [v for _, v in sorted(metrics["ssbj"].items())]
+    b = table.num_rows / args.partitions
+    samples = [
+        StepMeasurement(b, s.get("cache_hits", 0), s.get("entered_pending", 0), s["step_seconds"])
+        for s in ssbj_steps
+    ]
+    try:
+        costs = fit_step_costs(samples)
+        predicted = statistics.mean(
+            loop_seconds(m.partition_rows, m.cache_tuples, m.disk_tuples, costs)
+            for m in samples[warmup:]
+        )
+        result["cost_model"] = {
+            "predicted": predicted,
+            "measured": statistics.mean(m.seconds for m in samples[warmup:]),
+        }
+    except ValueError:
+        result["cost_model"] = None
+    store.dispose()
+    return result
+
+
+def render(results: Sequence[dict], args: argparse.Namespace) -> str:
+    lines = [
+        f"TPC-H SF{args.scale:g}, batch w={args.batch} tuples/step, k={args.partitions}, "
+        f"{args.steps} steps ({3 * args.partitions} warm-up), local[2] on 2 cores",
+        "",
+        "| master | z | mode | service rate (tuples/s) | master MB read/step | H_S rows | H_S MB | H_R rows | H_R MB | cache share |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for mode in MODES:
+            m = r[mode]
+            lines.append(
+                f"| {r['master']} | {r['z']:g} | {mode} | {m['rate']:,.0f} | {m['bytes_read'] / 1e6:.2f} | "
+                f"{m['pending_rows']:,.0f} | {m['pending_bytes'] / 1e6:.2f} | {m['cache_rows']:,.0f} | "
+                f"{m['cache_bytes'] / 1e6:.2f} | {m['cache_share']:.0%} |"
+            )
+    lines += [
+        "",
+        "| master | z | state MESHJOIN/SSBJ (bytes) | state ratio (rows) | rate SSBJ/MESHJOIN | rate SSBJ/plain | read plain/SSBJ | c_loop predicted | c_loop measured |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        mesh, ssbj_, plain = r["meshjoin"], r["ssbj"], r["plain"]
+        mesh_state = mesh["pending_bytes"] + mesh["cache_bytes"]
+        ssbj_state = ssbj_["pending_bytes"] + ssbj_["cache_bytes"]
+        mesh_rows = mesh["pending_rows"] + mesh["cache_rows"]
+        ssbj_rows = ssbj_["pending_rows"] + ssbj_["cache_rows"]
+        model = r.get("cost_model") or {"predicted": float("nan"), "measured": float("nan")}
+        lines.append(
+            f"| {r['master']} | {r['z']:g} | {mesh_state / max(1, ssbj_state):.2f}x | "
+            f"{mesh_rows / max(1, ssbj_rows):.2f}x | {ssbj_['rate'] / mesh['rate']:.2f}x | "
+            f"{ssbj_['rate'] / plain['rate']:.2f}x | {plain['bytes_read'] / max(1, ssbj_['bytes_read']):.2f}x | "
+            f"{model['predicted']:.2f}s | {model['measured']:.2f}s |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--batch", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--zipf", type=float, nargs="+", default=[0.0, 0.5, 1.0, 1.5])
+    parser.add_argument(
+        "--masters", nargs="+", default=["customer", "partsupp"], choices=list(MASTERS)
+    )
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ssbj.md"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("warehouse", "pipeline", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    spark = build_session(
+        SparkSettings(app_name="ssbj-bench", conf={"spark.sql.shuffle.partitions": "4"})
+    )
+    tpch = generate_tpch(args.scale, Path("var/bench"))
+    results = [run_case(spark, tpch, m, z, args) for m in args.masters for z in args.zipf]
+    table = render(results, args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
