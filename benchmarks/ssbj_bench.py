@@ -9,7 +9,10 @@ batches run through three stages side by side:
 
 - plain: Spark joins each batch with the whole master snapshot (stateless);
 - meshjoin: SSBJ's disk phase only (cache off);
-- ssbj: cache phase + MESHJOIN, cache migrated by the cache inequality.
+- ssbj_paper: cache phase + MESHJOIN, cache migrated by the cache inequality with
+  s_count estimated as Algorithm 1 writes it;
+- ssbj: the same with the extrapolated s_count estimator (values never counted while
+  pending are not switched; partial counts are scaled to all k partitions).
 
 The first 3 R-cycles are warm-up (SSBJ's cache fills at the first phase-out); the table
 reports the steps after them: service rate (stream tuples per second of step time), master
@@ -36,7 +39,7 @@ import pyarrow.parquet as pq
 
 from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
 from pipeline.config import parse_config
-from pipeline.demo_data import _plain, generate_tpch, zipf_resample
+from pipeline.demo_data import ZipfSampler, _plain, generate_tpch
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
@@ -62,7 +65,13 @@ MASTERS = {
         "stream_key": "l_partkey",
     },
 }
-MODES = ("plain", "meshjoin", "ssbj")
+MODES = ("plain", "meshjoin", "ssbj_paper", "ssbj")
+OPERATORS = {
+    "plain": {"mode": "baseline"},
+    "meshjoin": {"mode": "meshjoin"},
+    "ssbj_paper": {"mode": "ssbj", "scount_estimator": "paper"},
+    "ssbj": {"mode": "ssbj", "scount_estimator": "extrapolated"},
+}
 
 
 def build_config(root: Path, master: str, partitions: int) -> dict:
@@ -78,10 +87,7 @@ def build_config(root: Path, master: str, partitions: int) -> dict:
                 "join_on": {spec["stream_key"]: spec["key"]},
                 "join": "inner",
                 "output": f"out_{mode}",
-                "operator": {
-                    "mode": "baseline" if mode == "plain" else mode,
-                    "partitions": partitions,
-                },
+                "operator": {**OPERATORS[mode], "partitions": partitions},
             }
         )
     return {
@@ -124,13 +130,14 @@ def run_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace)
     master_bytes = engine.snapshot(master_path).size_bytes
     keys = np.unique(table.column(spec["key"]).to_numpy())
     rng = np.random.default_rng(42)
+    sampler = ZipfSampler(keys, z, rng)  # one ranking: the same keys stay hot in every batch
     bronze = layout.bronze("s")
     engine.create_table(bronze, bronze_schema(config.streams["s"]))
     stream_schema = bronze_schema(config.streams["s"])
     warmup = 3 * args.partitions
     timings: dict[str, list[float]] = {m: [] for m in MODES}
     for step in range(args.steps):
-        sampled = zipf_resample(rng.choice(keys, size=args.batch), keys, z, rng)
+        sampled = sampler.draw(args.batch)
         batch = pa.table(
             {
                 "sid": pa.array(np.arange(step * args.batch, (step + 1) * args.batch), pa.int64()),
@@ -177,15 +184,20 @@ def run_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace)
         StepMeasurement(b, s.get("cache_hits", 0), s.get("entered_pending", 0), s["step_seconds"])
         for s in ssbj_steps
     ]
+    # The first R-cycle carries JVM and cache warm-up; fit Eq. 2 on the steps after it and
+    # predict the measured steps.
     try:
-        costs = fit_step_costs(samples)
-        predicted = statistics.mean(
-            loop_seconds(m.partition_rows, m.cache_tuples, m.disk_tuples, costs)
-            for m in samples[warmup:]
-        )
+        costs = fit_step_costs(samples[args.partitions :])
+        measured = samples[warmup:]
+        predicted = [
+            loop_seconds(m.partition_rows, m.cache_tuples, m.disk_tuples, costs) for m in measured
+        ]
         result["cost_model"] = {
-            "predicted": predicted,
-            "measured": statistics.mean(m.seconds for m in samples[warmup:]),
+            "predicted": statistics.mean(predicted),
+            "measured": statistics.mean(m.seconds for m in measured),
+            "mape": statistics.mean(
+                abs(p - m.seconds) / m.seconds for p, m in zip(predicted, measured, strict=True)
+            ),
         }
     except ValueError:
         result["cost_model"] = None
@@ -211,21 +223,27 @@ def render(results: Sequence[dict], args: argparse.Namespace) -> str:
             )
     lines += [
         "",
-        "| master | z | state MESHJOIN/SSBJ (bytes) | state ratio (rows) | rate SSBJ/MESHJOIN | rate SSBJ/plain | read plain/SSBJ | c_loop predicted | c_loop measured |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| master | z | state MESHJOIN/SSBJ (bytes) | MESHJOIN/SSBJ-paper (bytes) | state ratio (rows) | rate SSBJ/MESHJOIN | rate SSBJ/plain | read plain/SSBJ | c_loop predicted | c_loop measured | per-step error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        mesh, ssbj_, plain = r["meshjoin"], r["ssbj"], r["plain"]
+        mesh, ssbj_, plain, paper = r["meshjoin"], r["ssbj"], r["plain"], r["ssbj_paper"]
+        paper_state = paper["pending_bytes"] + paper["cache_bytes"]
         mesh_state = mesh["pending_bytes"] + mesh["cache_bytes"]
         ssbj_state = ssbj_["pending_bytes"] + ssbj_["cache_bytes"]
         mesh_rows = mesh["pending_rows"] + mesh["cache_rows"]
         ssbj_rows = ssbj_["pending_rows"] + ssbj_["cache_rows"]
-        model = r.get("cost_model") or {"predicted": float("nan"), "measured": float("nan")}
+        model = r.get("cost_model") or {
+            "predicted": float("nan"),
+            "measured": float("nan"),
+            "mape": float("nan"),
+        }
         lines.append(
             f"| {r['master']} | {r['z']:g} | {mesh_state / max(1, ssbj_state):.2f}x | "
+            f"{mesh_state / max(1, paper_state):.2f}x | "
             f"{mesh_rows / max(1, ssbj_rows):.2f}x | {ssbj_['rate'] / mesh['rate']:.2f}x | "
             f"{ssbj_['rate'] / plain['rate']:.2f}x | {plain['bytes_read'] / max(1, ssbj_['bytes_read']):.2f}x | "
-            f"{model['predicted']:.2f}s | {model['measured']:.2f}s |"
+            f"{model['predicted']:.2f}s | {model['measured']:.2f}s | {model['mape']:.0%} |"
         )
     return "\n".join(lines)
 

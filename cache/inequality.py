@@ -47,7 +47,7 @@ def cache_is_cheaper(master_rows: int, stream_tuples: float, sizes: TupleSizes) 
 
 
 def should_switch_into_cache(
-    pending_tuples: int, master_rows: int, sizes: TupleSizes, switch_factor: float = 1.0
+    pending_tuples: int, master_rows: float, sizes: TupleSizes, switch_factor: float = 1.0
 ) -> bool:
     """Algorithm 1, line 33: ``m_disk > s_f · m_cache`` for a value pending in H_S."""
     if pending_tuples <= 0:
@@ -55,6 +55,19 @@ def should_switch_into_cache(
     m_disk = pending_tuples * sizes.stream_bytes
     m_cache = master_rows * sizes.master_bytes
     return m_disk > switch_factor * m_cache
+
+
+def estimated_master_rows(counted_rows: int, partitions_observed: int, partitions: int) -> float:
+    """s_count(j) extrapolated to all k partitions from the partitions it was counted in.
+
+    Algorithm 1 counts a value's master rows only while the value is pending, so a value
+    that became pending mid-cycle is undercounted (and one never counted looks like a value
+    with no master rows). Scaling by k / observed removes that bias; callers skip values
+    with no observation instead of treating them as m = 0.
+    """
+    if partitions_observed <= 0:
+        raise ValueError("a value must have been observed in at least one partition")
+    return counted_rows * partitions / partitions_observed
 
 
 def should_evict(

@@ -133,14 +133,17 @@ def never_matched(expiring: DataFrame, matched: DataFrame) -> DataFrame:
 def master_row_counts(
     partition_rows: DataFrame, pending_keys: DataFrame, spec: JoinSpec
 ) -> DataFrame:
-    """Incrementing state (line 29): master rows per join value that is pending in H_S."""
+    """Incrementing state (line 29): master rows in this partition per pending join value.
+
+    Every pending value gets a row, 0 when the partition has none of its rows, so that the
+    switching decision knows which values were observed and for how many partitions.
+    """
     renamed = partition_rows.select(
         *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
     )
-    return (
-        renamed.join(pending_keys, list(spec.stream_keys), "left_semi")
-        .groupBy(*spec.stream_keys)
-        .agg(F.count(F.lit(1)).alias(COUNT))
+    counts = renamed.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias(COUNT))
+    return pending_keys.join(counts, list(spec.stream_keys), "left").select(
+        *spec.stream_keys, F.coalesce(F.col(COUNT), F.lit(0)).cast(T.LongType()).alias(COUNT)
     )
 
 
@@ -151,15 +154,29 @@ def switch_candidates(
     spec: JoinSpec,
     sizes: TupleSizes,
     switch_factor: float,
+    partitions: int = 1,
+    estimator: str = "paper",
 ) -> DataFrame:
-    """Switching state (line 33): values with ``|H_S(j)|·v_S > s_f·s_count(j)·v_R``."""
+    """Switching state (line 33): values with ``|H_S(j)|·v_S > s_f·s_count(j)·v_R``.
+
+    ``paper``: s_count(j) is the sum of rows counted while j was pending, 0 if it never was
+    (Algorithm 1 as written; a value that became pending after the incrementing cycle then
+    looks like a value without master rows). ``extrapolated``: the sum is scaled by
+    k / (partitions observed), and values never observed are not switched this cycle.
+    """
     pending_counts = pending.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias("_pending"))
-    counted = master_counts.groupBy(*spec.stream_keys).agg(F.sum(COUNT).alias("_rows"))
-    joined = pending_counts.join(counted, list(spec.stream_keys), "left").join(
+    counted = master_counts.groupBy(*spec.stream_keys).agg(
+        F.sum(COUNT).alias("_rows"), F.count(F.lit(1)).alias("_observed")
+    )
+    how = "inner" if estimator == "extrapolated" else "left"
+    joined = pending_counts.join(counted, list(spec.stream_keys), how).join(
         cached_keys, list(spec.stream_keys), "left_anti"
     )
+    rows = F.coalesce(F.col("_rows"), F.lit(0))
+    if estimator == "extrapolated":
+        rows = rows * F.lit(float(partitions)) / F.col("_observed")
     m_disk = F.col("_pending") * F.lit(sizes.stream_bytes)
-    m_cache = F.coalesce(F.col("_rows"), F.lit(0)) * F.lit(sizes.master_bytes)
+    m_cache = rows * F.lit(sizes.master_bytes)
     return joined.where(m_disk > F.lit(switch_factor) * m_cache).select(*spec.stream_keys)
 
 

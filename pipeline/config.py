@@ -148,6 +148,13 @@ class SsbjParams(Strict):
     steps_per_run: int = Field(default=1, ge=1)
     switch_factor: float = Field(default=1.0, gt=0, description="s_f of the cache inequality")
     eviction_cycles: int = Field(default=10, ge=1)
+    scount_estimator: Literal["extrapolated", "paper"] = Field(
+        default="extrapolated",
+        description=(
+            "paper: s_count(j) sums master rows seen while j was pending, 0 if never seen; "
+            "extrapolated: scales the sum to all k partitions and skips values never seen"
+        ),
+    )
 
 
 class EquiStage(Strict):

@@ -125,13 +125,25 @@ def zipf_resample(
     """Replace ``keys`` by draws from ``domain`` with P(rank r) proportional to 1 / r**z.
 
     Ranks are assigned to a random permutation of the domain, so hot keys are spread over
-    the key range rather than being the smallest keys.
+    the key range rather than being the smallest keys. One call fixes one ranking; use
+    :class:`ZipfSampler` to draw several batches with the same hot keys.
     """
     if z <= 0:
         return keys
-    weights = 1.0 / np.arange(1, len(domain) + 1, dtype=float) ** z
-    ranked = rng.permutation(domain)
-    return ranked[rng.choice(len(domain), size=len(keys), p=weights / weights.sum())]
+    return ZipfSampler(domain, z, rng).draw(len(keys))
+
+
+class ZipfSampler:
+    """Draws keys from ``domain`` with Zipf skew ``z`` over one fixed ranking of the keys."""
+
+    def __init__(self, domain: np.ndarray, z: float, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._domain = rng.permutation(domain)
+        weights = 1.0 / np.arange(1, len(domain) + 1, dtype=float) ** max(z, 0.0)
+        self._p = weights / weights.sum()
+
+    def draw(self, size: int) -> np.ndarray:
+        return self._domain[self._rng.choice(len(self._domain), size=size, p=self._p)]
 
 
 def stream_batches(tpch: Path, spec: DemoSpec) -> dict[str, list[list[dict[str, object]]]]:

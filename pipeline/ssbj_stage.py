@@ -472,7 +472,14 @@ class SsbjStage:
             ]
         ).distinct()
         marked = ssbj.switch_candidates(
-            pending, counts, cached_keys, self.spec, sizes, self.params.switch_factor
+            pending,
+            counts,
+            cached_keys,
+            self.spec,
+            sizes,
+            self.params.switch_factor,
+            position.partitions,
+            self.params.scount_estimator,
         )
         self._overwrite("marked", marked, txn("marked"))
         state["switch_version"] = master.version

@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cache.inequality import TupleSizes, cache_is_cheaper, should_evict, should_switch_into_cache
+from cache.inequality import (
+    TupleSizes,
+    cache_is_cheaper,
+    estimated_master_rows,
+    should_evict,
+    should_switch_into_cache,
+)
 
 sizes = st.builds(
     TupleSizes,
@@ -61,3 +67,15 @@ def test_paper_example_partid_10_and_30() -> None:
 def test_sizes_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         TupleSizes(0, 1)
+
+
+@given(st.integers(0, 1000), st.integers(1, 16), st.integers(1, 16))
+def test_extrapolated_count_equals_the_count_when_every_partition_was_seen(
+    rows: int, observed: int, k: int
+) -> None:
+    if observed > k:
+        return
+    estimate = estimated_master_rows(rows, observed, k)
+    assert estimate >= rows
+    if observed == k:
+        assert estimate == rows

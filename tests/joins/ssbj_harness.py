@@ -186,7 +186,7 @@ class SsbjHarness:
         return rows
 
 
-SCENARIO_RUNS = 7
+SCENARIO_RUNS = 6
 
 
 def run_scenario(h: SsbjHarness) -> None:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from cache.inequality import TupleSizes, should_switch_into_cache
+from cache.inequality import TupleSizes, estimated_master_rows, should_switch_into_cache
 from joins import ssbj
 from tests.helpers import assert_same_multiset
 from tests.joins.ssbj_harness import SsbjHarness
@@ -94,25 +94,40 @@ def test_meshjoin_mode_never_caches(spark: SparkSession, tmp_path: Path) -> None
     assert not h.engine.exists(h.paths_of("cache"))
 
 
-def test_switch_rule_in_spark_mirrors_the_python_rule(spark: SparkSession) -> None:
+@pytest.mark.parametrize("estimator", ["paper", "extrapolated"])
+def test_switch_rule_in_spark_mirrors_the_python_rule(spark: SparkSession, estimator: str) -> None:
     rng = random.Random(3)
+    k = 4
     spec = ssbj.JoinSpec(("k",), ("mk",), ("mk", "v"), "m", "inner")
     sizes = TupleSizes(stream_bytes=37.0, master_bytes=90.0)
-    pending_counts = {k: rng.randint(1, 9) for k in range(40)}
-    master_counts = {k: rng.randint(0, 6) for k in range(0, 40, 2)}
+    pending_counts = {key: rng.randint(1, 9) for key in range(40)}
+    # per-partition counts of the incrementing cycle, for the values observed in it
+    observed = {
+        key: [rng.randint(0, 3) for _ in range(rng.randint(1, k))] for key in range(0, 40, 2)
+    }
     pending = spark.createDataFrame(
-        [(k,) for k, n in pending_counts.items() for _ in range(n)], "k long"
+        [(key,) for key, n in pending_counts.items() for _ in range(n)], "k long"
     )
     counts = spark.createDataFrame(
-        [(k, n) for k, n in master_counts.items()], "k long, _count long"
+        [(key, c) for key, cs in observed.items() for c in cs], "k long, _count long"
     )
-    cached = spark.createDataFrame([(39,)], "k long")
+    cached = spark.createDataFrame([(38,)], "k long")
     chosen = {
-        r.k for r in ssbj.switch_candidates(pending, counts, cached, spec, sizes, 1.0).collect()
+        r.k
+        for r in ssbj.switch_candidates(
+            pending, counts, cached, spec, sizes, 1.0, k, estimator
+        ).collect()
     }
-    expected = {
-        k
-        for k, n in pending_counts.items()
-        if k != 39 and should_switch_into_cache(n, master_counts.get(k, 0), sizes)
-    }
+    expected = set()
+    for key, n in pending_counts.items():
+        if key == 38:
+            continue
+        if estimator == "paper":
+            rows: float = sum(observed.get(key, []))
+        elif key in observed:
+            rows = estimated_master_rows(sum(observed[key]), len(observed[key]), k)
+        else:
+            continue
+        if should_switch_into_cache(n, rows, sizes):
+            expected.add(key)
     assert chosen == expected
