@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from common.errors import JoinError
 from joins.columns import MATCHED, ROW_ID, version_column
 from joins.predicates import theta_condition
 from pipeline.config import ThetaPredicate
@@ -57,3 +58,41 @@ def finish(joined: DataFrame, how: str) -> DataFrame:
     """Keep what the join type emits: matches only (inner) or also unmatched rows (left)."""
     kept = joined if how == "left" else joined.where(F.col(MATCHED))
     return kept.drop(MATCHED, ROW_ID)
+
+
+def binned_band_join_flagged(
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    master_name: str,
+    master_version: int,
+) -> DataFrame:
+    """1-DSP range binning: an equi-join on ``floor(key / width)`` with neighbour bins.
+
+    Each master row is replicated to every bin its band can reach, each stream row goes to
+    its own bin, then the exact predicate filters the pairs. Only band predicates bin well.
+    """
+    if predicate.type != "band" or not predicate.master_column:
+        raise JoinError(
+            f"range binning supports band predicates only, not {predicate.type!r}; "
+            "use scheme adsp, square, dynamic or spark"
+        )
+    lower = predicate.eps if predicate.lower is None else predicate.lower
+    upper = predicate.eps if predicate.upper is None else predicate.upper
+    width = max((lower or 0.0) + (upper or 0.0), 1e-9)
+    key = F.col(predicate.master_column).cast("double")
+    right = _flagged(master, master_name, master_version).withColumn(
+        "_bin",
+        F.explode(
+            F.sequence(
+                F.floor((key - F.lit(upper)) / F.lit(width)).cast("long"),
+                F.floor((key + F.lit(lower)) / F.lit(width)).cast("long"),
+            )
+        ),
+    )
+    left = stream.withColumn(
+        "_bin", F.floor(F.col(predicate.stream_column).cast("double") / F.lit(width)).cast("long")
+    )
+    condition = (left["_bin"] == right["_bin"]) & theta_condition(predicate, left, right)
+    joined = left.join(right, condition, "left").drop("_bin")
+    return joined.withColumn(MATCHED, F.coalesce(F.col(MATCHED), F.lit(False)))

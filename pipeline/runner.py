@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from common.errors import ConfigError
 from common.faults import crash_point
 from joins import baseline
+from joins.adsp import adsp_join_flagged
 from joins.columns import (
     INTERVAL_START,
     MATCHED,
@@ -35,6 +36,7 @@ from joins.columns import (
     with_interval_start,
 )
 from joins.ssbj import INPUT_VERSION
+from joins.theta_stats import theta_plan
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
@@ -76,6 +78,15 @@ class StageReport:
             "step_seconds": self.seconds,
             **self.extra,
         }
+
+
+SIZE_SAMPLE_ROWS = 2000
+
+
+def measured_row_bytes(frame: DataFrame) -> float:
+    """Arrow bytes per row of a sample: the in-memory size the schemes budget with."""
+    sample = frame.limit(SIZE_SAMPLE_ROWS).toArrow()
+    return sample.nbytes / sample.num_rows if sample.num_rows else 1.0
 
 
 class PipelineRunner:
@@ -255,8 +266,40 @@ class PipelineRunner:
             return baseline.equi_join_flagged(
                 stream, master_rows, stage.join_on, stage.master, master.version
             )
-        return baseline.theta_join_flagged(
-            stream, master_rows, stage.predicate, stage.master, master.version
+        scheme = stage.operator.scheme
+        if scheme == "spark":
+            return baseline.theta_join_flagged(
+                stream, master_rows, stage.predicate, stage.master, master.version
+            )
+        if scheme == "binning":
+            return baseline.binned_band_join_flagged(
+                stream, master_rows, stage.predicate, stage.master, master.version
+            )
+        plan = theta_plan(
+            stream,
+            master_rows,
+            stage.predicate,
+            stage.operator.task_memory_bytes,
+            scheme,
+            stream_row_bytes=measured_row_bytes(stream),
+            master_row_bytes=measured_row_bytes(master_rows),
+        )
+        logger.info(
+            "theta stage %s: %s plan with %d area(s), %d task(s)",
+            stage.name,
+            scheme,
+            len(plan.areas),
+            plan.tasks,
+        )
+        return adsp_join_flagged(
+            self.spark,
+            stream,
+            master_rows,
+            stage.predicate,
+            plan,
+            stage.master,
+            master.version,
+            ROW_ID,
         )
 
     def _count(self, joined: DataFrame, report: StageReport) -> None:

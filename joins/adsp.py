@@ -1,0 +1,242 @@
+"""A-DSP theta join on Spark: two-layer routing (Alg. 3) and sorted local joins per task.
+
+Routing uses no Python UDF: a tuple's bucket is a sum of comparisons against the histogram
+boundaries, its slot a hash of its columns, and a broadcast routing table maps
+(bucket, slot) to the task ids it must reach; ``explode`` replicates the tuple. Every
+candidate (R, S) pair meets in exactly one task (see ``joins.adsp_plan``).
+
+Inside a task (``cogroup().applyInArrow``) the master rows are sorted by key and each stream
+row finds its candidate slice with ``numpy.searchsorted`` (the band/inequality merge, in the
+spirit of STA's sorted index); range predicates then filter the slice exactly. The residual
+filter, if any, is applied by Spark on the joined rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from joins.adsp_plan import Histogram, TaskArea, ThetaPlan, route_master_line, route_stream_line
+from pipeline.config import ThetaPredicate
+
+TASK = "_task"
+BUCKET = "_bucket"
+SLOT = "_slot"
+TASKS = "_tasks"
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """Which columns order each side, and the numeric form both sides compare in."""
+
+    stream_key: str
+    master_key: str  # ordering key of the master: master_column, or lo for ranges
+    master_high: str | None  # hi of a range predicate
+
+
+def key_spec(predicate: ThetaPredicate) -> KeySpec:
+    if predicate.type == "range":
+        assert predicate.lo and predicate.hi
+        return KeySpec(predicate.stream_column, predicate.lo, predicate.hi)
+    assert predicate.master_column
+    return KeySpec(predicate.stream_column, predicate.master_column, None)
+
+
+def numeric(column: Column, data_type: T.DataType) -> Column:
+    """Dates as days, timestamps as microseconds since the epoch, numbers as doubles."""
+    if isinstance(data_type, T.DateType):
+        return F.unix_date(column).cast(T.DoubleType())
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        return F.unix_micros(column).cast(T.DoubleType())
+    return column.cast(T.DoubleType())
+
+
+def bucket_of(value: Column, histogram: Histogram) -> Column:
+    """``#{k : b_k < v}``, the same rule as ``Histogram.bucket``; null for a null value."""
+    terms = [F.when(value > F.lit(b), 1).otherwise(0) for b in histogram.boundaries]
+    total = F.lit(0)
+    for term in terms:
+        total = total + term
+    return F.when(value.isNull(), F.lit(None)).otherwise(total).cast(T.IntegerType())
+
+
+def _slot_lines(weights: Sequence[float], slots: int) -> list[int]:
+    total = sum(weights)
+    cumulative, lines, running = [], [], 0.0
+    for w in weights:
+        running += w
+        cumulative.append(running / total if total else 1.0)
+    for slot in range(slots):
+        point = (slot + 0.5) / slots
+        lines.append(next((i for i, c in enumerate(cumulative) if point <= c), len(weights) - 1))
+    return lines
+
+
+def routing_rows(plan: ThetaPlan, side: str, slots: int) -> list[tuple[int, int, list[int]]]:
+    """(bucket, slot, tasks) rows of the routing table for ``side`` in ("master", "stream")."""
+    rows = []
+    if side == "master":
+        for bucket in range(len(plan.master.bucket_bytes)):
+            index = plan.area_of_row(bucket)
+            if index < 0:
+                continue
+            area = plan.areas[index]
+            lines = _slot_lines(area.r_line_weights, slots)
+            for slot in range(slots):
+                rows.append((bucket, slot, route_master_line(area, lines[slot], slot)))
+        return rows
+    for bucket in range(len(plan.stream.bucket_bytes)):
+        for index in plan.areas_of_column(bucket):
+            column_area: TaskArea = plan.areas[index]
+            lines = _slot_lines(column_area.s_line_weights, slots)
+            for slot in range(slots):
+                rows.append((bucket, slot, route_stream_line(column_area, lines[slot], slot)))
+    merged: dict[tuple[int, int], list[int]] = {}
+    for bucket, slot, tasks in rows:
+        merged.setdefault((bucket, slot), []).extend(tasks)
+    return [(b, s, t) for (b, s), t in merged.items()]
+
+
+def route(
+    spark: SparkSession,
+    frame: DataFrame,
+    key: Column,
+    histogram: Histogram,
+    plan: ThetaPlan,
+    side: str,
+    slots: int,
+) -> DataFrame:
+    """Attach ``_task`` and replicate each row to every task it must reach."""
+    table = spark.createDataFrame(
+        routing_rows(plan, side, slots),
+        T.StructType(
+            [
+                T.StructField(BUCKET, T.IntegerType(), False),
+                T.StructField(SLOT, T.IntegerType(), False),
+                T.StructField(TASKS, T.ArrayType(T.IntegerType(), False), False),
+            ]
+        ),
+    )
+    keyed = frame.withColumn(BUCKET, bucket_of(key, histogram)).withColumn(
+        SLOT, F.pmod(F.xxhash64(*[F.col(c) for c in frame.columns]), F.lit(slots)).cast("int")
+    )
+    return keyed.join(F.broadcast(table), [BUCKET, SLOT], "inner").select(
+        *frame.columns, F.explode(TASKS).alias(TASK)
+    )
+
+
+def local_join_function(
+    predicate: ThetaPredicate,
+    stream_columns: list[str],
+    master_columns: list[str],
+    output_schema: pa.Schema,
+) -> Callable[[pa.Table, pa.Table], pa.Table]:
+    """The per-task join for ``applyInArrow``: sorted search, then exact filtering."""
+    keys = key_spec(predicate)
+    lower = predicate.eps if predicate.lower is None else predicate.lower
+    upper = predicate.eps if predicate.upper is None else predicate.upper
+
+    def as_numbers(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        if pa.types.is_date(array.type):
+            array = array.cast(pa.int32())
+        elif pa.types.is_timestamp(array.type):
+            array = array.cast(pa.int64())
+        return np.asarray(array.to_numpy(zero_copy_only=False), dtype=float)
+
+    def join(stream: pa.Table, master: pa.Table) -> pa.Table:
+        if stream.num_rows == 0 or master.num_rows == 0:
+            return output_schema.empty_table()
+        s = as_numbers(stream.column(keys.stream_key))
+        r = as_numbers(master.column(keys.master_key))
+        order = np.argsort(r, kind="stable")
+        r_sorted = r[order]
+        n = len(r_sorted)
+        kind = predicate.type
+        if kind == "band":
+            first = np.searchsorted(r_sorted, s - (lower or 0.0), "left")
+            last = np.searchsorted(r_sorted, s + (upper or 0.0), "right")
+        elif kind == "less":  # s < r
+            first, last = np.searchsorted(r_sorted, s, "right"), np.full(len(s), n)
+        elif kind == "less_equal":
+            first, last = np.searchsorted(r_sorted, s, "left"), np.full(len(s), n)
+        elif kind == "greater":  # s > r
+            first, last = np.zeros(len(s), dtype=int), np.searchsorted(r_sorted, s, "left")
+        elif kind == "greater_equal":
+            first, last = np.zeros(len(s), dtype=int), np.searchsorted(r_sorted, s, "right")
+        else:  # range: lo <= s, then hi > s exactly
+            first, last = np.zeros(len(s), dtype=int), np.searchsorted(r_sorted, s, "right")
+        counts = np.maximum(last - first, 0)
+        stream_index = np.repeat(np.arange(len(s)), counts)
+        offsets = np.repeat(first - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        master_index = order[np.arange(int(counts.sum())) + offsets]
+        valid = ~np.isnan(s[stream_index]) & ~np.isnan(r[master_index])
+        if kind == "range":
+            assert keys.master_high
+            high = as_numbers(master.column(keys.master_high))
+            valid &= high[master_index] > s[stream_index]
+        stream_index, master_index = stream_index[valid], master_index[valid]
+        left = stream.select(stream_columns).take(pa.array(stream_index))
+        right = master.select(master_columns).take(pa.array(master_index))
+        arrays = [*left.columns, *right.columns]
+        return pa.Table.from_arrays(arrays, schema=output_schema)
+
+    return join
+
+
+def adsp_join(
+    spark: SparkSession,
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    plan: ThetaPlan,
+    slots: int = 64,
+) -> DataFrame:
+    """Inner theta join of ``stream`` and ``master`` laid out by ``plan``."""
+    keys = key_spec(predicate)
+    stream_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
+    master_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
+    routed_stream = route(spark, stream, stream_key, plan.stream, plan, "stream", slots)
+    routed_master = route(spark, master, master_key, plan.master, plan, "master", slots)
+    out_schema = T.StructType([*stream.schema.fields, *master.schema.fields])
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    function = local_join_function(
+        predicate, stream.columns, master.columns, to_arrow_schema(out_schema, timestamp_utc=True)
+    )
+    joined = (
+        routed_stream.groupBy(TASK)
+        .cogroup(routed_master.groupBy(TASK))
+        .applyInArrow(function, out_schema)
+    )
+    if predicate.residual:
+        joined = joined.where(F.expr(predicate.residual))
+    return joined
+
+
+def adsp_join_flagged(
+    spark: SparkSession,
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    plan: ThetaPlan,
+    master_name: str,
+    master_version: int,
+    row_id: str,
+) -> DataFrame:
+    """Like ``baseline.theta_join_flagged``: matches flagged, unmatched rows with nulls."""
+    from joins.baseline import MATCHED, version_column
+
+    right = master.withColumn(MATCHED, F.lit(True)).withColumn(
+        version_column(master_name), F.lit(master_version).cast("bigint")
+    )
+    matched = adsp_join(spark, stream, right, predicate, plan)
+    unmatched = stream.join(matched.select(row_id).distinct(), row_id, "left_anti")
+    nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in right.schema.fields]
+    padded = unmatched.select(*stream.columns, *nulls).withColumn(MATCHED, F.lit(False))
+    return matched.unionByName(padded)
