@@ -35,6 +35,7 @@ test: lint typecheck unit
 
 bench: setup
 	$(PY) -m benchmarks.ssbj_bench
+	$(PY) -m benchmarks.theta_bench
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache
