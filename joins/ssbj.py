@@ -54,6 +54,16 @@ class JoinSpec:
     def version(self) -> str:
         return version_column(self.master_name)
 
+    def master_keys_as_stream(self) -> list[Column]:
+        """Master key columns renamed to the stream's key names."""
+        pairs = zip(self.stream_keys, self.master_keys, strict=True)
+        return [F.col(m).alias(s) for s, m in pairs]
+
+    def stream_keys_as_master(self) -> list[Column]:
+        """Stream key columns renamed to the master's key names."""
+        pairs = zip(self.stream_keys, self.master_keys, strict=True)
+        return [F.col(s).alias(m) for s, m in pairs]
+
 
 def _on(spec: JoinSpec) -> Column:
     terms = [
@@ -95,17 +105,13 @@ def probe_cache(
     ``cache`` holds every master row of each cached value, and one ``_empty`` row for a
     cached value without master rows, so a cached miss-everything key is served too.
     """
-    cached_keys = cache.select(
-        *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-    ).distinct()
+    cached_keys = cache.select(*spec.master_keys_as_stream()).distinct()
     hits = stream.join(cached_keys, list(spec.stream_keys), "left_semi")
     misses = stream.join(cached_keys, list(spec.stream_keys), "left_anti")
     rows = cache.where(~F.col(EMPTY)).drop(EMPTY)
     served = enriched(hits, rows, spec, F.lit(cache_version))
     if spec.how == "left":
-        empty_keys = cache.where(F.col(EMPTY)).select(
-            *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-        )
+        empty_keys = cache.where(F.col(EMPTY)).select(*spec.master_keys_as_stream())
         nothing = hits.join(empty_keys, list(spec.stream_keys), "left_semi")
         served = served.unionByName(unmatched(nothing, cache.schema, spec))
     counts = hits.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias(COUNT))
@@ -119,9 +125,7 @@ def disk_join(pending: DataFrame, partition_rows: DataFrame, spec: JoinSpec) -> 
 
 def matched_ids(pending: DataFrame, partition_rows: DataFrame, spec: JoinSpec) -> DataFrame:
     """(entry step, pending id) of the pending tuples that matched in this step."""
-    keys = partition_rows.select(
-        *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-    ).distinct()
+    keys = partition_rows.select(*spec.master_keys_as_stream()).distinct()
     return pending.join(keys, list(spec.stream_keys), "left_semi").select(ENTRY_STEP, PENDING_ID)
 
 
@@ -138,9 +142,7 @@ def master_row_counts(
     Every pending value gets a row, 0 when the partition has none of its rows, so that the
     switching decision knows which values were observed and for how many partitions.
     """
-    renamed = partition_rows.select(
-        *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-    )
+    renamed = partition_rows.select(*spec.master_keys_as_stream())
     counts = renamed.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias(COUNT))
     return pending_keys.join(counts, list(spec.stream_keys), "left").select(
         *spec.stream_keys, F.coalesce(F.col(COUNT), F.lit(0)).cast(T.LongType()).alias(COUNT)
@@ -190,7 +192,7 @@ def eviction_victims(
 ) -> DataFrame:
     """Eviction (line 46): values with ``|H_R(j)|·v_R >= s_f·f_count(j)/10·v_S``."""
     keyed = cache.select(
-        *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)],
+        *spec.master_keys_as_stream(),
         F.when(F.col(EMPTY), 0).otherwise(1).alias("_row"),
     )
     rows = keyed.groupBy(*spec.stream_keys).agg(F.sum("_row").alias("_rows"))
@@ -203,17 +205,13 @@ def eviction_victims(
 
 def without_keys(cache: DataFrame, keys: DataFrame, spec: JoinSpec) -> DataFrame:
     """Cache rows whose join value is not among ``keys`` (stream-side key names)."""
-    renamed = keys.select(
-        *[F.col(s).alias(m) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-    )
+    renamed = keys.select(*spec.stream_keys_as_master())
     return cache.join(renamed, list(spec.master_keys), "left_anti")
 
 
 def cache_rows_for(keys: DataFrame, rows: DataFrame, spec: JoinSpec) -> DataFrame:
     """Complete cache entries for ``keys``: their master rows, or one empty marker row."""
-    renamed = keys.select(
-        *[F.col(s).alias(m) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-    ).distinct()
+    renamed = keys.select(*spec.stream_keys_as_master()).distinct()
     present = rows.join(renamed, list(spec.master_keys), "left_semi").withColumn(
         EMPTY, F.lit(False)
     )
@@ -247,7 +245,5 @@ def apply_master_changes(
         .join(tracked, list(spec.master_keys), "left_semi")
     )
     current = rows.exceptAll(removed).unionByName(added)
-    keys = tracked.select(
-        *[F.col(m).alias(s) for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)]
-    )
+    keys = tracked.select(*spec.master_keys_as_stream())
     return cache_rows_for(keys, current, spec)

@@ -465,12 +465,7 @@ class SsbjStage:
                 [], pending.select(*self.spec.stream_keys).schema
             ).withColumn(ssbj.COUNT, F.lit(0).cast(T.LongType()))
         )
-        cached_keys = cache.select(
-            *[
-                F.col(m).alias(s)
-                for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
-            ]
-        ).distinct()
+        cached_keys = cache.select(*self.spec.master_keys_as_stream()).distinct()
         marked = ssbj.switch_candidates(
             pending,
             counts,
@@ -589,12 +584,7 @@ class SsbjStage:
             )
             source = partitions.get(state["switch_version"])
             if marked is not None and source is not None:
-                renamed = marked.select(
-                    *[
-                        F.col(s).alias(m)
-                        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
-                    ]
-                )
+                renamed = marked.select(*self.spec.stream_keys_as_master())
                 rows = source.join(renamed, list(self.spec.master_keys), "left_semi").withColumn(
                     ssbj.STEP, F.lit(step).cast(T.LongType())
                 )

@@ -40,7 +40,6 @@ from common.errors import (
     CommitError,
     DeltaTableError,
     NotAppendOnlyError,
-    TableExistsError,
     TableNotFoundError,
     UnsupportedOperationError,
 )
@@ -52,7 +51,12 @@ from warehouse.delta.layout import (
     normalised_location,
     partition_values_from_path,
 )
-from warehouse.delta.schema import arrow_to_spark, require_same_schema, spark_to_arrow
+from warehouse.delta.schema import (
+    arrow_to_spark,
+    require_same_definition,
+    require_same_schema,
+    spark_to_arrow,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -111,14 +115,7 @@ class EmbeddedDeltaEngine:
         """Create the table, or accept an existing one with the same schema and partitioning."""
         root = _table_root(path)
         if self.exists(root):
-            existing = self.snapshot(root)
-            require_same_schema(root, existing.schema, schema)
-            if tuple(partition_by) != existing.partition_columns:
-                raise TableExistsError(
-                    f"table {root} exists partitioned by {list(existing.partition_columns)}, "
-                    f"expected {list(partition_by)}"
-                )
-            return existing.version
+            return require_same_definition(self.snapshot(root), schema, partition_by)
         unknown = [c for c in partition_by if c not in schema.fieldNames()]
         if unknown:
             raise DeltaTableError(
@@ -291,6 +288,17 @@ class EmbeddedDeltaEngine:
     def append(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
+        return self._write(path, data, "append", None, txn)
+
+    def _write(
+        self,
+        path: str,
+        data: DataFrame,
+        mode: str,
+        where: Sequence[PartitionFilter] | None,
+        txn: AppTransaction | None,
+    ) -> CommitOutcome:
+        """Check the schema, skip a landed transaction, write Parquet, commit Add actions."""
         root = _table_root(path)
         table = self._open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
@@ -304,10 +312,10 @@ class EmbeddedDeltaEngine:
             root,
             table,
             adds=adds,
-            mode="append",
+            mode=mode,
             schema=schema,
             partitions=partitions,
-            filters=None,
+            filters=_delta_filters(where) if where else None,
             txn=txn,
         )
 
@@ -320,50 +328,33 @@ class EmbeddedDeltaEngine:
     ) -> CommitOutcome:
         """Atomically replace the rows of the partitions selected by ``where`` with ``data``."""
         root = _table_root(path)
-        table = self._open(root)
-        schema = arrow_to_spark(table.schema().to_arrow())
-        partitions = list(table.metadata().partition_columns)
-        require_same_schema(root, schema, data.schema)
-        not_partitions = [f.column for f in where if f.column not in partitions]
-        if not where or not_partitions:
-            raise UnsupportedOperationError(
-                f"replace on {root} needs a predicate over partition columns {partitions}; "
-                f"got columns {[f.column for f in where]}. Predicates on data columns need the "
-                "native delta-spark engine."
-            )
+        self._require_partition_predicate(root, where, "replace")
         outside = data.filter(~F.coalesce(_spark_condition(where), F.lit(False))).limit(1)
         if outside.count():
             raise DeltaTableError(
                 f"replace on {root}: the data has rows outside the replace predicate "
                 f"{_describe(where)}; they would survive a later replace of the same range"
             )
-        skipped = self._skip_if_committed(root, table, txn)
-        if skipped:
-            return skipped
-        adds = self._write_files(root, data.select(*schema.fieldNames()), partitions)
-        filters = _delta_filters(where)
-        return self._commit(
-            root,
-            table,
-            adds=adds,
-            mode="overwrite",
-            schema=schema,
-            partitions=partitions,
-            filters=filters,
-            txn=txn,
-        )
+        return self._write(path, data, "overwrite", where, txn)
+
+    def _require_partition_predicate(
+        self, root: str, where: Sequence[PartitionFilter], operation: str
+    ) -> list[str]:
+        partitions = list(self._open(root).metadata().partition_columns)
+        if not where or any(f.column not in partitions for f in where):
+            raise UnsupportedOperationError(
+                f"{operation} on {root} needs a predicate over partition columns {partitions}; "
+                f"got columns {[f.column for f in where]}. Predicates on data columns need the "
+                "native delta-spark engine."
+            )
+        return partitions
 
     def delete_partitions(
         self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
     ) -> CommitOutcome:
         root = _table_root(path)
+        partitions = self._require_partition_predicate(root, where, "delete_partitions")
         table = self._open(root)
-        partitions = list(table.metadata().partition_columns)
-        if not where or any(f.column not in partitions for f in where):
-            raise UnsupportedOperationError(
-                f"delete_partitions on {root} needs a predicate over partition columns "
-                f"{partitions}; got {[f.column for f in where]}"
-            )
         skipped = self._skip_if_committed(root, table, txn)
         if skipped:
             return skipped
@@ -381,25 +372,7 @@ class EmbeddedDeltaEngine:
     def overwrite(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        root = _table_root(path)
-        table = self._open(root)
-        schema = arrow_to_spark(table.schema().to_arrow())
-        require_same_schema(root, schema, data.schema)
-        skipped = self._skip_if_committed(root, table, txn)
-        if skipped:
-            return skipped
-        partitions = list(table.metadata().partition_columns)
-        adds = self._write_files(root, data.select(*schema.fieldNames()), partitions)
-        return self._commit(
-            root,
-            table,
-            adds=adds,
-            mode="overwrite",
-            schema=schema,
-            partitions=partitions,
-            filters=None,
-            txn=txn,
-        )
+        return self._write(path, data, "overwrite", None, txn)
 
     def merge(
         self,

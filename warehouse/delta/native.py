@@ -17,10 +17,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from common.errors import TableExistsError, TableNotFoundError
+from common.errors import TableNotFoundError
 from warehouse.delta.api import AppTransaction, CommitOutcome, DataFile, PartitionFilter, Snapshot
 from warehouse.delta.layout import delta_partition_literal
-from warehouse.delta.schema import require_same_schema
+from warehouse.delta.schema import require_same_definition, require_same_schema
 
 logger = logging.getLogger(__name__)
 
@@ -47,14 +47,7 @@ class NativeDeltaEngine:
         properties: Mapping[str, str] | None = None,
     ) -> int:
         if self.exists(path):
-            existing = self.snapshot(path)
-            require_same_schema(path, existing.schema, schema)
-            if tuple(partition_by) != existing.partition_columns:
-                raise TableExistsError(
-                    f"table {path} exists partitioned by {list(existing.partition_columns)}, "
-                    f"expected {list(partition_by)}"
-                )
-            return existing.version
+            return require_same_definition(self.snapshot(path), schema, partition_by)
         builder = self._tables.create(self._spark).location(path).addColumns(schema)
         if partition_by:
             builder = builder.partitionedBy(*partition_by)

@@ -8,13 +8,17 @@ refused with a message that lists each offending column with both types.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from common.errors import SchemaMismatchError
+if TYPE_CHECKING:
+    from warehouse.delta.api import Snapshot
+
+from common.errors import SchemaMismatchError, TableExistsError
 
 
 def spark_to_arrow(schema: StructType) -> pa.Schema:
@@ -52,3 +56,16 @@ def require_same_schema(table_path: str, table: StructType, data: StructType) ->
     for n in changed:
         lines.append(f"  column {n}: table has {table_types[n]}, data has {data_types[n]}")
     raise SchemaMismatchError("\n".join(lines))
+
+
+def require_same_definition(
+    existing: Snapshot, schema: StructType, partition_by: Sequence[str]
+) -> int:
+    """Accept an existing table only if its schema and partitioning are the ones asked for."""
+    require_same_schema(existing.table_path, existing.schema, schema)
+    if tuple(partition_by) != existing.partition_columns:
+        raise TableExistsError(
+            f"table {existing.table_path} exists partitioned by "
+            f"{list(existing.partition_columns)}, expected {list(partition_by)}"
+        )
+    return existing.version
