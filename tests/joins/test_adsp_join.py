@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from joins.adsp import adsp_join
@@ -104,3 +105,28 @@ def test_every_pair_of_lines_meets_in_exactly_one_task(side: str) -> None:
                         route_stream_line(area, s_line, s_pick)
                     )
                     assert len(shared) == 1, (r_line, s_line, r_pick, s_pick, shared)
+
+
+def test_binning_and_flagged_adsp_keep_unmatched_rows(spark: SparkSession) -> None:
+    from joins.adsp import adsp_join_flagged
+    from joins.baseline import binned_band_join_flagged, finish
+
+    rng = random.Random(9)
+    stream = [(i, round(rng.uniform(0, 50), 1)) for i in range(60)]
+    master = [(i, round(rng.uniform(0, 50), 1), 0.0, 0.0) for i in range(40)]
+    predicate = predicate_for("band", 0.5, 1.5)
+    s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid"))
+    m_df = spark.createDataFrame(master, MASTER)
+    con = duckdb.connect()
+    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
+    con.register("m", pa.table({"rid": [r[0] for r in master], "y": [r[1] for r in master]}))
+    expected = con.execute(
+        "SELECT s.sid, m.rid FROM s LEFT JOIN m ON m.y BETWEEN s.x - 0.5 AND s.x + 1.5"
+    ).fetchall()
+    binned = finish(binned_band_join_flagged(s_df, m_df, predicate, "m", 3), "left")
+    assert_same_multiset(binned.select("sid", "rid"), expected)
+    plan = theta_plan(s_df, m_df, predicate, 300.0, "adsp", 16, 32, buckets=6)
+    flagged = adsp_join_flagged(spark, s_df, m_df, predicate, plan, "m", 3, "_row_id")
+    assert_same_multiset(finish(flagged, "left").select("sid", "rid"), expected)
+    versions = {r[0] for r in finish(flagged, "left").select("_version_m").collect()}
+    assert versions == {3, None}
