@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -53,6 +54,9 @@ class SparkSettings:
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Return the active session, or build one with the product's required settings."""
     settings = settings or SparkSettings()
+    # Python workers must run this interpreter (its packages: pyarrow, numpy), not whatever
+    # "python3" is first on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
     for key, value in {**EMBEDDED_DEFAULTS, **settings.conf, **REQUIRED_CONF}.items():
         builder = builder.config(key, value)
