@@ -6,10 +6,10 @@ predicate the candidate cells of row i are one contiguous column interval
 ``[first[i], last[i]]`` (empty when first > last), and the intervals move right as i grows:
 a staircase band that bounds every result cell.
 
-A coverage area is a run of consecutive rows with the bounding column interval of their
-candidate cells. Area dichotomy splits an area between two rows (Def. 5); a split is
-followed only if it lowers the task count (Def. 6), and among the followed splits the one
-with the fewest tasks wins (Equ. 14). Each area costs the tasks of its varietal matrix
+A coverage area is a run of consecutive rows, trimmed to its first and last row with
+candidates, with the bounding column interval of their candidate cells. Area dichotomy
+splits an area between two rows (Def. 5); a split is followed only if it lowers the task
+count (Def. 6), and among the followed splits the one with the fewest tasks wins (Equ. 14). Each area costs the tasks of its varietal matrix
 (Alg. 1) for its R and S bytes.
 
 Invariants (property-tested): areas are row-disjoint and cover every row with candidates,
@@ -62,22 +62,27 @@ def partition_areas(
     for size in row_bytes:
         row_prefix.append(row_prefix[-1] + size)
 
-    bounds: dict[tuple[int, int], tuple[int, int] | None] = {}
+    # For each row range: the first and last row that have candidates (rows without any
+    # are never routed, so they cost nothing at the edges) and the bounding column interval.
+    bounds: dict[tuple[int, int], tuple[int, int, int, int] | None] = {}
     for a in range(n):
-        lo, hi = len(column_bytes), -1
+        lo, hi, top, bottom = len(column_bytes), -1, -1, -1
         for b in range(a, n):
             first, last = candidate_columns[b]
             if first <= last:
                 lo, hi = min(lo, first), max(hi, last)
-            bounds[(a, b)] = (lo, hi) if lo <= hi else None
+                top = b if top < 0 else top
+                bottom = b
+            bounds[(a, b)] = (top, bottom, lo, hi) if lo <= hi else None
 
     @cache
     def scheme(a: int, b: int) -> VarietalScheme | None:
-        columns = bounds[(a, b)]
-        if columns is None:
+        found = bounds[(a, b)]
+        if found is None:
             return None
-        r = row_prefix[b + 1] - row_prefix[a]
-        s = column_prefix[columns[1] + 1] - column_prefix[columns[0]]
+        top, bottom, lo, hi = found
+        r = row_prefix[bottom + 1] - row_prefix[top]
+        s = column_prefix[hi + 1] - column_prefix[lo]
         return varietal_scheme(r, s, task_memory)
 
     def cost(a: int, b: int) -> int:
@@ -102,7 +107,7 @@ def partition_areas(
     _, ranges = best(0, n - 1)
     areas = []
     for a, b in ranges:
-        found, columns = scheme(a, b), bounds[(a, b)]
-        assert found is not None and columns is not None
-        areas.append(CoverageArea(a, b, columns[0], columns[1], found))
+        found, box = scheme(a, b), bounds[(a, b)]
+        assert found is not None and box is not None
+        areas.append(CoverageArea(box[0], box[1], box[2], box[3], found))
     return areas

@@ -62,8 +62,9 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
-    # key 1: one master row and many tuples (cheaper in cache); key 5: 3 rows, one tuple
-    h.load_master([(1, 0, 1.0), (5, 0, 5.0), (5, 1, 5.1), (5, 2, 5.2)], files=2)
+    # key 1: one master row, three tuples per run (cheaper in the cache);
+    # key 5: six master rows, one tuple per run (cheaper pending in H_S)
+    h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)
     next_id = 0
     for _ in range(8):  # cycles: steps 0-1 incrementing, 2-3 switching, 4-5 phase-out, 6-7 ...
         h.arrive([(next_id, 1), (next_id + 1, 1), (next_id + 2, 1), (next_id + 3, 5)])
@@ -74,12 +75,12 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     cache = h.engine.read(h.paths_of("cache")).collect()
     assert {r.mk for r in cache} == {1}
     sizes = h.measured_sizes()
-    assert should_switch_into_cache(3, 1, sizes)  # the inequality that moved key 1
-    assert not should_switch_into_cache(1, 3, TupleSizes(sizes.stream_bytes, sizes.master_bytes))
-    hits = h.metric_sum("cache_hits")
-    assert hits > 0  # tuples of key 1 arriving after the phase-out were served by the cache
-    # every tuple produced exactly its matches: 3 per key-5 tuple, 1 per key-1 tuple
-    assert len(h.output()) == 8 * (3 * 1 + 1 * 3)
+    # at the switching decision H_S holds two chunks: 6 tuples of key 1, 2 of key 5
+    assert should_switch_into_cache(6, 1, sizes)
+    assert not should_switch_into_cache(2, 6, sizes)
+    assert h.metric_sum("cache_hits") > 0  # key-1 tuples after the phase-out hit the cache
+    # every tuple produced exactly its matches: 1 per key-1 tuple, 6 per key-5 tuple
+    assert len(h.output()) == 8 * (3 * 1 + 1 * 6)
 
 
 def test_meshjoin_mode_never_caches(spark: SparkSession, tmp_path: Path) -> None:

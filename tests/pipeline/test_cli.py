@@ -1,0 +1,63 @@
+"""The enrich CLI: exit codes, status and report on a small pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from jobs.enrich import EXIT_CONFIG, EXIT_OK, main
+from tests.conftest import REPO_ROOT
+
+
+def test_bad_arguments_and_config_exit_with_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "--config",
+                str(REPO_ROOT / "configs" / "demo.yaml"),
+                "backfill",
+                "--start",
+                "2024-01-02",
+                "--end",
+                "2024-01-01",
+            ]
+        )
+        == EXIT_CONFIG
+    )
+    assert "must be before" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nstreams: {}\n")
+    assert main(["--config", str(broken), "status"]) == EXIT_CONFIG
+    with pytest.raises(SystemExit) as info:
+        main(["--config", str(broken), "backfill", "--start", "yesterday", "--end", "today"])
+    assert info.value.code == 2
+
+
+def test_run_status_and_report(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = str(REPO_ROOT / "configs" / "demo.yaml")
+    assert main(["--config", config, "demo-data", "--scale", "0.01", "--intervals", "1"]) == EXIT_OK
+    landing = tmp_path / "var" / "demo" / "landing" / "orders"
+    landing.mkdir(parents=True)
+    outbox = tmp_path / "var" / "demo" / "outbox" / "orders" / "0000"
+    first = sorted(outbox.glob("*.json"))[0]
+    (landing / first.name).write_bytes(first.read_bytes())
+    assert main(["--config", config, "ingest", "--run-id", "r1"]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["--config", config, "status", "--json"]) == EXIT_OK
+    status = json.loads(capsys.readouterr().out)
+    assert status["streams"]["orders"]["files_loaded"] == 1
+    assert status["stages"]["orders_customer"]["versions_behind"] == 1
+    assert main(["--config", config, "report"]) == EXIT_OK
+    report = Path(capsys.readouterr().out.split("report: ")[1].strip())
+    assert "ingest.orders" in report.read_text()
