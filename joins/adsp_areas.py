@@ -9,8 +9,8 @@ a staircase band that bounds every result cell.
 A coverage area is a run of consecutive rows, trimmed to its first and last row with
 candidates, with the bounding column interval of their candidate cells. Area dichotomy
 splits an area between two rows (Def. 5); a split is followed only if it lowers the task
-count (Def. 6), and among the followed splits the one with the fewest tasks wins (Equ. 14). Each area costs the tasks of its varietal matrix
-(Alg. 1) for its R and S bytes.
+count (Def. 6), and among the followed splits the one with the fewest tasks wins (Equ. 14).
+Each area costs the tasks of its varietal matrix (Alg. 1) for its R and S bytes.
 
 Invariants (property-tested): areas are row-disjoint and cover every row with candidates,
 so every candidate cell lies in exactly one area; the scheme never uses more tasks than
