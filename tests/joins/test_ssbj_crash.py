@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 CRASH_POINTS = [
     "ssbj.after_pending:2",  # step 1: the new H_S chunk landed, nothing else
     "ssbj.after_output:3",  # step 2: output landed, stats/marked not yet
+    "ssbj.after_stats:4",  # step 3: counters and switching buffer landed, expiry not yet
     "ssbj.after_cache:5",  # step 4: cache overwritten, expiry not yet
     "ssbj.before_complete:6",  # step 5: every table written, state store not updated
 ]
