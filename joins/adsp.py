@@ -139,8 +139,7 @@ def local_join_function(
 ) -> Callable[[pa.Table, pa.Table], pa.Table]:
     """The per-task join for ``applyInArrow``: sorted search, then exact filtering."""
     keys = key_spec(predicate)
-    lower = predicate.eps if predicate.lower is None else predicate.lower
-    upper = predicate.eps if predicate.upper is None else predicate.upper
+    lower, upper = predicate.band_bounds()
 
     def as_numbers(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
         if pa.types.is_date(array.type):
@@ -159,8 +158,8 @@ def local_join_function(
         n = len(r_sorted)
         kind = predicate.type
         if kind == "band":
-            first = np.searchsorted(r_sorted, s - (lower or 0.0), "left")
-            last = np.searchsorted(r_sorted, s + (upper or 0.0), "right")
+            first = np.searchsorted(r_sorted, s - lower, "left")
+            last = np.searchsorted(r_sorted, s + upper, "right")
         elif kind == "less":  # s < r
             first, last = np.searchsorted(r_sorted, s, "right"), np.full(len(s), n)
         elif kind == "less_equal":

@@ -77,9 +77,8 @@ def binned_band_join_flagged(
             f"range binning supports band predicates only, not {predicate.type!r}; "
             "use scheme adsp, square, dynamic or spark"
         )
-    lower = predicate.eps if predicate.lower is None else predicate.lower
-    upper = predicate.eps if predicate.upper is None else predicate.upper
-    width = max((lower or 0.0) + (upper or 0.0), 1e-9)
+    lower, upper = predicate.band_bounds()
+    width = max(lower + upper, 1e-9)
     key = F.col(predicate.master_column).cast("double")
     right = _flagged(master, master_name, master_version).withColumn(
         "_bin",

@@ -18,8 +18,7 @@ def theta_condition(predicate: ThetaPredicate, stream: DataFrame, master: DataFr
         assert predicate.master_column
         r = master[predicate.master_column]
         if predicate.type == "band":
-            lower = predicate.eps if predicate.lower is None else predicate.lower
-            upper = predicate.eps if predicate.upper is None else predicate.upper
+            lower, upper = predicate.band_bounds()
             condition = (r >= s - F.lit(lower)) & (r <= s + F.lit(upper))
         else:
             condition = {

@@ -24,11 +24,10 @@ def _boundaries(frame: DataFrame, key: str, buckets: int) -> tuple[float, ...]:
 
 def candidate_range(predicate: ThetaPredicate, low: float, high: float, top: float) -> ValueRange:
     """Stream values that can match master keys in [low, high] (``top``: max of range hi)."""
-    lower = predicate.eps if predicate.lower is None else predicate.lower
-    upper = predicate.eps if predicate.upper is None else predicate.upper
+    lower, upper = predicate.band_bounds()
     kind = predicate.type
     if kind == "band":
-        return ValueRange(low - (upper or 0.0), high + (lower or 0.0))
+        return ValueRange(low - upper, high + lower)
     if kind in ("less", "less_equal"):
         return ValueRange(-math.inf, high)
     if kind in ("greater", "greater_equal"):

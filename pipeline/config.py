@@ -186,6 +186,12 @@ class ThetaPredicate(Strict):
     upper: float | None = Field(default=None, ge=0)
     residual: str | None = None
 
+    def band_bounds(self) -> tuple[float, float]:
+        """(lower, upper) of a band ``s - lower <= r <= s + upper``; eps fills unset sides."""
+        lower = self.eps if self.lower is None else self.lower
+        upper = self.eps if self.upper is None else self.upper
+        return lower or 0.0, upper or 0.0
+
     @model_validator(mode="after")
     def _fields_for_type(self) -> ThetaPredicate:
         if self.type == "range":
