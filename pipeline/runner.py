@@ -39,6 +39,7 @@ from joins.ssbj import INPUT_VERSION
 from joins.theta_stats import theta_plan
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
+from pipeline.row_bytes import measured_row_bytes
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
 from pipeline.ssbj_stage import SsbjStage
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
@@ -78,15 +79,6 @@ class StageReport:
             "step_seconds": self.seconds,
             **self.extra,
         }
-
-
-SIZE_SAMPLE_ROWS = 2000
-
-
-def measured_row_bytes(frame: DataFrame) -> float:
-    """Arrow bytes per row of a sample: the in-memory size the schemes budget with."""
-    sample = frame.limit(SIZE_SAMPLE_ROWS).toArrow()
-    return sample.nbytes / sample.num_rows if sample.num_rows else 1.0
 
 
 class PipelineRunner:
@@ -281,8 +273,8 @@ class PipelineRunner:
             stage.predicate,
             stage.operator.task_memory_bytes,
             scheme,
-            stream_row_bytes=measured_row_bytes(stream),
-            master_row_bytes=measured_row_bytes(master_rows),
+            stream_row_bytes=measured_row_bytes(stream) or 1.0,
+            master_row_bytes=measured_row_bytes(master_rows) or 1.0,
         )
         logger.info(
             "theta stage %s: %s plan with %d area(s), %d task(s)",

@@ -46,6 +46,7 @@ from joins.columns import INTERVAL_START
 from joins.mesh_partitions import partition_by_bytes
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
+from pipeline.row_bytes import measured_row_bytes
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.embedded import CHANGE_TYPE
 from warehouse.state_store import StateStore
@@ -53,7 +54,6 @@ from warehouse.state_store import StateStore
 logger = logging.getLogger(__name__)
 
 TABLES = ("pending", "matched", "stats", "cache", "switch", "marked")
-SIZE_SAMPLE_ROWS = 2000
 
 
 @dataclass
@@ -363,16 +363,13 @@ class SsbjStage:
         """v_S and v_R measured as Arrow bytes of sampled projected rows, once per stage."""
         if state.get("sizes"):
             return TupleSizes(state["sizes"]["stream"], state["sizes"]["master"])
-        stream_sample = rows.drop(*ssbj.OPERATOR_COLUMNS).limit(SIZE_SAMPLE_ROWS).toArrow()
-        master_sample = (
-            self.engine.read_files(master).select(*self.spec.master_columns).limit(SIZE_SAMPLE_ROWS)
-        ).toArrow()
-        if stream_sample.num_rows == 0 or master_sample.num_rows == 0:
-            return TupleSizes(1.0, 1.0)  # nothing to measure yet; measured on a later step
-        sizes = TupleSizes(
-            stream_sample.nbytes / stream_sample.num_rows,
-            master_sample.nbytes / master_sample.num_rows,
+        stream_bytes = measured_row_bytes(rows.drop(*ssbj.OPERATOR_COLUMNS))
+        master_bytes = measured_row_bytes(
+            self.engine.read_files(master).select(*self.spec.master_columns)
         )
+        if stream_bytes is None or master_bytes is None:
+            return TupleSizes(1.0, 1.0)  # nothing to measure yet; measured on a later step
+        sizes = TupleSizes(stream_bytes, master_bytes)
         state["sizes"] = {"stream": sizes.stream_bytes, "master": sizes.master_bytes}
         logger.info(
             "ssbj %s: measured v_S=%.1f B, v_R=%.1f B", self.stage.name, *state["sizes"].values()
