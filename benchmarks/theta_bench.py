@@ -35,6 +35,8 @@ from pyspark.sql import functions as F
 
 from joins import baseline
 from joins.adsp import TASK, adsp_join, key_spec, numeric, route
+from joins.adsp_adapt import carry_lines, task_ranges
+from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
 from joins.theta_stats import theta_plan
 from pipeline.config import ThetaPredicate
 from pipeline.demo_data import ZipfSampler, generate_tpch, promotions
@@ -148,6 +150,52 @@ def run_case(
     return results
 
 
+def migration_row(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
+    """The stream grows 4x under a fixed V: master volume Alg. 4/5 move, three ways."""
+    if case["predicate"].type != "band" or "z=0 " not in case["name"] + " ":
+        return None
+    stream, master, predicate = case["stream"], case["master"], case["predicate"]
+    memory = 0.65 * (case["stream_rows"] * 16 + case["master_rows"] * 24) / args.target_tasks
+    quarter = stream.where(F.col("sid") % 4 == 0)
+    old = theta_plan(quarter, master, predicate, memory, "adsp", 16, 24, buckets=args.buckets)
+    new = theta_plan(stream, master, predicate, memory, "adsp", 16, 24, buckets=args.buckets)
+    r_only = lambda plan: [TaskRanges(t.r, Ranges()) for t in task_ranges(plan, 64)]  # noqa: E731
+    before = r_only(old)
+    moved = {}
+    for label, target in (("aligned", carry_lines(old, new, 64)), ("even", new)):
+        after = r_only(target)
+        plan = migration_plan(before, after, task_mapping(before, after, 1.0, 0.0))
+        moved[label] = float(plan.moved("R"))
+    rebuild = float(sum(t.r.measure for t in r_only(new)))
+    return {
+        "case": case["name"],
+        "tasks": f"{old.tasks} -> {new.tasks}",
+        "aligned": moved["aligned"],
+        "even": moved["even"],
+        "rebuild": rebuild,
+    }
+
+
+def render_migrations(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "Scheme change when the stream grows 4x under a fixed V (plans for 65% of V): master",
+        "volume moved by Alg. 4/5, in units of the master's size (replicas count)",
+        "",
+        "| case | tasks | aligned (Sec. 4.2) | even split | full rebuild | aligned / even | aligned / rebuild |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['tasks']} | {r['aligned']:.3f} | {r['even']:.3f} | "
+            f"{r['rebuild']:.3f} | {r['aligned'] / r['even']:.2f} | "
+            f"{r['aligned'] / r['rebuild']:.2f} |"
+            if r["even"] and r["rebuild"]
+            else f"| {r['case']} | {r['tasks']} | {r['aligned']:.3f} | {r['even']:.3f} | "
+            f"{r['rebuild']:.3f} | - | - |"
+        )
+    return "\n".join(lines)
+
+
 def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     orders = pq.read_table(
         tpch / "orders.parquet", columns=["o_orderkey", "o_custkey", "o_totalprice", "o_orderdate"]
@@ -198,7 +246,9 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
                         "duckdb": f"s.{s_col} BETWEEN m.{column} - {eps} AND m.{column} + {eps}",
                         "stream_rows": s_rows,
                         "master_rows": r_rows,
-                        "skip": () if (s_rows <= 20_000 and z == 0.0) else ("spark",),
+                        # Spark native (a nested loop) runs once per size, at z = 0, under the
+                        # timeout: at 200k x 1.5M it is the speed-up the issue asks about.
+                        "skip": () if z == 0.0 else ("spark",),
                     }
                 )
         if s_rows > 20_000 or args.quick:
@@ -297,8 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         SparkSettings(app_name="theta-bench", conf={"spark.sql.shuffle.partitions": "8"})
     )
     tpch = generate_tpch(args.scale, Path("var/bench"))
-    results = [row for case in cases(spark, tpch, args) for row in run_case(spark, case, args)]
-    table = render(results, args)
+    built = cases(spark, tpch, args)
+    results = [row for case in built for row in run_case(spark, case, args)]
+    migrations = [m for case in built if (m := migration_row(case, args)) is not None]
+    table = render(results, args) + "\n\n" + render_migrations(migrations)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(table + "\n")
     print(table)

@@ -6,7 +6,8 @@ Generated from the pipeline config by
 regenerate it instead of editing it.
 
 Every interval: **ingest** the complete landing files, run one step of each **stage** in
-config order, then **validate** row conservation of the run. Stages:
+config order, then **validate**: audit each output batch against its Great Expectations
+suites and publish it to `gold/`, or quarantine it and fail the run. Stages:
 - `orders_customer` (equi)
 - `orders_promotions` (theta)
 - `lineitem_partsupp` (equi)

@@ -3,13 +3,15 @@
     enrich [--config FILE] ingest                 pick up complete landing files
     enrich [--config FILE] stage NAME             one step of one stage
     enrich [--config FILE] run                    ingest, then one step of every stage
-    enrich [--config FILE] validate               row-conservation gate for a run
+    enrich [--config FILE] validate               audit the run's output batches, then
+                                                  publish (or quarantine) them
     enrich [--config FILE] drain                  finish every pending tuple now
     enrich [--config FILE] backfill --start T --end T
     enrich [--config FILE] status [--json]
-    enrich [--config FILE] report [--start T --end T]
+    enrich [--config FILE] report [--start T --end T] [--out FILE] [--fail-on-unresolved]
+    enrich [--config FILE] resolve TABLE --run-id R [--publish]
     enrich [--config FILE] demo-data [--scale S --intervals N --zipf Z]
-    enrich [--config FILE] generate-dag --out FILE
+    enrich [--config FILE] generate-dag --out FILE   (and quality_report_<name>.py beside it)
 
 Exit codes: 0 done; 1 pipeline error; 2 bad configuration or arguments; 3 a quality gate
 failed; 4 done, but some landing files were rejected or changed (they stay in place).
@@ -31,7 +33,16 @@ from common.errors import ConfigError, EnrichmentError, ValidationFailedError
 logger = logging.getLogger("enrich")
 
 DEFAULT_CONFIG = "configs/demo.yaml"
-PACKAGE_LOGGERS = ("enrich", "common", "warehouse", "pipeline", "joins", "cache", "expectations")
+PACKAGE_LOGGERS = (
+    "enrich",
+    "common",
+    "warehouse",
+    "pipeline",
+    "joins",
+    "cache",
+    "quality",
+    "reports",
+)
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL = 0, 1, 2, 3, 4
 
 
@@ -50,6 +61,8 @@ class JobArgs:
     intervals: int
     zipf: float
     out: Path | None
+    fail_on_unresolved: bool = False
+    publish: bool = False
 
 
 def _timestamp(text: str) -> datetime:
@@ -74,6 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--json", action="store_true")
         if name == "report":
             sub.add_argument("--out", type=Path, default=None)
+            sub.add_argument(
+                "--fail-on-unresolved",
+                action="store_true",
+                help="exit 3 if a run in the range has a quarantined batch nobody resolved",
+            )
+    resolve = commands.add_parser("resolve", help="close a quarantined output batch")
+    resolve.add_argument("name", metavar="TABLE")
+    resolve.add_argument("--run-id", required=True)
+    resolve.add_argument(
+        "--publish", action="store_true", help="publish the quarantined rows as they are"
+    )
     stage = commands.add_parser("stage")
     stage.add_argument("name")
     stage.add_argument("--run-id", default=None)
@@ -110,6 +134,8 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         intervals=getattr(ns, "intervals", 3),
         zipf=getattr(ns, "zipf", 0.0),
         out=getattr(ns, "out", None),
+        fail_on_unresolved=getattr(ns, "fail_on_unresolved", False),
+        publish=getattr(ns, "publish", False),
     )
     return args, ns.log_level
 
@@ -145,8 +171,8 @@ def _dispatch(args: JobArgs) -> int:
         from pipeline.dag_generator import write_dag
 
         assert args.out is not None
-        write_dag(config, args.config, args.out)
-        print(f"wrote {args.out}")
+        for path in write_dag(config, args.config, args.out):
+            print(f"wrote {path}")
         return EXIT_OK
 
     from pipeline.context import open_pipeline
@@ -166,10 +192,21 @@ def _dispatch(args: JobArgs) -> int:
             )
             return EXIT_OK
         if args.command == "report":
-            from pipeline.run_report import write_text_report
+            from pipeline.run_report import write_run_report
 
-            path = write_text_report(pipeline, args.start, args.end, args.out)
-            print(f"report: {path}")
+            report = write_run_report(pipeline, args.start, args.end, args.out)
+            print(f"report: {report.path} ({report.runs} run(s))")
+            if args.fail_on_unresolved and report.unresolved:
+                raise ValidationFailedError(
+                    f"{len(report.unresolved)} unresolved quarantined batch(es) in the range: "
+                    + "; ".join(f"{u['table']} from run {u['run_id']}" for u in report.unresolved)
+                    + " (close them with `enrich resolve TABLE --run-id R [--publish]`)"
+                )
+            return EXIT_OK
+        if args.command == "resolve":
+            assert args.stage is not None
+            published = pipeline.auditor.resolve(args.stage, args.run_id, args.publish)
+            print(f"resolved {args.stage} of run {args.run_id}; {published} row(s) published")
             return EXIT_OK
         return pipeline.execute(args.command, args.run_id, args.start, args.end, args.stage)
 

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joins.adsp_plan import Histogram, TaskArea, ThetaPlan, route_master_line, route_stream_line
+from joins.adsp_plan import Histogram, ThetaPlan, routing_rows
 from pipeline.config import ThetaPredicate
 
 TASK = "_task"
@@ -66,43 +66,6 @@ def bucket_of(value: Column, histogram: Histogram) -> Column:
     return F.when(value.isNull(), F.lit(None)).otherwise(total).cast(T.IntegerType())
 
 
-def _slot_lines(weights: Sequence[float], slots: int) -> list[int]:
-    total = sum(weights)
-    cumulative, lines, running = [], [], 0.0
-    for w in weights:
-        running += w
-        cumulative.append(running / total if total else 1.0)
-    for slot in range(slots):
-        point = (slot + 0.5) / slots
-        lines.append(next((i for i, c in enumerate(cumulative) if point <= c), len(weights) - 1))
-    return lines
-
-
-def routing_rows(plan: ThetaPlan, side: str, slots: int) -> list[tuple[int, int, list[int]]]:
-    """(bucket, slot, tasks) rows of the routing table for ``side`` in ("master", "stream")."""
-    rows = []
-    if side == "master":
-        for bucket in range(len(plan.master.bucket_bytes)):
-            index = plan.area_of_row(bucket)
-            if index < 0:
-                continue
-            area = plan.areas[index]
-            lines = _slot_lines(area.r_line_weights, slots)
-            for slot in range(slots):
-                rows.append((bucket, slot, route_master_line(area, lines[slot], slot)))
-        return rows
-    for bucket in range(len(plan.stream.bucket_bytes)):
-        for index in plan.areas_of_column(bucket):
-            column_area: TaskArea = plan.areas[index]
-            lines = _slot_lines(column_area.s_line_weights, slots)
-            for slot in range(slots):
-                rows.append((bucket, slot, route_stream_line(column_area, lines[slot], slot)))
-    merged: dict[tuple[int, int], list[int]] = {}
-    for bucket, slot, tasks in rows:
-        merged.setdefault((bucket, slot), []).extend(tasks)
-    return [(b, s, t) for (b, s), t in merged.items()]
-
-
 def route(
     spark: SparkSession,
     frame: DataFrame,
@@ -111,10 +74,19 @@ def route(
     plan: ThetaPlan,
     side: str,
     slots: int,
+    instances: Sequence[int] | None = None,
+    keep_position: bool = False,
 ) -> DataFrame:
-    """Attach ``_task`` and replicate each row to every task it must reach."""
+    """Attach ``_task`` and replicate each row to every task it must reach.
+
+    ``instances`` renames plan task ``t`` to ``instances[t]`` (the physical task that
+    holds it in a persisted layout); ``keep_position`` keeps ``_bucket`` and ``_slot``.
+    """
+    rows = routing_rows(plan, side, slots)
+    if instances is not None:
+        rows = [(b, slot, [instances[t] for t in tasks]) for b, slot, tasks in rows]
     table = spark.createDataFrame(
-        routing_rows(plan, side, slots),
+        rows,
         T.StructType(
             [
                 T.StructField(BUCKET, T.IntegerType(), False),
@@ -126,8 +98,9 @@ def route(
     keyed = frame.withColumn(BUCKET, bucket_of(key, histogram)).withColumn(
         SLOT, F.pmod(F.xxhash64(*[F.col(c) for c in frame.columns]), F.lit(slots)).cast("int")
     )
+    position = [F.col(BUCKET), F.col(SLOT)] if keep_position else []
     return keyed.join(F.broadcast(table), [BUCKET, SLOT], "inner").select(
-        *frame.columns, F.explode(TASKS).alias(TASK)
+        *frame.columns, *position, F.explode(TASKS).alias(TASK)
     )
 
 
@@ -202,20 +175,50 @@ def adsp_join(
     master_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
     routed_stream = route(spark, stream, stream_key, plan.stream, plan, "stream", slots)
     routed_master = route(spark, master, master_key, plan.master, plan, "master", slots)
-    out_schema = T.StructType([*stream.schema.fields, *master.schema.fields])
+    return join_routed(routed_stream, routed_master, predicate, stream.schema, master.schema)
+
+
+def join_routed(
+    routed_stream: DataFrame,
+    routed_master: DataFrame,
+    predicate: ThetaPredicate,
+    stream_schema: T.StructType,
+    master_schema: T.StructType,
+) -> DataFrame:
+    """The local joins: both sides already carry ``_task``; each task joins its rows."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    out_schema = T.StructType([*stream_schema.fields, *master_schema.fields])
     function = local_join_function(
-        predicate, stream.columns, master.columns, to_arrow_schema(out_schema, timestamp_utc=True)
+        predicate,
+        stream_schema.fieldNames(),
+        master_schema.fieldNames(),
+        to_arrow_schema(out_schema, timestamp_utc=True),
     )
     joined = (
-        routed_stream.groupBy(TASK)
-        .cogroup(routed_master.groupBy(TASK))
+        routed_stream.select(*stream_schema.fieldNames(), TASK)
+        .groupBy(TASK)
+        .cogroup(routed_master.select(*master_schema.fieldNames(), TASK).groupBy(TASK))
         .applyInArrow(function, out_schema)
     )
     if predicate.residual:
         joined = joined.where(F.expr(predicate.residual))
     return joined
+
+
+def flag_matches(
+    stream: DataFrame,
+    matched: DataFrame,
+    master_schema: T.StructType,
+    row_id: str,
+) -> DataFrame:
+    """Matched rows as they are, plus each unmatched stream row once, padded with nulls."""
+    from joins.baseline import MATCHED
+
+    unmatched = stream.join(matched.select(row_id).distinct(), row_id, "left_anti")
+    nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in master_schema.fields]
+    padded = unmatched.select(*stream.columns, *nulls).withColumn(MATCHED, F.lit(False))
+    return matched.unionByName(padded)
 
 
 def adsp_join_flagged(
@@ -235,7 +238,4 @@ def adsp_join_flagged(
         version_column(master_name), F.lit(master_version).cast("bigint")
     )
     matched = adsp_join(spark, stream, right, predicate, plan)
-    unmatched = stream.join(matched.select(row_id).distinct(), row_id, "left_anti")
-    nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in right.schema.fields]
-    padded = unmatched.select(*stream.columns, *nulls).withColumn(MATCHED, F.lit(False))
-    return matched.unionByName(padded)
+    return flag_matches(stream, matched, right.schema, row_id)

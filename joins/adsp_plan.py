@@ -15,10 +15,12 @@ intervals are a superset of the result cells: no result is lost.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from joins.adsp_areas import CoverageArea, partition_areas
 from joins.adsp_scheme import VarietalScheme, dynamic_tasks, square_tasks, varietal_scheme
@@ -80,6 +82,7 @@ class TaskArea:
     r_line_weights: tuple[float, ...]  # relative bytes per R line (regular..., adjustive)
     s_line_weights: tuple[float, ...]
     first_task: int
+    r_slot_lines: tuple[int, ...] | None = None  # R line of each routing slot, if carried over
 
     @property
     def tasks(self) -> int:
@@ -211,3 +214,68 @@ def route_stream_line(area: TaskArea, line: int, pick: int) -> list[int]:
     if area.extra_side == "row":
         tasks.append(base + regular + pick % area.extra_cells)
     return tasks
+
+
+def slot_lines(weights: Sequence[float], slots: int) -> list[int]:
+    total = sum(weights)
+    cumulative, lines, running = [], [], 0.0
+    for w in weights:
+        running += w
+        cumulative.append(running / total if total else 1.0)
+    for slot in range(slots):
+        point = (slot + 0.5) / slots
+        lines.append(next((i for i, c in enumerate(cumulative) if point <= c), len(weights) - 1))
+    return lines
+
+
+def routing_rows(plan: ThetaPlan, side: str, slots: int) -> list[tuple[int, int, list[int]]]:
+    """(bucket, slot, tasks) rows of the routing table for ``side`` in ("master", "stream").
+
+    Slot ``t`` stands for the tuples whose position ``u`` (a hash of the row) lies in
+    [t / slots, (t + 1) / slots). An area's R line per slot comes from ``r_slot_lines``
+    when a scheme change carried its lines over (start-point alignment), else from the
+    line weights.
+    """
+    rows = []
+    if side == "master":
+        for bucket in range(len(plan.master.bucket_bytes)):
+            index = plan.area_of_row(bucket)
+            if index < 0:
+                continue
+            area = plan.areas[index]
+            lines = (
+                list(area.r_slot_lines)
+                if area.r_slot_lines
+                else slot_lines(area.r_line_weights, slots)
+            )
+            for slot in range(slots):
+                rows.append((bucket, slot, route_master_line(area, lines[slot], slot)))
+        return rows
+    for bucket in range(len(plan.stream.bucket_bytes)):
+        for index in plan.areas_of_column(bucket):
+            column_area: TaskArea = plan.areas[index]
+            lines = slot_lines(column_area.s_line_weights, slots)
+            for slot in range(slots):
+                rows.append((bucket, slot, route_stream_line(column_area, lines[slot], slot)))
+    merged: dict[tuple[int, int], list[int]] = {}
+    for bucket, slot, tasks in rows:
+        merged.setdefault((bucket, slot), []).extend(tasks)
+    return [(b, s, t) for (b, s), t in merged.items()]
+
+
+def plan_to_dict(plan: ThetaPlan) -> dict[str, Any]:
+    """A JSON-able form of ``plan``, for the operator state between runs."""
+    return dataclasses.asdict(plan)
+
+
+def plan_from_dict(raw: dict[str, Any]) -> ThetaPlan:
+    def histogram(h: dict[str, Any]) -> Histogram:
+        return Histogram(tuple(h["boundaries"]), tuple(h["bucket_bytes"]))
+
+    areas = []
+    for a in raw["areas"]:
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in a.items()}
+        areas.append(TaskArea(**fields))
+    return ThetaPlan(
+        raw["scheme"], tuple(areas), histogram(raw["master"]), histogram(raw["stream"])
+    )

@@ -208,6 +208,15 @@ class ThetaParams(Strict):
     scheme: Literal["adsp", "square", "dynamic", "binning", "spark"] = "adsp"
     task_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     sample_size: int = Field(default=10_000, ge=100)
+    persist_layout: bool = Field(
+        default=True,
+        description="keep the master's routed layout between runs (adsp, square, dynamic); "
+        "each run then routes only its new stream rows",
+    )
+
+    @property
+    def uses_layout(self) -> bool:
+        return self.persist_layout and self.scheme in ("adsp", "square", "dynamic")
 
 
 class ThetaStage(Strict):
@@ -225,8 +234,12 @@ Stage = Annotated[EquiStage | ThetaStage, Field(discriminator="kind")]
 
 
 class QualityConfig(Strict):
-    suites: list[str] = Field(default_factory=list)
-    warn_only: bool = False
+    """The quality gate of one output table: suites by name, and config-driven checks."""
+
+    suites: list[str] = Field(default_factory=list, description="suite files in expectations_dir")
+    warn_only: bool = Field(
+        default=False, description="publish even when a suite fails (the run logs a warning)"
+    )
     value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
     value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
 
@@ -240,6 +253,11 @@ class PipelineConfig(Strict):
     masters: dict[Identifier, MasterConfig] = Field(default_factory=dict)
     stages: list[Stage] = Field(default_factory=list)
     quality: dict[Identifier, QualityConfig] = Field(default_factory=dict)
+    expectations_dir: str = Field(
+        default="../expectations",
+        description="where the Great Expectations suite files live; a relative path is "
+        "anchored at the config file's folder, since suites are versioned with the config",
+    )
 
     @model_validator(mode="after")
     def _references(self) -> PipelineConfig:
@@ -295,7 +313,28 @@ class PipelineConfig(Strict):
             name: s.model_copy(update={"landing": anchor(s.landing)})
             for name, s in self.streams.items()
         }
-        return self.model_copy(update={"warehouse": warehouse, "streams": streams})
+        return self.model_copy(
+            update={
+                "warehouse": warehouse,
+                "streams": streams,
+                "expectations_dir": anchor(self.expectations_dir),
+            }
+        )  # expectations_dir is already absolute when the config came from a file
+
+    def producing_stage(self, table: str) -> EquiStage | ThetaStage:
+        for stage in self.stages:
+            if stage.output == table:
+                return stage
+        raise ConfigError(f"{table!r} is not an output table; outputs: {self.outputs()}")
+
+    def outputs(self) -> list[str]:
+        return [stage.output for stage in self.stages]
+
+    def root_stream(self, table: str) -> str:
+        """The stream whose tuples flow into ``table`` (through any chain of stages)."""
+        while table not in self.streams:
+            table = self.producing_stage(table).input
+        return table
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
@@ -313,7 +352,12 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
         )
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
-    return parse_config(raw, str(source)).resolve_paths(Path.cwd())
+    config = parse_config(raw, str(source))
+    suites = Path(config.expectations_dir)
+    if not suites.is_absolute() and "://" not in config.expectations_dir:
+        suites = (source.resolve().parent / suites).resolve()
+        config = config.model_copy(update={"expectations_dir": str(suites)})
+    return config.resolve_paths(Path.cwd())
 
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> PipelineConfig:

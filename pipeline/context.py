@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from pyspark.sql import SparkSession
 
-from common.errors import ConfigError, EnrichmentError, ValidationFailedError
+from common.errors import ConfigError, EnrichmentError
+from pipeline.audit import AuditPublisher
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
@@ -39,6 +41,10 @@ class PipelineContext:
     @property
     def layout(self) -> WarehouseLayout:
         return self.runner.layout
+
+    @cached_property
+    def auditor(self) -> AuditPublisher:
+        return AuditPublisher(self.runner)
 
     def execute(
         self,
@@ -87,16 +93,19 @@ class PipelineContext:
             self.runner.drain(run_id)
         if command == "backfill":
             assert start is not None and end is not None
+            self.auditor.require_audited()
             self.runner.backfill(start, end, run_id)
+            self.auditor.audit_backfill(run_id, start, end)
         if command == "validate":
             from pipeline.conservation import check_run
 
-            problems = check_run(self.config, self.engine, self.store, run_id)
-            if problems:
-                raise ValidationFailedError(
-                    f"run {run_id}: {len(problems)} conservation problem(s): "
-                    + "; ".join(f"{p.stage} step {p.step}: {p.message}" for p in problems)
+            extra: dict[str, list[str]] = {}
+            for problem in check_run(self.config, self.engine, self.store, run_id):
+                table = self.config.stage(problem.stage).output
+                extra.setdefault(table, []).append(
+                    f"step counters of {problem.stage} step {problem.step}: {problem.message}"
                 )
+            self.auditor.audit_run(run_id, extra)
         return code
 
 

@@ -4,7 +4,8 @@
 2. Generates TPC-H masters and stream files (``enrich demo-data``).
 3. For each interval: delivers that interval's files into the landing zone, then runs the
    ``enrich_demo`` DAG for it with ``dag.test()`` against a SQLite metadata DB.
-4. Prints where the outputs are, with their row counts.
+4. Runs the daily ``quality_report_demo`` DAG for the day of those intervals.
+5. Prints where the staged and published outputs, the run report and the Data Docs are.
 
 Usage: python -m pipeline.demo_run [--intervals N] [--scale SF] [--zipf Z]
 """
@@ -25,6 +26,7 @@ from pipeline.airflow_env import REPO_ROOT, prepare_airflow_home
 
 CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 DAG_ID = "enrich_demo"
+REPORT_DAG_ID = "quality_report_demo"
 
 logger = logging.getLogger("demo")
 
@@ -57,9 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load_config(CONFIG)
     outbox = Path(config.warehouse.root).parent / "outbox"
     manifest = json.loads((outbox / "manifest.json").read_text())
-    dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).get_dag(DAG_ID)
-    if dag is None:
-        print(f"error: DAG {DAG_ID} did not load from {REPO_ROOT / 'dags'}", file=sys.stderr)
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
+    dag, report_dag = bag.get_dag(DAG_ID), bag.get_dag(REPORT_DAG_ID)
+    if dag is None or report_dag is None:
+        print(f"error: DAGs did not load from {REPO_ROOT / 'dags'}", file=sys.stderr)
         return 1
     step = timedelta(seconds=manifest["interval_seconds"])
     for index, start_text in enumerate(manifest["intervals"]):
@@ -69,25 +72,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info(
             "DAG run %d/%d for interval ending %s", index + 1, len(manifest["intervals"]), end
         )
-        run = dag.test(logical_date=end)
-        if str(run.state) not in ("success", "DagRunState.SUCCESS"):
-            print(f"error: DAG run for {end} ended {run.state}", file=sys.stderr)
+        if not _succeeded(dag.test(logical_date=end), end):
             return 1
+    day_end = datetime.combine(end.date() + timedelta(days=1), datetime.min.time(), UTC)
+    logger.info("quality report DAG for the day ending %s", day_end)
+    if not _succeeded(report_dag.test(logical_date=day_end), day_end):
+        return 1
 
     from deltalake import DeltaTable
 
     from pipeline.layout import WarehouseLayout
 
     layout = WarehouseLayout.of(config)
-    print("\nEnriched outputs (Delta tables):")
+    print("\nEnriched outputs (Delta tables): staged by the operators, published after audit")
     for stage in config.stages:
-        path = layout.output(stage.output)
-        table = DeltaTable(path)
-        print(f"  {stage.output:<22} {table.count():>8} rows  v{table.version():<3} {path}")
+        for kind, path in (
+            ("staged", layout.output(stage.output)),
+            ("published", layout.published(stage.output)),
+        ):
+            table = DeltaTable(path)
+            print(
+                f"  {stage.output:<20} {kind:<9} {table.count():>8} rows  "
+                f"v{table.version():<3} {path}"
+            )
+    reports = sorted(Path(layout.reports()).glob("*.html"))
+    docs = Path(layout.gx_project()) / "gx/uncommitted/data_docs/local_site/index.html"
+    print(f"Run report:  {reports[-1] if reports else 'not written'}")
+    print(f"Data Docs:   {docs}")
     print(f"State store: {config.warehouse.resolved_state_store()}")
     print(f"Status:      {sys.executable} -m jobs.enrich --config {CONFIG} status")
     print(f"Done in {time.monotonic() - started:.0f}s")
     return 0
+
+
+def _succeeded(run: object, logical_date: datetime) -> bool:
+    state = str(getattr(run, "state", None))
+    if state in ("success", "DagRunState.SUCCESS"):
+        return True
+    print(f"error: DAG run for {logical_date} ended {state}", file=sys.stderr)
+    return False
 
 
 if __name__ == "__main__":

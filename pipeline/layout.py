@@ -2,7 +2,11 @@
 
 ``bronze/<stream>``      ingested stream rows, one commit per landing file
 ``quarantine/<stream>``  malformed records with their reason and source file
-``silver/<table>``       stage outputs
+``silver/<table>``       stage outputs as the operators write them: the audit's staging area
+``gold/<table>``         published outputs: only batches that passed their quality suites
+``quarantine/_outputs/<table>``  output batches that failed, with the failed expectations
+``_quality/``            the Great Expectations project (stores, Data Docs) and ``results``
+``_reports/``            HTML run reports
 ``_operators/<stage>``   bulk operator state (SSBJ cache and pending queue, A-DSP layout)
 ``_state/``              the SQLite state store of the embedded default
 """
@@ -32,6 +36,21 @@ class WarehouseLayout:
 
     def output(self, table: str) -> str:
         return f"{self.root}/silver/{table}"
+
+    def published(self, table: str) -> str:
+        return f"{self.root}/gold/{table}"
+
+    def quarantined_output(self, table: str) -> str:
+        return f"{self.root}/quarantine/_outputs/{table}"
+
+    def quality_results(self) -> str:
+        return f"{self.root}/_quality/results"
+
+    def gx_project(self) -> str:
+        return f"{self.root}/_quality"
+
+    def reports(self) -> str:
+        return f"{self.root}/_reports"
 
     def operator_state(self, stage: str, part: str) -> str:
         return f"{self.root}/_operators/{stage}/{part}"

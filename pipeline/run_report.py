@@ -1,29 +1,52 @@
-"""A plain-text run report: per-run, per-stage metrics from the state store."""
+"""Render the HTML run report for a range of runs (``enrich report``).
+
+Reads the state store's metrics and run ledger and the audit's quarantine records, and
+writes one self-contained HTML file, by default ``<warehouse>/_reports/run-report_<range>.html``.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pipeline.context import PipelineContext
+from reports.html_report import render_report
+from reports.series import RunPoint, run_points
+
+logger = logging.getLogger(__name__)
 
 
-def write_text_report(
+@dataclass(frozen=True)
+class WrittenReport:
+    path: Path
+    runs: int
+    unresolved: list[dict[str, Any]]
+
+
+def _range_label(start: datetime | None, end: datetime | None) -> str:
+    if start is None and end is None:
+        return "all"
+    first = f"{start:%Y%m%dT%H%M}" if start else "begin"
+    last = f"{end:%Y%m%dT%H%M}" if end else "now"
+    return f"{first}_{last}"
+
+
+def write_run_report(
     pipeline: PipelineContext, start: datetime | None, end: datetime | None, out: Path | None
-) -> Path:
-    rows: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
-    for metric in pipeline.store.metrics():
-        if start and metric.recorded_at.replace(tzinfo=start.tzinfo) < start:
-            continue
-        if end and metric.recorded_at.replace(tzinfo=end.tzinfo) >= end:
-            continue
-        rows[(metric.run_id, metric.stage, metric.step)][metric.name] = metric.value
-    lines = [f"# Run report: {pipeline.config.name}", ""]
-    for (run_id, stage, step), values in sorted(rows.items()):
-        shown = ", ".join(f"{k}={v:g}" for k, v in sorted(values.items()))
-        lines.append(f"- {run_id} | {stage} | step {step} | {shown}")
-    target = out or Path(pipeline.config.warehouse.root) / "_reports" / "run-report.md"
+) -> WrittenReport:
+    ledger = pipeline.store.runs(limit=1_000_000)
+    points: list[RunPoint] = run_points(pipeline.store.metrics(), ledger, start, end)
+    in_range = {p.run_id for p in points}
+    unresolved = [u for u in pipeline.auditor.unresolved() if u["run_id"] in in_range]
+    docs = Path(pipeline.layout.gx_project()) / "gx/uncommitted/data_docs/local_site/index.html"
+    html = render_report(
+        pipeline.config.name, points, start, end, unresolved, docs if docs.exists() else None
+    )
+    target = out or Path(pipeline.layout.reports()) / f"run-report_{_range_label(start, end)}.html"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(lines) + "\n")
-    return target
+    target.write_text(html)
+    logger.info("run report for %d run(s) written to %s", len(points), target)
+    return WrittenReport(target, len(points), unresolved)

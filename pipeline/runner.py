@@ -42,6 +42,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.row_bytes import measured_row_bytes
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
 from pipeline.ssbj_stage import SsbjStage
+from pipeline.theta_stage import AdspLayoutStage
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.embedded import CHANGE_TYPE, COMMIT_VERSION
 from warehouse.landing import IngestReport, StreamSource, ingest_stream
@@ -162,7 +163,10 @@ class PipelineRunner:
             return report
         new_rows = self.new_rows(input_path, offset.input_version, plan.planned_input_version)
         master = self.engine.snapshot(master_path, plan.planned_master_version)
-        joined = self._join(stage, new_rows, master).cache()
+        if isinstance(stage, ThetaStage) and stage.operator.uses_layout:
+            joined = self._join_with_layout(stage, new_rows, master, run_id, report).cache()
+        else:
+            joined = self._join(stage, new_rows, master).cache()
         try:
             output = baseline.finish(joined, stage.join)
             self._count(joined, report)
@@ -198,7 +202,7 @@ class PipelineRunner:
                 .withColumn(INPUT_VERSION, F.col(COMMIT_VERSION).cast("bigint"))
                 .drop(CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp")
             )
-            return self._stream_for(stage, rows)
+            return self.stream_rows(stage, rows)
 
         return SsbjStage(
             stage,
@@ -230,15 +234,10 @@ class PipelineRunner:
             CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp"
         )
 
-    def _stream_for(self, stage: EquiStage | ThetaStage, rows: DataFrame) -> DataFrame:
-        root = self._root_stream(stage.input)
+    def stream_rows(self, stage: EquiStage | ThetaStage, rows: DataFrame) -> DataFrame:
+        root = self.config.root_stream(stage.input)
         interval = int(self.config.schedule.interval_delta.total_seconds())
         return with_interval_start(rows, self.config.streams[root].event_time, interval)
-
-    def _root_stream(self, table: str) -> str:
-        while table not in self.config.streams:
-            table = next(s.input for s in self.config.stages if s.output == table)
-        return table
 
     def _master_frame(self, stage: EquiStage | ThetaStage, master: Snapshot) -> DataFrame:
         columns = self.config.masters[stage.master].columns
@@ -251,7 +250,7 @@ class PipelineRunner:
         return self.engine.read_files(master).select(*columns)
 
     def _join(self, stage: EquiStage | ThetaStage, rows: DataFrame, master: Snapshot) -> DataFrame:
-        stream = self._stream_for(stage, rows).withColumn(ROW_ID, F.monotonically_increasing_id())
+        stream = self.stream_rows(stage, rows).withColumn(ROW_ID, F.monotonically_increasing_id())
         master_rows = self._master_frame(stage, master)
         require_disjoint(stream, master_rows, stage.name)
         if isinstance(stage, EquiStage):
@@ -293,6 +292,32 @@ class PipelineRunner:
             master.version,
             ROW_ID,
         )
+
+    def theta_layout(self, stage: ThetaStage) -> AdspLayoutStage:
+        return AdspLayoutStage(
+            stage,
+            self.spark,
+            self.engine,
+            self.store,
+            self.layout.operator_state(stage.name, "layout"),
+        )
+
+    def _join_with_layout(
+        self,
+        stage: ThetaStage,
+        rows: DataFrame,
+        master: Snapshot,
+        run_id: str,
+        report: StageReport,
+    ) -> DataFrame:
+        stream = self.stream_rows(stage, rows).withColumn(ROW_ID, F.monotonically_increasing_id())
+        master_rows = self._master_frame(stage, master)
+        require_disjoint(stream, master_rows, stage.name)
+        joined, layout = self.theta_layout(stage).join_flagged(
+            stream, master, master_rows, ROW_ID, run_id
+        )
+        report.extra.update(layout.as_metrics())
+        return joined
 
     def _count(self, joined: DataFrame, report: StageReport) -> None:
         row = joined.agg(
@@ -359,7 +384,7 @@ class PipelineRunner:
             master = self._master_as_of(self.layout.master(self.config, stage.master), end)
             input_snapshot = self.engine.snapshot(input_path)
             input_version = input_snapshot.version
-            rows = self._stream_for(stage, self.engine.read_files(input_snapshot)).where(
+            rows = self.stream_rows(stage, self.engine.read_files(input_snapshot)).where(
                 (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
             )
             joined = self._join(stage, rows, master).cache()

@@ -1,9 +1,10 @@
-"""Assertion helpers shared by the tests: multiset comparison of rows."""
+"""Helpers shared by the tests: multiset comparison of rows, tiny pipeline configs."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -23,3 +24,24 @@ def assert_same_multiset(actual: DataFrame | Iterable[Any], expected: Iterable[A
         f"missing (first 5): {list(missing.items())[:5]}\n"
         f"extra (first 5): {list(extra.items())[:5]}"
     )
+
+
+def tiny_pipeline(root: Path, key: str, key_type: str) -> dict[str, Any]:
+    """Config keys of a one-stream pipeline: stream ``s`` of (id, ``key``, ts) under ``root``."""
+    return {
+        "name": "t",
+        "warehouse": {"root": str(root / "wh"), "state_store": f"sqlite:///{root / 'state.db'}"},
+        "streams": {
+            "s": {
+                "landing": str(root / "landing"),
+                "format": "json",
+                "event_time": "ts",
+                "id_column": "id",
+                "columns": [
+                    {"name": "id", "type": "bigint", "nullable": False},
+                    {"name": key, "type": key_type},
+                    {"name": "ts", "type": "timestamp", "nullable": False},
+                ],
+            }
+        },
+    }

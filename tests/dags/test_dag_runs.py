@@ -22,7 +22,7 @@ from tests.helpers import assert_same_multiset
 pytestmark = pytest.mark.slow
 
 CONFIG = REPO_ROOT / "configs" / "demo.yaml"
-INTERVALS = 3
+INTERVALS = 2
 
 
 def normalise(value: Any) -> Any:
@@ -125,3 +125,24 @@ def test_dag_runs_match_duckdb_oracle(
     assert_same_multiset(
         delta_rows(layout.output("lineitem_suppliers"), supplier_columns), expected_suppliers
     )
+
+    # Every batch passed its suite: the published tables hold exactly the staged rows.
+    for stage in config.stages:
+        columns = DeltaTable(layout.output(stage.output)).schema().to_arrow().names
+        assert_same_multiset(
+            delta_rows(layout.published(stage.output), columns),
+            delta_rows(layout.output(stage.output), columns),
+        )
+    results = DeltaTable(layout.quality_results()).to_pyarrow_table().to_pylist()
+    assert {r["table"] for r in results} == {s.output for s in config.stages}
+    assert all(r["success"] for r in results), [r for r in results if not r["success"]][:3]
+
+    # The daily quality report DAG renders the day's report and passes: nothing unresolved.
+    report_dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).get_dag("quality_report_demo")
+    assert report_dag is not None
+    last_start = dt.datetime.fromisoformat(manifest["intervals"][-1]).replace(tzinfo=dt.UTC)
+    day_end = dt.datetime.combine(last_start.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+    run = report_dag.test(logical_date=day_end)
+    assert str(run.state).endswith("success")
+    reports = list(Path(layout.reports()).glob("run-report_*.html"))
+    assert len(reports) == 1 and "<svg" in reports[0].read_text()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.dag_generator import render_dag
+from pipeline.dag_generator import quality_dag_path, render_dag, render_quality_dag
 from tests.conftest import REPO_ROOT
 
 DAGS = REPO_ROOT / "dags"
@@ -36,14 +36,18 @@ def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) 
         "stage_lineitem_partsupp",
         "validate",
     ]
+    report = bag.get_dag("quality_report_demo")
+    assert report is not None and report.catchup is False and report.doc_md
+    assert [t.task_id for t in report.tasks] == ["report"]
 
 
-def test_parsing_a_dag_imports_neither_spark_nor_gx(airflow_home: Path) -> None:
+@pytest.mark.parametrize("dag_file", sorted(DAGS.glob("*.py")), ids=lambda p: p.name)
+def test_parsing_a_dag_imports_neither_spark_nor_gx(airflow_home: Path, dag_file: Path) -> None:
     probe = (
         "import runpy, sys\n"
-        f"runpy.run_path({str(DAGS / 'enrich_demo.py')!r})\n"
+        f"runpy.run_path({str(dag_file)!r})\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pyspark', 'great_expectations', 'deltalake', 'duckdb'))\n"
+        "('pyspark', 'great_expectations', 'deltalake', 'duckdb', 'matplotlib'))\n"
         "print(heavy)\n"
         "sys.exit(1 if heavy else 0)\n"
     )
@@ -56,8 +60,13 @@ def test_parsing_a_dag_imports_neither_spark_nor_gx(airflow_home: Path) -> None:
 @pytest.mark.parametrize("dag_file", sorted(DAGS.glob("enrich_*.py")), ids=lambda p: p.name)
 def test_generated_dags_are_up_to_date(dag_file: Path) -> None:
     config_path = REPO_ROOT / "configs" / f"{dag_file.stem.removeprefix('enrich_')}.yaml"
-    expected = render_dag(load_config(config_path), config_path, dag_file)
-    assert dag_file.read_text() == expected, (
-        f"{dag_file.name} is stale: run enrich --config {config_path.relative_to(REPO_ROOT)} "
-        f"generate-dag --out {dag_file.relative_to(REPO_ROOT)}"
+    config = load_config(config_path)
+    report_file = quality_dag_path(config, dag_file)
+    command = f"enrich --config {config_path.relative_to(REPO_ROOT)} generate-dag"
+    stale = f"is stale: run {command} --out {dag_file.relative_to(REPO_ROOT)}"
+    assert dag_file.read_text() == render_dag(config, config_path, dag_file), (
+        f"{dag_file.name} {stale}"
+    )
+    assert report_file.read_text() == render_quality_dag(config, config_path, dag_file), (
+        f"{report_file.name} {stale}"
     )

@@ -19,6 +19,7 @@ from pipeline.context import PipelineContext
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
+from tests.helpers import tiny_pipeline
 from warehouse.delta import AppTransaction, DeltaEngine
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.state_store import StateStore
@@ -34,27 +35,18 @@ FLAGGED = T.StructType([*MASTER_SCHEMA.fields, T.StructField("deleted", T.Boolea
 BASE_TIME = dt.datetime(2024, 1, 1)
 
 
-def config_for(root: Path, mode: str, partitions: int, steps: int, how: str) -> PipelineConfig:
+def config_for(
+    root: Path,
+    mode: str,
+    partitions: int,
+    steps: int,
+    how: str,
+    extra: dict[str, Any] | None = None,
+) -> PipelineConfig:
     return parse_config(
-        {
-            "name": "t",
-            "warehouse": {
-                "root": str(root / "wh"),
-                "state_store": f"sqlite:///{root / 'state.db'}",
-            },
-            "streams": {
-                "s": {
-                    "landing": str(root / "landing"),
-                    "format": "json",
-                    "event_time": "ts",
-                    "id_column": "id",
-                    "columns": [
-                        {"name": "id", "type": "bigint", "nullable": False},
-                        {"name": "k", "type": "bigint"},
-                        {"name": "ts", "type": "timestamp", "nullable": False},
-                    ],
-                }
-            },
+        (extra or {})
+        | tiny_pipeline(root, "k", "bigint")
+        | {
             "masters": {
                 "m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "supplier", "price"]}
             },
@@ -76,10 +68,17 @@ def config_for(root: Path, mode: str, partitions: int, steps: int, how: str) -> 
 
 class SsbjHarness:
     def __init__(
-        self, spark: SparkSession, root: Path, mode: str, partitions: int, steps: int, how: str
+        self,
+        spark: SparkSession,
+        root: Path,
+        mode: str,
+        partitions: int,
+        steps: int,
+        how: str,
+        extra_config: dict[str, Any] | None = None,
     ) -> None:
         self.spark = spark
-        self.config = config_for(root, mode, partitions, steps, how)
+        self.config = config_for(root, mode, partitions, steps, how, extra_config)
         self.engine: DeltaEngine = EmbeddedDeltaEngine(spark)
         self.store = StateStore(self.config.warehouse.resolved_state_store())
         self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
@@ -127,13 +126,13 @@ class SsbjHarness:
         )
         self.pending_batches.append(list(tuples))
 
-    def run(self) -> None:
+    def run(self, run_id: str | None = None) -> None:
         """One scheduled run of the stage; tuples that arrived are pinned to the current master."""
         version = self.engine.snapshot(self.master).version
         for batch in self.pending_batches:
             self.batches.append((batch, version))
         self.pending_batches = []
-        self.runner.run_stage_step(self.config.stage("enrich"), f"run{len(self.batches)}")
+        self.runner.run_stage_step(self.config.stage("enrich"), run_id or f"run{len(self.batches)}")
 
     def drain(self) -> None:
         self.runner.drain("drain")

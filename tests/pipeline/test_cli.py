@@ -59,5 +59,8 @@ def test_run_status_and_report(
     assert status["streams"]["orders"]["files_loaded"] == 1
     assert status["stages"]["orders_customer"]["versions_behind"] == 1
     assert main(["--config", config, "report"]) == EXIT_OK
-    report = Path(capsys.readouterr().out.split("report: ")[1].strip())
-    assert "ingest.orders" in report.read_text()
+    printed = capsys.readouterr().out.split("report: ")[1]
+    report = Path(printed.split(" (")[0])
+    assert printed.strip().endswith("(1 run(s))")
+    html = report.read_text()
+    assert html.count("<svg") == 5 and "Run report: demo" in html

@@ -1,0 +1,505 @@
+"""Write, audit, publish: only batches that pass their suites become visible.
+
+The operators write to ``silver/<table>``, the staging area. For every output table, in
+stage order, the audit of a run:
+
+1. takes the staged batch: the rows added to ``silver/<table>`` since the last audited
+   version ``a`` up to the current version ``b``;
+2. builds the audit views (:mod:`quality.audit_views`) from the stage's new input tuples
+   and its pending state, and validates the batch against each of the table's suites with
+   a GX Checkpoint (results to the GX stores, Data Docs refreshed);
+3. appends one row per expectation to the ``_quality/results`` Delta table;
+4. publishes the batch to ``gold/<table>`` if every suite passed (or the table is
+   warn-only), else appends it to ``quarantine/_outputs/<table>`` with the failed
+   expectations attached; a batch whose upstream table was quarantined in the same run is
+   quarantined too;
+5. records ``b`` as audited.
+
+Publishing is one Delta commit carrying the app transaction ``(publish.<table>, b)``: a
+retry after a crash anywhere in 2–5 validates the same batch again and the publish commit
+is skipped if it already landed, so every batch is published at most once and, once the
+audit completes, exactly once. A failed audit raises :class:`ValidationFailedError` naming
+the failed expectations and their counts; retrying the same run raises it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from common.errors import ConfigError, ValidationFailedError
+from common.faults import crash_point
+from joins.columns import INTERVAL_START
+from joins.ssbj import ENTRY_STEP
+from pipeline.config import EquiStage, QualityConfig, ThetaStage
+from pipeline.runner import PipelineRunner
+from quality.audit_views import (
+    INPUT_VIEW,
+    PENDING_VIEW,
+    PUBLISHED_VIEW,
+    input_accounting,
+    no_pending,
+    no_published,
+    pending_ages,
+    published_tuples,
+)
+from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
+from warehouse.delta import AppTransaction, PartitionFilter
+from warehouse.delta.embedded import CHANGE_TYPE, COMMIT_VERSION
+
+logger = logging.getLogger(__name__)
+
+RUN_ID, FAILED_EXPECTATIONS, QUARANTINED_AT = "_run_id", "_failed_expectations", "_quarantined_at"
+PUBLISHED, QUARANTINED, WARNED, UNCHECKED, NOTHING_NEW = (
+    "published",
+    "quarantined",
+    "published_with_warnings",
+    "published_unchecked",
+    "nothing_new",
+)
+
+
+@dataclass
+class TableAudit:
+    table: str
+    run_id: str
+    batch: tuple[int, int]
+    action: str
+    rows: int = 0
+    failures: list[str] = field(default_factory=list)
+    outcomes: list[SuiteOutcome] = field(default_factory=list)
+
+
+class AuditPublisher:
+    """Audits staged output batches and publishes or quarantines them."""
+
+    def __init__(self, runner: PipelineRunner, gate: Any = None) -> None:
+        self.runner = runner
+        self.config = runner.config
+        self.engine = runner.engine
+        self.store = runner.store
+        self.spark = runner.spark
+        self.layout = runner.layout
+        self._gate = gate
+
+    @property
+    def gate(self) -> Any:
+        if self._gate is None:
+            from quality.gate import QualityGate  # GX loads only when a suite runs
+
+            self._gate = QualityGate(self.layout.gx_project())
+        return self._gate
+
+    # ------------------------------------------------------------------ live runs
+
+    def audit_run(
+        self, run_id: str, extra_failures: dict[str, list[str]] | None = None
+    ) -> list[TableAudit]:
+        """Audit every output table's new batch; raise if any batch was quarantined."""
+        audits: list[TableAudit] = []
+        quarantined: set[str] = set()
+        for table in self.config.outputs():
+            failures = list((extra_failures or {}).get(table, []))
+            stage = self.config.producing_stage(table)
+            if stage.input in quarantined:
+                failures.append(f"upstream table {stage.input} was quarantined in this run")
+            audit = self._audit_live_batch(table, run_id, failures)
+            if audit.action == QUARANTINED:
+                quarantined.add(table)
+            audits.append(audit)
+        self._raise_for(run_id, audits)
+        return audits
+
+    def require_audited(self) -> None:
+        """Refuse to start a backfill while a live batch waits for its audit."""
+        for table in self.config.outputs():
+            silver = self.layout.output(table)
+            if not self.engine.exists(silver):
+                continue
+            audited = self._state(table)["output_version"]
+            latest = self.engine.snapshot(silver).version
+            if audited < latest:
+                raise ValidationFailedError(
+                    f"{table}: staged versions {audited + 1}..{latest} are not audited yet; "
+                    "run `enrich validate` for the last run before a backfill"
+                )
+
+    def _audit_live_batch(self, table: str, run_id: str, failures: list[str]) -> TableAudit:
+        state = self._state(table)
+        last = state.get("last") or {}
+        silver = self.layout.output(table)
+        stage = self.config.producing_stage(table)
+        audited = int(state["output_version"])
+        if not self.engine.exists(silver):
+            return TableAudit(table, run_id, (audited, audited), NOTHING_NEW)
+        latest = self.engine.snapshot(silver).version
+        if latest == audited and last.get("run_id") == run_id:
+            # A retry of a run whose audit completed: report the same outcome again.
+            return TableAudit(
+                table, run_id, tuple(last["batch"]), last["action"], failures=last["failures"]
+            )
+        consumed = self.store.offset(stage.name).input_version
+        if latest == audited and not failures:
+            return TableAudit(table, run_id, (audited, latest), NOTHING_NEW)
+        staged = self._without_change_columns(
+            self.engine.changes(silver, audited, latest, added_only=True)
+        )
+        input_rows = self.runner.new_rows(
+            self.layout.input_table(self.config, stage.input), int(state["input_version"]), consumed
+        )
+        # Tuples that were still pending at the last audit are accounted for now: emitted
+        # in this batch, published by an earlier one, or still pending.
+        pending_path = self.layout.operator_state(stage.name, "pending")
+        pending_before = state.get("pending_version")
+        waiting = (
+            self.engine.read(pending_path, version=int(pending_before))
+            if pending_before is not None
+            else None
+        )
+        views = {
+            INPUT_VIEW: self._input_view(stage, table, input_rows, waiting),
+            PENDING_VIEW: self._pending_view(stage, table, input_rows),
+            PUBLISHED_VIEW: self._published_view(table, input_rows, waiting),
+        }
+        audit = self._validate_and_publish(
+            table, run_id, staged, (audited, latest), views, failures, where=None
+        )
+        state.update(
+            output_version=latest,
+            input_version=consumed,
+            pending_version=(
+                self.engine.snapshot(pending_path).version
+                if self._is_stateful(stage) and self.engine.exists(pending_path)
+                else None
+            ),
+            last={
+                "run_id": run_id,
+                "batch": list(audit.batch),
+                "action": audit.action,
+                "failures": audit.failures,
+            },
+        )
+        self._save(table, state, audit)
+        return audit
+
+    # ------------------------------------------------------------------ backfills
+
+    def audit_backfill(self, run_id: str, start: datetime, end: datetime) -> list[TableAudit]:
+        """Audit the replaced interval of every output and replace it in the published table."""
+        where = [
+            PartitionFilter(INTERVAL_START, ">=", start),
+            PartitionFilter(INTERVAL_START, "<", end),
+        ]
+        in_interval = (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
+        audits: list[TableAudit] = []
+        quarantined: set[str] = set()
+        for table in self.config.outputs():
+            stage = self.config.producing_stage(table)
+            silver = self.layout.output(table)
+            if not self.engine.exists(silver):
+                continue
+            state = self._state(table)
+            latest = self.engine.snapshot(silver).version
+            staged = self.engine.read(silver, version=latest).where(in_interval)
+            input_table = self.layout.input_table(self.config, stage.input)
+            input_rows = self.runner.stream_rows(stage, self.engine.read(input_table)).where(
+                in_interval
+            )
+            id_type = self._id_type(table, input_rows)
+            views = {
+                INPUT_VIEW: self._input_view(stage, table, input_rows, None),
+                PENDING_VIEW: no_pending(self.spark, id_type),
+                PUBLISHED_VIEW: no_published(self.spark, id_type),
+            }
+            failures = []
+            if stage.input in quarantined:
+                failures.append(f"upstream table {stage.input} was quarantined in this run")
+            audit = self._validate_and_publish(
+                table,
+                run_id,
+                staged,
+                (int(state["output_version"]), latest),
+                views,
+                failures,
+                where,
+            )
+            if audit.action == QUARANTINED:
+                quarantined.add(table)
+            state.update(output_version=latest)
+            self._save(table, state, audit)
+            audits.append(audit)
+        self._raise_for(run_id, audits)
+        return audits
+
+    # ------------------------------------------------------------------ resolution
+
+    def unresolved(self) -> list[dict[str, Any]]:
+        """Quarantined batches nobody has resolved yet, oldest first."""
+        return [
+            {"table": table, **entry}
+            for table in self.config.outputs()
+            for entry in self._state(table)["quarantined"]
+            if not entry.get("resolved")
+        ]
+
+    def resolve(self, table: str, run_id: str, publish: bool) -> int:
+        """Mark a quarantined batch resolved; with ``publish``, publish its rows as they are.
+
+        Returns the number of rows published. Idempotent: the publish commit carries an app
+        transaction of its own per batch.
+        """
+        state = self._state(table)
+        entries = [e for e in state["quarantined"] if e["run_id"] == run_id]
+        if not entries:
+            known = [e["run_id"] for e in state["quarantined"]]
+            raise ConfigError(
+                f"resolve: no quarantined batch of {table!r} from run {run_id!r}; "
+                f"quarantined runs: {known}"
+            )
+        published = 0
+        for entry in entries:
+            if publish and not entry.get("resolved"):
+                batch_to = int(entry["batch"][1])
+                rows = (
+                    self.engine.read(self.layout.quarantined_output(table))
+                    .where((F.col(RUN_ID) == run_id) & (F.col("_batch_to") == batch_to))
+                    .drop(RUN_ID, FAILED_EXPECTATIONS, QUARANTINED_AT, "_batch_to")
+                )
+                outcome = self._publish(
+                    table, rows, AppTransaction(f"release.{table}.{batch_to}", 1)
+                )
+                published += outcome
+            entry["resolved"] = True
+            entry["resolution"] = "published" if publish else "acknowledged"
+        self.store.save_operator_state(f"audit.{table}", state)
+        logger.info("resolved quarantined batch(es) of %s from run %s", table, run_id)
+        return published
+
+    # ------------------------------------------------------------------ internals
+
+    def _validate_and_publish(
+        self,
+        table: str,
+        run_id: str,
+        staged: DataFrame,
+        batch: tuple[int, int],
+        views: dict[str, DataFrame],
+        failures: list[str],
+        where: list[PartitionFilter] | None,
+    ) -> TableAudit:
+        staged = staged.cache()
+        try:
+            rows = staged.count()
+            quality = self.config.quality.get(table)
+            outcomes = self._run_suites(table, run_id, staged, views, quality)
+            failures = failures + [
+                f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures
+            ]
+            warn_only = quality is not None and quality.warn_only
+            if failures:
+                action = WARNED if warn_only else QUARANTINED
+            else:
+                action = PUBLISHED if quality and quality.suites else UNCHECKED
+            audit = TableAudit(table, run_id, batch, action, rows, failures, outcomes)
+            self._write_results(audit)
+            crash_point("audit.before_publish")
+            txn = AppTransaction(f"publish.{table}", batch[1])
+            if action == QUARANTINED:
+                self._quarantine(audit, staged)
+            elif where is not None:
+                path = self.layout.published(table)
+                self.engine.create_table(path, staged.schema, (INTERVAL_START,))
+                self.engine.replace(path, staged, where, txn)
+            elif rows:
+                self._publish(table, staged, txn)
+            crash_point("audit.after_publish")
+        finally:
+            staged.unpersist()
+        log = logger.error if action == QUARANTINED else logger.info
+        log(
+            "audit %s batch v%d..v%d: %d row(s) %s%s",
+            table,
+            batch[0] + 1,
+            batch[1],
+            rows,
+            action,
+            f"; failed: {'; '.join(failures)}" if failures else "",
+        )
+        if action == UNCHECKED:
+            logger.warning("%s has no quality suites configured; published unchecked", table)
+        return audit
+
+    def _run_suites(
+        self,
+        table: str,
+        run_id: str,
+        staged: DataFrame,
+        views: dict[str, DataFrame],
+        quality: QualityConfig | None,
+    ) -> list[SuiteOutcome]:
+        if quality is None or not quality.suites:
+            return []
+        from quality.suites import load_suite
+
+        directory = Path(self.config.expectations_dir)
+        return [
+            self.gate.validate(
+                table, load_suite(directory, name, quality), staged, run_id, views=views
+            )
+            for name in quality.suites
+        ]
+
+    def _publish(self, table: str, rows: DataFrame, txn: AppTransaction) -> int:
+        path = self.layout.published(table)
+        self.engine.create_table(path, rows.schema, (INTERVAL_START,))
+        outcome = self.engine.append(path, rows, txn)
+        return outcome.rows_added
+
+    def _quarantine(self, audit: TableAudit, staged: DataFrame) -> None:
+        rows = (
+            staged.withColumn(RUN_ID, F.lit(audit.run_id))
+            .withColumn("_batch_to", F.lit(audit.batch[1]).cast(T.LongType()))
+            .withColumn(
+                FAILED_EXPECTATIONS,
+                F.array(*[F.lit(f) for f in audit.failures]).cast(
+                    T.ArrayType(T.StringType(), True)
+                ),
+            )
+            .withColumn(QUARANTINED_AT, F.current_timestamp())
+        )
+        path = self.layout.quarantined_output(audit.table)
+        self.engine.create_table(path, rows.schema)
+        self.engine.append(path, rows, AppTransaction(f"quarantine.{audit.table}", audit.batch[1]))
+
+    def _write_results(self, audit: TableAudit) -> None:
+        rows = result_rows(
+            audit.run_id,
+            audit.table,
+            audit.outcomes,
+            audit.batch,
+            audit.action,
+            datetime.now(UTC).replace(tzinfo=None),
+        )
+        if not rows:
+            return
+        path = self.layout.quality_results()
+        self.engine.create_table(path, RESULTS_SCHEMA)
+        self.engine.append(
+            path,
+            self.spark.createDataFrame(rows, RESULTS_SCHEMA),
+            AppTransaction(f"quality.{audit.table}", audit.batch[1]),
+        )
+
+    def _save(self, table: str, state: dict[str, Any], audit: TableAudit) -> None:
+        if audit.action == QUARANTINED:
+            state["quarantined"].append(
+                {
+                    "run_id": audit.run_id,
+                    "batch": list(audit.batch),
+                    "failures": audit.failures,
+                    "resolved": False,
+                }
+            )
+        self.store.save_operator_state(f"audit.{table}", state)
+        failed = sum(len(o.failures) for o in audit.outcomes)
+        self.store.record_metrics(
+            audit.run_id,
+            f"quality.{table}",
+            audit.batch[1],
+            {
+                "rows_published": 0 if audit.action == QUARANTINED else audit.rows,
+                "rows_quarantined": audit.rows if audit.action == QUARANTINED else 0,
+                "expectations_evaluated": sum(len(o.expectations) for o in audit.outcomes),
+                "expectations_failed": failed,
+                "batch_failed": float(bool(audit.failures)),
+            },
+        )
+
+    def _state(self, table: str) -> dict[str, Any]:
+        return self.store.operator_state(f"audit.{table}") or {
+            "output_version": 0,
+            "input_version": 0,
+            "quarantined": [],
+            "last": None,
+        }
+
+    def _input_view(
+        self,
+        stage: EquiStage | ThetaStage,
+        table: str,
+        input_rows: DataFrame,
+        waiting: DataFrame | None,
+    ) -> DataFrame:
+        id_column = self._id_column(table)
+        columns = [id_column]
+        if stage.join != "left" and isinstance(stage, EquiStage):
+            columns += list(stage.join_on)
+        tuples = input_rows.select(*columns)
+        if waiting is not None:
+            tuples = tuples.unionByName(waiting.select(*columns))
+        if stage.join == "left":
+            return input_accounting(tuples, id_column, must_emit_all=True)
+        if isinstance(stage, EquiStage):
+            master = self.engine.read(self.layout.master(self.config, stage.master))
+            return input_accounting(tuples, id_column, False, master, stage.join_on)
+        return input_accounting(tuples, id_column, must_emit_all=False)
+
+    def _published_view(
+        self, table: str, input_rows: DataFrame, waiting: DataFrame | None
+    ) -> DataFrame:
+        """Ids of earlier-published rows of the tuples that were waiting at the last audit."""
+        id_type = self._id_type(table, input_rows)
+        gold = self.layout.published(table)
+        if waiting is None or not self.engine.exists(gold):
+            return no_published(self.spark, id_type)
+        return published_tuples(self.engine.read(gold), waiting, self._id_column(table))
+
+    @staticmethod
+    def _is_stateful(stage: EquiStage | ThetaStage) -> bool:
+        return isinstance(stage, EquiStage) and stage.operator.mode != "baseline"
+
+    def _pending_view(
+        self, stage: EquiStage | ThetaStage, table: str, input_rows: DataFrame
+    ) -> DataFrame:
+        pending_path = self.layout.operator_state(stage.name, "pending")
+        operator_state = self.store.operator_state(stage.name) or {}
+        if (
+            isinstance(stage, EquiStage)
+            and self._is_stateful(stage)
+            and self.engine.exists(pending_path)
+        ):
+            return pending_ages(
+                self.engine.read(pending_path),
+                self._id_column(table),
+                ENTRY_STEP,
+                int(operator_state.get("next_step", 0)),
+                stage.operator.partitions,
+            )
+        return no_pending(self.spark, self._id_type(table, input_rows))
+
+    def _id_column(self, table: str) -> str:
+        return self.config.streams[self.config.root_stream(table)].id_column
+
+    def _id_type(self, table: str, input_rows: DataFrame) -> T.DataType:
+        return input_rows.schema[self._id_column(table)].dataType
+
+    @staticmethod
+    def _without_change_columns(changes: DataFrame) -> DataFrame:
+        return changes.drop(CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp")
+
+    @staticmethod
+    def _raise_for(run_id: str, audits: list[TableAudit]) -> None:
+        failed = [a for a in audits if a.action == QUARANTINED]
+        if failed:
+            raise ValidationFailedError(
+                f"run {run_id}: {len(failed)} output batch(es) failed their quality suites "
+                "and were quarantined, not published: "
+                + " | ".join(f"{a.table} ({a.rows} rows): {'; '.join(a.failures)}" for a in failed)
+            )

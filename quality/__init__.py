@@ -1,0 +1,1 @@
+"""Quality gates: expectation suites, audit views, the GX Checkpoint runner, outcomes."""

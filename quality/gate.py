@@ -1,0 +1,111 @@
+"""Run expectation suites through a Great Expectations Checkpoint.
+
+One file-backed GX project per warehouse (``<root>/_quality/gx``): suites, validation
+definitions and checkpoints are saved there, every run's validation results go to GX's
+validation-results store, and the Checkpoint's ``UpdateDataDocsAction`` refreshes the Data
+Docs site (``gx/uncommitted/data_docs/local_site/index.html``).
+
+Each output table is a Spark dataframe asset; the staged batch is handed over as the
+``dataframe`` batch parameter, so GX validates exactly the rows that would be published.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame
+
+from quality.results import SuiteOutcome, outcome_from_gx
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+logger = logging.getLogger(__name__)
+
+DATASOURCE = "pipeline"
+BATCH_DEFINITION = "staged_batch"
+
+
+class QualityGate:
+    """A GX file context rooted at ``project_dir``; created once per process and reused."""
+
+    def __init__(self, project_dir: str | Path) -> None:
+        # No usage statistics leave this machine (and the network is closed anyway).
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        import great_expectations as gx
+
+        self._gx = gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self._context = gx.get_context(mode="file", project_root_dir=str(project_dir))
+        # Task logs get one line per validation from us, not a progress bar per metric.
+        self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
+
+    def docs_index(self) -> Path | None:
+        for site in self._context.get_docs_sites_urls():
+            url = site.get("site_url") or ""
+            if url.startswith("file://"):
+                return Path(url.removeprefix("file://"))
+        return None
+
+    def validate(
+        self,
+        table: str,
+        suite: ExpectationSuite,
+        batch: DataFrame,
+        run_name: str,
+        views: Mapping[str, DataFrame] | None = None,
+    ) -> SuiteOutcome:
+        """Validate ``batch`` against ``suite`` with a Checkpoint; Data Docs are refreshed.
+
+        ``views`` are registered as Spark temp views first, for the suite's SQL
+        expectations (``unexpected_rows_expectation`` queries) to join against.
+        """
+        from great_expectations.checkpoint import UpdateDataDocsAction
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        for name, frame in (views or {}).items():
+            frame.createOrReplaceTempView(name)
+        batch_definition = self._batch_definition(table)
+        saved_suite = self._context.suites.add_or_update(suite)
+        definition = self._context.validation_definitions.add_or_update(
+            self._gx.ValidationDefinition(
+                name=f"{table}:{suite.name}", data=batch_definition, suite=saved_suite
+            )
+        )
+        checkpoint = self._context.checkpoints.add_or_update(
+            self._gx.Checkpoint(
+                name=f"{table}:{suite.name}",
+                validation_definitions=[definition],
+                actions=[UpdateDataDocsAction(name="update_data_docs")],
+                result_format={"result_format": "SUMMARY"},
+            )
+        )
+        logger.info("validating %s against suite %s (run %s)", table, suite.name, run_name)
+        result = checkpoint.run(
+            batch_parameters={"dataframe": batch},
+            run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
+        )
+        outcomes = [
+            outcome_from_gx(suite.name, validation.results)
+            for validation in result.run_results.values()
+        ]
+        return SuiteOutcome(
+            suite.name, tuple(e for outcome in outcomes for e in outcome.expectations)
+        )
+
+    def _batch_definition(self, table: str) -> Any:
+        try:
+            asset = self._datasource.get_asset(table)
+        except LookupError:
+            asset = self._datasource.add_dataframe_asset(name=table)
+        try:
+            return asset.get_batch_definition(BATCH_DEFINITION)
+        except KeyError:
+            return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)

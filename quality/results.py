@@ -1,0 +1,138 @@
+"""What a suite validation found, independent of Great Expectations' own result classes.
+
+The audit decides publish / quarantine from :class:`SuiteOutcome`, error messages name the
+failed expectations with their counts, and :func:`result_rows` flattens outcomes into the
+rows of the ``_quality/results`` Delta table (one row per expectation per validation).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import types as T
+
+RESULTS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("table", T.StringType(), False),
+        T.StructField("suite", T.StringType(), False),
+        T.StructField("batch_from_version", T.LongType(), False),
+        T.StructField("batch_to_version", T.LongType(), False),
+        T.StructField("expectation", T.StringType(), False),
+        T.StructField("column", T.StringType(), True),
+        T.StructField("description", T.StringType(), True),
+        T.StructField("success", T.BooleanType(), False),
+        T.StructField("observed_value", T.StringType(), True),
+        T.StructField("unexpected_count", T.LongType(), True),
+        T.StructField("element_count", T.LongType(), True),
+        T.StructField("action", T.StringType(), False),
+        T.StructField("validated_at", T.TimestampType(), False),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ExpectationOutcome:
+    expectation: str
+    column: str | None
+    success: bool
+    description: str | None = None
+    observed: str | None = None
+    unexpected_count: int | None = None
+    element_count: int | None = None
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        name = f"{self.expectation}({self.column})" if self.column else self.expectation
+        return f"{name} [{self.description}]" if self.description else name
+
+    def describe(self) -> str:
+        if self.error:
+            return f"{self.label}: raised {self.error}"
+        if self.unexpected_count is not None and self.element_count is not None:
+            return f"{self.label}: {self.unexpected_count} of {self.element_count} row(s) failed"
+        if self.unexpected_count is not None:
+            return f"{self.label}: {self.unexpected_count} unexpected row(s)"
+        return f"{self.label}: observed {self.observed}"
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    suite: str
+    expectations: tuple[ExpectationOutcome, ...]
+
+    @property
+    def success(self) -> bool:
+        return all(e.success for e in self.expectations)
+
+    @property
+    def failures(self) -> tuple[ExpectationOutcome, ...]:
+        return tuple(e for e in self.expectations if not e.success)
+
+
+def outcome_from_gx(suite: str, results: Iterable[Any]) -> SuiteOutcome:
+    """Read a GX ``ExpectationSuiteValidationResult.results`` list."""
+    outcomes = []
+    for result in results:
+        config = result.expectation_config
+        kwargs = config.kwargs
+        column = kwargs.get("column") or ",".join(kwargs.get("column_list") or ()) or None
+        description = getattr(config, "description", None) or kwargs.get("description")
+        details: Mapping[str, Any] = result.result or {}
+        observed = details.get("observed_value")
+        unexpected = details.get("unexpected_count")
+        if unexpected is None and config.type == "unexpected_rows_expectation":
+            # Its observed value is the number of rows the query returned.
+            unexpected = observed
+        error = None
+        info = result.exception_info or {}
+        if info.get("raised_exception"):
+            error = str(info.get("exception_message"))
+        outcomes.append(
+            ExpectationOutcome(
+                expectation=config.type,
+                column=column,
+                success=bool(result.success),
+                description=description,
+                observed=None if observed is None else json.dumps(observed, default=str),
+                unexpected_count=None if unexpected is None else int(unexpected),
+                element_count=details.get("element_count"),
+                error=error,
+            )
+        )
+    return SuiteOutcome(suite, tuple(outcomes))
+
+
+def result_rows(
+    run_id: str,
+    table: str,
+    outcomes: Iterable[SuiteOutcome],
+    batch: tuple[int, int],
+    action: str,
+    validated_at: datetime,
+) -> list[tuple[Any, ...]]:
+    return [
+        (
+            run_id,
+            table,
+            outcome.suite,
+            batch[0],
+            batch[1],
+            e.expectation,
+            e.column,
+            e.description,
+            e.success,
+            e.observed if e.error is None else f"error: {e.error}",
+            e.unexpected_count,
+            e.element_count,
+            action,
+            validated_at,
+        )
+        for outcome in outcomes
+        for e in outcome.expectations
+    ]

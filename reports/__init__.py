@@ -1,0 +1,1 @@
+"""Run reports: per-run series from the state store, rendered as one HTML file with plots."""

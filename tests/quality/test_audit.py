@@ -1,0 +1,158 @@
+"""Write, audit, publish: defects are caught and quarantined; clean batches publish once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from common.errors import ValidationFailedError
+from common.faults import CRASH_ENV_VAR
+from pipeline.audit import FAILED_EXPECTATIONS, RUN_ID
+from tests.conftest import REPO_ROOT
+from tests.helpers import assert_same_multiset, row_multiset
+from tests.joins.ssbj_harness import SsbjHarness
+from tests.quality.audit_harness import (
+    FIRST_BATCH,
+    SECOND_BATCH,
+    arrive_and_run,
+    copy_pipeline,
+    defect_in,
+    drop_tuple,
+    duplicate_a_match,
+    null_key,
+    out_of_range_price,
+    published_rows,
+    quality_harness,
+    quarantined_second_batch,
+    staged_rows,
+    stale_entry,
+    validate,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def failing_results(h: SsbjHarness, run_id: str) -> list[str]:
+    results = DeltaTable(h.layout.quality_results()).to_pyarrow_table().to_pylist()
+    return [
+        f"{r['expectation']}({r['column']}) [{r['description']}]"
+        for r in results
+        if r["run_id"] == run_id and not r["success"]
+    ]
+
+
+DEFECTS: dict[str, tuple[str, Callable[[DataFrame], DataFrame], str]] = {
+    "duplicate match": ("out", duplicate_a_match, "expect_compound_columns_to_be_unique"),
+    # Tuple 13 has no master row: a left join must emit it unmatched.
+    "dropped tuple": ("out", drop_tuple(13), "row conservation: a tuple vanished"),
+    "null key": ("out", null_key(11), "expect_column_values_to_not_be_null(id)"),
+    "out-of-range value": ("out", out_of_range_price, "expect_column_values_to_be_between(price)"),
+    "stale pending tuple": ("pending", stale_entry, "freshness: a tuple waited too long"),
+}
+
+
+@pytest.mark.parametrize("defect", list(DEFECTS))
+def test_defect_is_caught_quarantined_and_reported(
+    spark: SparkSession, tmp_path: Path, base: Path, defect: str
+) -> None:
+    copy_pipeline(base, tmp_path)
+    h = quality_harness(spark, tmp_path)
+    published_before = published_rows(h)
+    assert published_before, "the clean first batch was published"
+    table, inject, expected = DEFECTS[defect]
+    path = h.layout.output("out") if table == "out" else h.paths_of("pending")
+    h.arrive(SECOND_BATCH)
+    with defect_in(h, path, inject):
+        h.run("r2")
+
+    with pytest.raises(ValidationFailedError, match=r"out \(\d+ rows\)") as failure:
+        validate(h, "r2")
+    assert expected in str(failure.value)
+
+    # The published table is unchanged; the batch sits in quarantine with the failures.
+    assert_same_multiset(published_rows(h), published_before)
+    quarantined = h.engine.read(h.layout.quarantined_output("out")).collect()
+    assert quarantined and {r[RUN_ID] for r in quarantined} == {"r2"}
+    assert any(expected in f for f in quarantined[0][FAILED_EXPECTATIONS])
+    staged_batch = row_multiset(staged_rows(h)) - row_multiset(published_before)
+    assert len(quarantined) == sum(staged_batch.values())
+    # Reported: the results table and the run metrics say so.
+    assert any(expected in f for f in failing_results(h, "r2"))
+    assert [u["run_id"] for u in h.context.auditor.unresolved()] == ["r2"]
+    failed = [m for m in h.store.metrics("r2") if m.name == "batch_failed"]
+    assert [m.value for m in failed] == [1.0]
+
+    # A retry of the same run fails the same way and still publishes nothing.
+    with pytest.raises(ValidationFailedError):
+        validate(h, "r2")
+    assert_same_multiset(published_rows(h), published_before)
+
+
+def test_resolving_a_quarantined_batch_publishes_it_once(
+    spark: SparkSession, tmp_path: Path, base: Path
+) -> None:
+    h = quarantined_second_batch(spark, base, tmp_path)
+    with pytest.raises(ValidationFailedError):
+        validate(h, "r2")
+    assert h.context.auditor.resolve("out", "r2", publish=True) > 0
+    assert h.context.auditor.resolve("out", "r2", publish=True) == 0
+    assert h.context.auditor.unresolved() == []
+    assert_same_multiset(published_rows(h), staged_rows(h))
+
+
+def test_warn_only_suite_publishes_and_records_the_failure(
+    spark: SparkSession, tmp_path: Path, base: Path
+) -> None:
+    h = quarantined_second_batch(spark, base, tmp_path, warn_only=True)
+    assert validate(h, "r2") == 0
+    assert_same_multiset(published_rows(h), staged_rows(h))
+    assert any("be_between(price)" in f for f in failing_results(h, "r2"))
+
+
+def test_clean_runs_publish_everything_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
+    # One step per run with k = 2: tuples stay pending across runs and audits.
+    h = quality_harness(spark, tmp_path, steps=1)
+    for run, batch in enumerate([FIRST_BATCH, SECOND_BATCH, [(21, 4), (22, 77), (23, 1)]]):
+        arrive_and_run(h, batch, f"r{run}")
+        assert validate(h, f"r{run}") == 0
+    h.drain()
+    assert validate(h, "drain") == 0
+    assert validate(h, "drain") == 0  # a retry publishes nothing more
+    assert_same_multiset(published_rows(h), staged_rows(h))
+    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
+    assert_same_multiset(
+        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
+    )
+    assert h.context.auditor.unresolved() == []
+
+
+@pytest.mark.parametrize("crash_at", ["audit.before_publish", "audit.after_publish"])
+def test_crash_between_validation_and_publish_publishes_once(
+    spark: SparkSession, tmp_path: Path, crash_at: str
+) -> None:
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.quality.audit_harness", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env={**os.environ, CRASH_ENV_VAR: crash_at},
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+
+    h = quality_harness(spark, tmp_path)
+    assert validate(h, "r1") == 0
+    assert validate(h, "r1") == 0
+    assert_same_multiset(published_rows(h), staged_rows(h))
+    appends = [
+        c for c in DeltaTable(h.layout.published("out")).history() if c["operation"] == "WRITE"
+    ]
+    assert len(appends) == 1, appends
