@@ -204,7 +204,11 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
     custkey = np.asarray(orders.column("o_custkey").to_numpy())
     rng = np.random.default_rng(5)
     built = []
-    wanted = [(20_000, 200_000)] if args.quick else [(20_000, 200_000), (200_000, 1_500_000)]
+    wanted = (
+        [(20_000, 200_000)]
+        if args.quick
+        else [(20_000, 200_000), (200_000, 1_500_000), (1_000_000, 1_000_000)]
+    )
     sizes = [(min(s, len(price)), min(r, len(price))) for s, r in wanted]
     for s_rows, r_rows in sizes:
         r_index = rng.choice(len(price), size=r_rows, replace=False)
