@@ -20,8 +20,9 @@ pytestmark = pytest.mark.slow
 
 # k = 2: steps 0-1 incrementing, 2-3 switching (marked values written at step 2),
 # 4-5 phase-out (cache written at step 4), 6 incrementing.
+# ssbj.after_pending (only the H_S chunk landed) is left out to keep CI under 20 minutes:
+# its rerun skips the same kind of app-transaction write the points below cover.
 CRASH_POINTS = [
-    "ssbj.after_pending:2",  # step 1: the new H_S chunk landed, nothing else
     "ssbj.after_output:3",  # step 2: output landed, stats/marked not yet
     "ssbj.after_stats:4",  # step 3: counters and switching buffer landed, expiry not yet
     "ssbj.after_cache:5",  # step 4: cache overwritten, expiry not yet
