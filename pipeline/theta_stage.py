@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from joins.adsp import TASK, join_routed, key_spec, numeric, route
+from joins.adsp import TASK, flag_matches, join_routed, key_spec, numeric, route
 from joins.adsp_adapt import (
     HIGH_WATER,
     LOW_WATER,
@@ -64,8 +64,6 @@ class LayoutReport:
     tasks: int
     layout_rows_written: int = 0
     migrated_bytes: float = 0.0
-    migrated_fraction: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -120,8 +118,6 @@ class AdspLayoutStage:
         )
         master_schema = layout.drop(TASK).schema
         matched = join_routed(routed_stream, layout, self.predicate, stream.schema, master_schema)
-        from joins.adsp import flag_matches
-
         return flag_matches(stream, matched, master_schema, row_id), report
 
     # ------------------------------------------------------------------ decisions
@@ -262,7 +258,6 @@ class AdspLayoutStage:
             new.tasks,
             outcome.rows_added,
             migrated_bytes=moved * r_total,
-            migrated_fraction=moved,
         )
         migration = {
             "run_id": run_id,

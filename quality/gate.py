@@ -47,13 +47,6 @@ class QualityGate:
         self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
 
-    def docs_index(self) -> Path | None:
-        for site in self._context.get_docs_sites_urls():
-            url = site.get("site_url") or ""
-            if url.startswith("file://"):
-                return Path(url.removeprefix("file://"))
-        return None
-
     def validate(
         self,
         table: str,
