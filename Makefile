@@ -14,9 +14,25 @@ DOCS_ASSETS := var/docs-assets
 DOCS_NPM    := jquery@3.7.1 popper.js@1.12.9 bootstrap@4.3.1 bootstrap-table@1.19.1 \
                bootstrap-datepicker@1.9.0 @fortawesome/fontawesome-free@6.6.0
 
-.PHONY: setup browser-deps demo test lint typecheck unit bench clean
+# The state-store tests also run on a real PostgreSQL server that the tests start themselves
+# (initdb + pg_ctl on loopback, see tests/postgres.py): Debian's postgresql package provides
+# the server binaries under /usr/lib/postgresql/<version>/bin.
+PG_INITDB   := /usr/lib/postgresql/*/bin/initdb
 
-setup: $(STAMP)
+# The native Delta engine needs delta-spark's JVM side on spark.jars. These coordinates are
+# the only place its version is pinned: the Spark-4.1 / Scala-2.13 build of delta-spark
+# (pyspark 4.1.3) and its delta-storage. Maven Central has no 4.4.1 jars: the PyPI
+# delta-spark 4.4.1 pinned in requirements.lock is a Python-only release whose sources equal
+# 4.4.0's but for version.py, so its JVM side is 4.4.0. `mvn dependency:copy` fetches them
+# once into var/jars, which warehouse/spark.py puts on spark.jars; nothing downloads at run
+# time. Spark's own jars already provide every other compile dependency that delta-spark's
+# table reads and writes load (scala-library, jackson, parquet, hadoop client).
+DELTA_JARS_DIR := var/jars
+DELTA_JARS     := io.delta:delta-spark_4.1_2.13:4.4.0 io.delta:delta-storage:4.4.0
+
+.PHONY: setup jars browser-deps postgres-deps demo test lint typecheck unit bench clean
+
+setup: $(STAMP) jars
 
 $(STAMP): pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (expected Python 3.11)"; exit 2; }
@@ -27,11 +43,33 @@ $(STAMP): pyproject.toml requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $(STAMP)
 
+jars: $(DELTA_JARS_DIR)/.fetched
+
+# Re-fetched when the Makefile (the coordinates) changes; a fresh folder each time, so jars
+# of a previous version never stay on the classpath beside the new ones.
+$(DELTA_JARS_DIR)/.fetched: Makefile
+	@command -v mvn >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
+	rm -rf $(DELTA_JARS_DIR).tmp && mkdir -p $(DELTA_JARS_DIR).tmp
+	for artifact in $(DELTA_JARS); do \
+		mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
+			-Dartifact=$$artifact -DoutputDirectory=$(DELTA_JARS_DIR).tmp || exit 2; \
+	done
+	echo "$(DELTA_JARS)" > $(DELTA_JARS_DIR).tmp/.fetched
+	rm -rf $(DELTA_JARS_DIR) && mv $(DELTA_JARS_DIR).tmp $(DELTA_JARS_DIR)
+
 browser-deps: $(CHROMIUM) $(DOCS_ASSETS)/.fetched
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
+
+postgres-deps:
+	@ls $(PG_INITDB) >/dev/null 2>&1 || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+	@ls $(PG_INITDB) >/dev/null 2>&1 || { echo "error: no $(PG_INITDB) after installing postgresql"; exit 2; }
 
 $(DOCS_ASSETS)/.fetched:
 	@command -v npm >/dev/null || { echo "error: npm not found (needed to fetch Data Docs assets)"; exit 2; }
@@ -51,7 +89,7 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-unit: setup browser-deps
+unit: setup browser-deps postgres-deps
 	$(PY) -m pytest -q
 
 test: lint typecheck unit

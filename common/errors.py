@@ -48,12 +48,33 @@ class CommitError(DeltaTableError):
     """A commit failed and did not land (conflict, storage error)."""
 
 
+class ConcurrentModificationError(CommitError):
+    """A concurrent commit changed what a replace, overwrite or delete was computed from.
+
+    Nothing was committed; rerunning the operation against the new table version is safe.
+    """
+
+
 class NotAppendOnlyError(DeltaTableError):
     """Changes between versions were asked of a table that rewrote files and has no CDF."""
 
 
 class StateStoreError(EnrichmentError):
     """The pipeline state store is unreachable or holds contradictory data."""
+
+
+class DuplicateRecordError(StateStoreError):
+    """A row was to be added to the state store under a key that is already recorded."""
+
+
+class LeaseHeldError(StateStoreError):
+    """Another run holds the pipeline's lease, and it was not freed within the wait."""
+
+    exit_code = 5
+
+
+class LeaseLostError(StateStoreError):
+    """This run's lease was taken over by another run; it must stop writing."""
 
 
 class IngestionError(EnrichmentError):
@@ -68,8 +89,25 @@ class SchemaDriftError(IngestionError):
     """A landing file's columns do not match the stream's declared schema."""
 
 
+class RefusedFileError(IngestionError):
+    """A landing-zone entry is not a regular file inside the landing directory (a symlink,
+    a FIFO or device, or a path that resolves elsewhere), so it is never read."""
+
+
+class UnreadableFileError(IngestionError):
+    """A landing file cannot be read as its declared format (empty, truncated, corrupt)."""
+
+
+class LedgerOrderError(IngestionError):
+    """A landing file can no longer commit under its ledger id: a later id already has."""
+
+
 class JoinError(EnrichmentError):
     """A join operator was given inputs or parameters it cannot honour."""
+
+
+class BackfillIncompleteError(EnrichmentError):
+    """A backfill started and did not finish; publishing waits until it is rerun."""
 
 
 class ValidationFailedError(EnrichmentError):

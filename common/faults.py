@@ -20,6 +20,11 @@ CRASH_ENV_VAR = "ENRICH_CRASH_AT"
 _hits: dict[str, int] = {}
 
 
+def reset_crash_counts() -> None:
+    """Forget how often each point was reached (a long-lived process arming a new crash)."""
+    _hits.clear()
+
+
 def crash_point(name: str) -> None:
     """Kill this process with SIGKILL if ``ENRICH_CRASH_AT`` names this point."""
     wanted = os.environ.get(CRASH_ENV_VAR)

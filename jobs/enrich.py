@@ -12,9 +12,15 @@
     enrich [--config FILE] resolve TABLE --run-id R [--publish]
     enrich [--config FILE] demo-data [--scale S --intervals N --zipf Z]
     enrich [--config FILE] generate-dag --out FILE   (and quality_report_<name>.py beside it)
+    enrich [--config FILE] maintain [--retention-hours H]   vacuum every table, keeping
+                                                  the versions the pipeline pins
+
+Every command that writes holds the pipeline's lease while it runs (one writer at a time);
+``--wait SECONDS`` waits that long for another run's lease.
 
 Exit codes: 0 done; 1 pipeline error; 2 bad configuration or arguments; 3 a quality gate
-failed; 4 done, but some landing files were rejected or changed (they stay in place).
+failed; 4 done, but some landing files were rejected or changed (they stay in place);
+5 another run holds the pipeline lease.
 """
 
 from __future__ import annotations
@@ -27,8 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.errors import ConfigError, EnrichmentError, ValidationFailedError
+
+if TYPE_CHECKING:
+    from pipeline.context import PipelineContext
 
 logger = logging.getLogger("enrich")
 
@@ -43,7 +53,8 @@ PACKAGE_LOGGERS = (
     "quality",
     "reports",
 )
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL, EXIT_BUSY = 0, 1, 2, 3, 4, 5
+READ_ONLY_COMMANDS = ("status", "report")
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ class JobArgs:
     out: Path | None
     fail_on_unresolved: bool = False
     publish: bool = False
+    retention_hours: float | None = None
+    wait_seconds: float = 0.0
 
 
 def _timestamp(text: str) -> datetime:
@@ -77,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="enrich", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG))
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for another run's pipeline lease before exiting 5 (default 0)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for name in ("ingest", "run", "validate", "drain", "status", "report"):
         sub = commands.add_parser(name)
@@ -114,11 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--start", type=_timestamp, default=None, help="first interval start")
     generate = commands.add_parser("generate-dag")
     generate.add_argument("--out", type=Path, required=True)
+    maintain = commands.add_parser(
+        "maintain", help="vacuum every Delta table of the pipeline, keeping pinned versions"
+    )
+    maintain.add_argument("--run-id", default=None)
+    maintain.add_argument(
+        "--retention-hours",
+        type=float,
+        default=None,
+        help="override warehouse.vacuum_retention_hours for this run",
+    )
     return parser
 
 
 def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
     ns = build_parser().parse_args(list(argv))
+    if ns.wait < 0:
+        raise ConfigError(f"--wait must be >= 0 seconds, got {ns.wait}")
     if ns.command == "backfill" and ns.start >= ns.end:
         raise ConfigError(f"backfill: --start {ns.start} must be before --end {ns.end}")
     run_id = getattr(ns, "run_id", None) or f"{ns.command}__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
@@ -136,6 +168,8 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         out=getattr(ns, "out", None),
         fail_on_unresolved=getattr(ns, "fail_on_unresolved", False),
         publish=getattr(ns, "publish", False),
+        retention_hours=getattr(ns, "retention_hours", None),
+        wait_seconds=ns.wait,
     )
     return args, ns.log_level
 
@@ -148,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     # Inside Airflow the root logger is already configured and must stay so (task logs).
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from common.secrets import install_secret_filter
+
+    install_secret_filter(logging.getLogger().handlers)  # URL passwords, ${VAR} secrets
     for name in PACKAGE_LOGGERS:
         logging.getLogger(name).setLevel(level.upper())
     try:
@@ -166,7 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: JobArgs) -> int:
     from pipeline.config import load_config
 
-    config = load_config(args.config)
+    config = load_config(
+        args.config,
+        None
+        if args.retention_hours is None
+        else {"warehouse.vacuum_retention_hours": args.retention_hours},
+    )
     if args.command == "generate-dag":
         from pipeline.dag_generator import write_dag
 
@@ -178,37 +220,46 @@ def _dispatch(args: JobArgs) -> int:
     from pipeline.context import open_pipeline
 
     with open_pipeline(config) as pipeline:
-        if args.command == "demo-data":
-            from pipeline.demo_setup import prepare_demo
+        if args.command in READ_ONLY_COMMANDS:
+            return _dispatch_read_only(pipeline, args)
+        with pipeline.exclusive(f"{args.command} {args.run_id}", args.wait_seconds):
+            return _dispatch_writer(pipeline, args)
 
-            prepare_demo(pipeline, args.scale, args.intervals, args.zipf, args.start)
-            return EXIT_OK
-        if args.command == "status":
-            status = pipeline.runner.status()
-            print(
-                json.dumps(status, indent=2, default=str)
-                if args.as_json
-                else _format_status(status)
-            )
-            return EXIT_OK
-        if args.command == "report":
-            from pipeline.run_report import write_run_report
 
-            report = write_run_report(pipeline, args.start, args.end, args.out)
-            print(f"report: {report.path} ({report.runs} run(s))")
-            if args.fail_on_unresolved and report.unresolved:
-                raise ValidationFailedError(
-                    f"{len(report.unresolved)} unresolved quarantined batch(es) in the range: "
-                    + "; ".join(f"{u['table']} from run {u['run_id']}" for u in report.unresolved)
-                    + " (close them with `enrich resolve TABLE --run-id R [--publish]`)"
-                )
-            return EXIT_OK
-        if args.command == "resolve":
-            assert args.stage is not None
-            published = pipeline.auditor.resolve(args.stage, args.run_id, args.publish)
-            print(f"resolved {args.stage} of run {args.run_id}; {published} row(s) published")
-            return EXIT_OK
-        return pipeline.execute(args.command, args.run_id, args.start, args.end, args.stage)
+def _dispatch_read_only(pipeline: PipelineContext, args: JobArgs) -> int:
+    """Commands that only read: they never wait for, or take, the pipeline lease."""
+    if args.command == "status":
+        status = pipeline.runner.status()
+        print(json.dumps(status, indent=2, default=str) if args.as_json else _format_status(status))
+        return EXIT_OK
+    from pipeline.run_report import write_run_report
+
+    report = write_run_report(pipeline, args.start, args.end, args.out)
+    print(f"report: {report.path} ({report.runs} run(s))")
+    if args.fail_on_unresolved and report.unresolved:
+        raise ValidationFailedError(
+            f"{len(report.unresolved)} unresolved quarantined batch(es) in the range: "
+            + "; ".join(f"{u['table']} from run {u['run_id']}" for u in report.unresolved)
+            + " (close them with `enrich resolve TABLE --run-id R [--publish]`)"
+        )
+    return EXIT_OK
+
+
+def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
+    """Commands that write; the caller holds the pipeline lease."""
+    if args.command == "demo-data":
+        from pipeline.demo_setup import prepare_demo
+
+        prepare_demo(pipeline, args.scale, args.intervals, args.zipf, args.start)
+        return EXIT_OK
+    if args.command == "resolve":
+        assert args.stage is not None
+        published = pipeline.auditor.resolve(args.stage, args.run_id, args.publish)
+        print(f"resolved {args.stage} of run {args.run_id}; {published} row(s) published")
+        return EXIT_OK
+    if args.command == "maintain":
+        return pipeline.execute(args.command, args.run_id, echo=print)
+    return pipeline.execute(args.command, args.run_id, args.start, args.end, args.stage)
 
 
 def _format_status(status: dict[str, object]) -> str:

@@ -15,11 +15,25 @@ stage order, the audit of a run:
    quarantined too;
 5. records ``b`` as audited.
 
-Publishing is one Delta commit carrying the app transaction ``(publish.<table>, b)``: a
-retry after a crash anywhere in 2–5 validates the same batch again and the publish commit
-is skipped if it already landed, so every batch is published at most once and, once the
-audit completes, exactly once. A failed audit raises :class:`ValidationFailedError` naming
-the failed expectations and their counts; retrying the same run raises it again.
+Publishing is one Delta commit carrying the app transaction ``(publish.<table>, b)``.
+Between the decision and that commit the audit writes its **intent** to the state store:
+the batch bounds, the decision (publish or quarantine, with the failures) and the audit
+state it will record. Whatever runs next for the table (a retry of the same run, the next
+interval's validate, or a backfill) first finishes an open intent: it re-reads exactly the
+batch ``(a, b]``, repeats the commit (skipped by the app transaction if it landed) and
+records the state. So a batch is published at most once even when new rows were staged
+after a crash, and exactly once when the audit completes. A failed audit raises
+:class:`ValidationFailedError` naming the failed expectations and their counts; retrying
+the same run raises it again.
+
+Backfills beside live runs: a backfill first records that it is running, then replaces
+the interval in ``silver`` (its commits tagged as a backfill's) and ``gold``. A live batch
+is the rows of files added in ``(a, b]`` that are still live at ``b``, minus the files
+backfill commits added (:func:`warehouse.delta.api.live_rows_added`): rows a backfill
+replaced are never published twice, and rows a backfill published are not published again
+as part of a live batch. While a
+backfill is recorded as running (it died), live publishes of the tables it touches wait
+with a clear error until the backfill is rerun to completion.
 """
 
 from __future__ import annotations
@@ -34,11 +48,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from common.errors import ConfigError, ValidationFailedError
+from common.errors import BackfillIncompleteError, ConfigError, ValidationFailedError
 from common.faults import crash_point
 from joins.columns import INTERVAL_START
 from joins.ssbj import ENTRY_STEP
 from pipeline.config import EquiStage, QualityConfig, ThetaStage
+from pipeline.pins import audit_holder, audit_pins
 from pipeline.runner import PipelineRunner
 from quality.audit_views import (
     INPUT_VIEW,
@@ -52,7 +67,8 @@ from quality.audit_views import (
 )
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, PartitionFilter
-from warehouse.delta.embedded import CHANGE_TYPE, COMMIT_VERSION
+from warehouse.delta.api import live_rows_added
+from warehouse.delta.embedded import COMMIT_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -117,42 +133,35 @@ class AuditPublisher:
         self._raise_for(run_id, audits)
         return audits
 
-    def require_audited(self) -> None:
-        """Refuse to start a backfill while a live batch waits for its audit."""
-        for table in self.config.outputs():
-            silver = self.layout.output(table)
-            if not self.engine.exists(silver):
-                continue
-            audited = self._state(table)["output_version"]
-            latest = self.engine.snapshot(silver).version
-            if audited < latest:
-                raise ValidationFailedError(
-                    f"{table}: staged versions {audited + 1}..{latest} are not audited yet; "
-                    "run `enrich validate` for the last run before a backfill"
-                )
-
     def _audit_live_batch(self, table: str, run_id: str, failures: list[str]) -> TableAudit:
-        state = self._state(table)
-        last = state.get("last") or {}
         silver = self.layout.output(table)
         stage = self.config.producing_stage(table)
+        state = self._state(table)
+        self._require_no_backfill_running(table, state)
+        finished = self._finish_intent(table, state)
         audited = int(state["output_version"])
         if not self.engine.exists(silver):
             return TableAudit(table, run_id, (audited, audited), NOTHING_NEW)
         latest = self.engine.snapshot(silver).version
+        last = state.get("last") or {}
         if latest == audited and last.get("run_id") == run_id:
             # A retry of a run whose audit completed: report the same outcome again.
+            if finished is not None:
+                return finished
             return TableAudit(
                 table, run_id, tuple(last["batch"]), last["action"], failures=last["failures"]
             )
         consumed = self.store.offset(stage.name).input_version
         if latest == audited and not failures:
             return TableAudit(table, run_id, (audited, latest), NOTHING_NEW)
-        staged = self._without_change_columns(
-            self.engine.changes(silver, audited, latest, added_only=True)
-        )
-        input_rows = self.runner.new_rows(
-            self.layout.input_table(self.config, stage.input), int(state["input_version"]), consumed
+        staged = self._live_batch(silver, audited, latest)
+        input_rows = self.runner.stream_rows(
+            stage,
+            self.runner.new_rows(
+                self.layout.input_table(self.config, stage.input),
+                int(state["input_version"]),
+                consumed,
+            ),
         )
         # Tuples that were still pending at the last audit are accounted for now: emitted
         # in this batch, published by an earlier one, or still pending.
@@ -168,44 +177,61 @@ class AuditPublisher:
             PENDING_VIEW: self._pending_view(stage, table, input_rows),
             PUBLISHED_VIEW: self._published_view(table, input_rows, waiting),
         }
-        audit = self._validate_and_publish(
-            table, run_id, staged, (audited, latest), views, failures, where=None
+        pending_now = (
+            self.engine.snapshot(pending_path).version
+            if self._is_stateful(stage) and self.engine.exists(pending_path)
+            else None
         )
-        state.update(
-            output_version=latest,
-            input_version=consumed,
-            pending_version=(
-                self.engine.snapshot(pending_path).version
-                if self._is_stateful(stage) and self.engine.exists(pending_path)
-                else None
-            ),
-            last={
-                "run_id": run_id,
-                "batch": list(audit.batch),
-                "action": audit.action,
-                "failures": audit.failures,
-            },
+        return self._decide_and_commit(
+            table,
+            run_id,
+            staged,
+            (audited, latest),
+            views,
+            failures,
+            state,
+            record={"input_version": consumed, "pending_version": pending_now},
         )
-        self._save(table, state, audit)
-        return audit
+
+    def _live_batch(self, silver: str, audited: int, latest: int) -> DataFrame:
+        """Rows of files added in (audited, latest] still live at latest, minus backfills'."""
+        return live_rows_added(self.engine, silver, audited, latest).drop(COMMIT_VERSION)
 
     # ------------------------------------------------------------------ backfills
 
+    def begin_backfill(self, run_id: str, start: datetime, end: datetime) -> None:
+        """Record that a backfill of [start, end) is running, before it writes anything.
+
+        Until :meth:`audit_backfill` completes, live audits of the outputs refuse to
+        publish: the interval in ``silver`` may already be replaced while ``gold`` is not.
+        An open live intent is finished first, so the backfill starts from a clean state.
+        """
+        for table in self.config.outputs():
+            state = self._state(table)
+            self._finish_intent(table, state)
+            state["backfill_running"] = {
+                "run_id": run_id,
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+            }
+            self._save_state(table, state)
+
     def audit_backfill(self, run_id: str, start: datetime, end: datetime) -> list[TableAudit]:
         """Audit the replaced interval of every output and replace it in the published table."""
-        where = [
-            PartitionFilter(INTERVAL_START, ">=", start),
-            PartitionFilter(INTERVAL_START, "<", end),
-        ]
         in_interval = (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
         audits: list[TableAudit] = []
         quarantined: set[str] = set()
         for table in self.config.outputs():
             stage = self.config.producing_stage(table)
             silver = self.layout.output(table)
-            if not self.engine.exists(silver):
-                continue
             state = self._state(table)
+            self._finish_intent(table, state)
+            if not self.engine.exists(silver):
+                state.pop("backfill_running", None)
+                self._save_state(table, state)
+                continue
+            # The backfill holds the pipeline lease, so the latest silver version is the
+            # commit its replace of this table made.
             latest = self.engine.snapshot(silver).version
             staged = self.engine.read(silver, version=latest).where(in_interval)
             input_table = self.layout.input_table(self.config, stage.input)
@@ -221,22 +247,169 @@ class AuditPublisher:
             failures = []
             if stage.input in quarantined:
                 failures.append(f"upstream table {stage.input} was quarantined in this run")
-            audit = self._validate_and_publish(
+            audit = self._decide_and_commit(
                 table,
                 run_id,
                 staged,
                 (int(state["output_version"]), latest),
                 views,
                 failures,
-                where,
+                state,
+                record={},
+                interval=(start, end),
             )
             if audit.action == QUARANTINED:
                 quarantined.add(table)
-            state.update(output_version=latest)
-            self._save(table, state, audit)
             audits.append(audit)
         self._raise_for(run_id, audits)
         return audits
+
+    def _require_no_backfill_running(self, table: str, state: dict[str, Any]) -> None:
+        running = state.get("backfill_running")
+        if running:
+            raise BackfillIncompleteError(
+                f"{table}: backfill {running['run_id']} of [{running['start']}, "
+                f"{running['end']}) started but did not finish, so the interval may be "
+                "replaced in silver but not yet in gold; nothing is published until it "
+                f"completes. Rerun `enrich backfill --start {running['start']} --end "
+                f"{running['end']}`."
+            )
+
+    # ------------------------------------------------------------------ intents
+
+    def _decide_and_commit(
+        self,
+        table: str,
+        run_id: str,
+        staged: DataFrame,
+        batch: tuple[int, int],
+        views: dict[str, DataFrame],
+        failures: list[str],
+        state: dict[str, Any],
+        record: dict[str, Any],
+        interval: tuple[datetime, datetime] | None = None,
+    ) -> TableAudit:
+        """Validate, write the intent, commit the decision, record the audit state."""
+        staged = staged.cache()
+        try:
+            audit = self._decide(table, run_id, staged, batch, views, failures)
+            state["intent"] = {
+                "run_id": run_id,
+                "batch": list(batch),
+                "action": audit.action,
+                "rows": audit.rows,
+                "failures": audit.failures,
+                "interval": [t.isoformat() for t in interval] if interval else None,
+                "record": record,
+                "expectations_evaluated": sum(len(o.expectations) for o in audit.outcomes),
+                "expectations_failed": sum(len(o.failures) for o in audit.outcomes),
+            }
+            self._save_state(table, state)
+            crash_point("audit.before_publish")
+            self._commit_decision(table, audit, staged, interval)
+            crash_point("audit.after_publish")
+        finally:
+            staged.unpersist()
+        self._record(table, state)
+        return audit
+
+    def _finish_intent(self, table: str, state: dict[str, Any]) -> TableAudit | None:
+        """Complete an audit whose decision was recorded but whose state was not."""
+        intent = state.get("intent")
+        if not intent:
+            return None
+        batch = (int(intent["batch"][0]), int(intent["batch"][1]))
+        interval: tuple[datetime, datetime] | None = None
+        silver = self.layout.output(table)
+        if intent.get("interval"):
+            interval = (
+                datetime.fromisoformat(intent["interval"][0]),
+                datetime.fromisoformat(intent["interval"][1]),
+            )
+            staged = self.engine.read(silver, version=batch[1]).where(
+                (F.col(INTERVAL_START) >= F.lit(interval[0]))
+                & (F.col(INTERVAL_START) < F.lit(interval[1]))
+            )
+        else:
+            staged = self._live_batch(silver, *batch)
+        audit = TableAudit(
+            table, intent["run_id"], batch, intent["action"], intent["rows"], intent["failures"]
+        )
+        logger.warning(
+            "audit %s: finishing the interrupted audit of run %s, batch v%d..v%d (%s)",
+            table,
+            audit.run_id,
+            batch[0] + 1,
+            batch[1],
+            audit.action,
+        )
+        self._commit_decision(table, audit, staged, interval)
+        self._record(table, state)
+        return audit
+
+    def _commit_decision(
+        self,
+        table: str,
+        audit: TableAudit,
+        staged: DataFrame,
+        interval: tuple[datetime, datetime] | None,
+    ) -> None:
+        txn = AppTransaction(f"publish.{table}", audit.batch[1])
+        if audit.action == QUARANTINED:
+            self._quarantine(audit, staged)
+        elif interval is not None:
+            path = self.layout.published(table)
+            where = [
+                PartitionFilter(INTERVAL_START, ">=", interval[0]),
+                PartitionFilter(INTERVAL_START, "<", interval[1]),
+            ]
+            self.engine.create_table(path, staged.schema, (INTERVAL_START,))
+            self.engine.replace(path, staged, where, txn)
+        elif audit.rows:
+            self._publish(table, staged, txn)
+
+    def _record(self, table: str, state: dict[str, Any]) -> None:
+        """Turn the intent into the audit state, in one state-store transaction."""
+        intent = state.pop("intent")
+        record = intent["record"]
+        batch = intent["batch"]
+        if intent.get("interval"):
+            state.pop("backfill_running", None)
+        else:
+            state.update(
+                output_version=int(batch[1]),
+                input_version=int(record["input_version"]),
+                pending_version=record["pending_version"],
+            )
+        state["last"] = {
+            "run_id": intent["run_id"],
+            "batch": list(batch),
+            "action": intent["action"],
+            "failures": intent["failures"],
+        }
+        if intent["action"] == QUARANTINED:
+            state["quarantined"].append(
+                {
+                    "run_id": intent["run_id"],
+                    "batch": list(batch),
+                    "failures": intent["failures"],
+                    "resolved": False,
+                }
+            )
+        self._save_state(table, state)
+        quarantined = intent["action"] == QUARANTINED
+        self.store.record_metrics(
+            intent["run_id"],
+            f"quality.{table}",
+            int(batch[1]),
+            {
+                "rows_published": 0 if quarantined else intent["rows"],
+                "rows_quarantined": intent["rows"] if quarantined else 0,
+                "expectations_evaluated": intent["expectations_evaluated"],
+                "expectations_failed": intent["expectations_failed"],
+                "batch_failed": float(bool(intent["failures"])),
+            },
+        )
 
     # ------------------------------------------------------------------ resolution
 
@@ -278,13 +451,13 @@ class AuditPublisher:
                 published += outcome
             entry["resolved"] = True
             entry["resolution"] = "published" if publish else "acknowledged"
-        self.store.save_operator_state(f"audit.{table}", state)
+        self._save_state(table, state)
         logger.info("resolved quarantined batch(es) of %s from run %s", table, run_id)
         return published
 
     # ------------------------------------------------------------------ internals
 
-    def _validate_and_publish(
+    def _decide(
         self,
         table: str,
         run_id: str,
@@ -292,36 +465,19 @@ class AuditPublisher:
         batch: tuple[int, int],
         views: dict[str, DataFrame],
         failures: list[str],
-        where: list[PartitionFilter] | None,
     ) -> TableAudit:
-        staged = staged.cache()
-        try:
-            rows = staged.count()
-            quality = self.config.quality.get(table)
-            outcomes = self._run_suites(table, run_id, staged, views, quality)
-            failures = failures + [
-                f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures
-            ]
-            warn_only = quality is not None and quality.warn_only
-            if failures:
-                action = WARNED if warn_only else QUARANTINED
-            else:
-                action = PUBLISHED if quality and quality.suites else UNCHECKED
-            audit = TableAudit(table, run_id, batch, action, rows, failures, outcomes)
-            self._write_results(audit)
-            crash_point("audit.before_publish")
-            txn = AppTransaction(f"publish.{table}", batch[1])
-            if action == QUARANTINED:
-                self._quarantine(audit, staged)
-            elif where is not None:
-                path = self.layout.published(table)
-                self.engine.create_table(path, staged.schema, (INTERVAL_START,))
-                self.engine.replace(path, staged, where, txn)
-            elif rows:
-                self._publish(table, staged, txn)
-            crash_point("audit.after_publish")
-        finally:
-            staged.unpersist()
+        """Run the suites over the (cached) staged batch and write their results."""
+        rows = staged.count()
+        quality = self.config.quality.get(table)
+        outcomes = self._run_suites(table, run_id, staged, views, quality)
+        failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
+        warn_only = quality is not None and quality.warn_only
+        if failures:
+            action = WARNED if warn_only else QUARANTINED
+        else:
+            action = PUBLISHED if quality and quality.suites else UNCHECKED
+        audit = TableAudit(table, run_id, batch, action, rows, failures, outcomes)
+        self._write_results(audit)
         log = logger.error if action == QUARANTINED else logger.info
         log(
             "audit %s batch v%d..v%d: %d row(s) %s%s",
@@ -397,30 +553,15 @@ class AuditPublisher:
             AppTransaction(f"quality.{audit.table}", audit.batch[1]),
         )
 
-    def _save(self, table: str, state: dict[str, Any], audit: TableAudit) -> None:
-        if audit.action == QUARANTINED:
-            state["quarantined"].append(
-                {
-                    "run_id": audit.run_id,
-                    "batch": list(audit.batch),
-                    "failures": audit.failures,
-                    "resolved": False,
-                }
-            )
+    def _save_state(self, table: str, state: dict[str, Any]) -> None:
+        """Save the audit state, pinning first the versions it (and an open intent) reads.
+
+        Pins go first: a crash between the two leaves extra pins, never a saved state whose
+        versions a vacuum could delete.
+        """
+        stage = self.config.producing_stage(table).name
+        self.store.set_pins(audit_holder(table), audit_pins(self.layout, stage, table, state))
         self.store.save_operator_state(f"audit.{table}", state)
-        failed = sum(len(o.failures) for o in audit.outcomes)
-        self.store.record_metrics(
-            audit.run_id,
-            f"quality.{table}",
-            audit.batch[1],
-            {
-                "rows_published": 0 if audit.action == QUARANTINED else audit.rows,
-                "rows_quarantined": audit.rows if audit.action == QUARANTINED else 0,
-                "expectations_evaluated": sum(len(o.expectations) for o in audit.outcomes),
-                "expectations_failed": failed,
-                "batch_failed": float(bool(audit.failures)),
-            },
-        )
 
     def _state(self, table: str) -> dict[str, Any]:
         return self.store.operator_state(f"audit.{table}") or {
@@ -454,12 +595,21 @@ class AuditPublisher:
     def _published_view(
         self, table: str, input_rows: DataFrame, waiting: DataFrame | None
     ) -> DataFrame:
-        """Ids of earlier-published rows of the tuples that were waiting at the last audit."""
+        """Ids of earlier-published rows of the tuples this audit accounts for.
+
+        Those are the tuples that were waiting at the last audit (a left-join tuple matched
+        earlier has nothing left to emit at expiry) and the new tuples of an interval a
+        backfill has already published.
+        """
         id_type = self._id_type(table, input_rows)
         gold = self.layout.published(table)
-        if waiting is None or not self.engine.exists(gold):
+        if not self.engine.exists(gold):
             return no_published(self.spark, id_type)
-        return published_tuples(self.engine.read(gold), waiting, self._id_column(table))
+        id_column = self._id_column(table)
+        tuples = input_rows.select(id_column, INTERVAL_START)
+        if waiting is not None:
+            tuples = tuples.unionByName(waiting.select(id_column, INTERVAL_START))
+        return published_tuples(self.engine.read(gold), tuples, id_column)
 
     @staticmethod
     def _is_stateful(stage: EquiStage | ThetaStage) -> bool:
@@ -489,10 +639,6 @@ class AuditPublisher:
 
     def _id_type(self, table: str, input_rows: DataFrame) -> T.DataType:
         return input_rows.schema[self._id_column(table)].dataType
-
-    @staticmethod
-    def _without_change_columns(changes: DataFrame) -> DataFrame:
-        return changes.drop(CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp")
 
     @staticmethod
     def _raise_for(run_id: str, audits: list[TableAudit]) -> None:

@@ -5,13 +5,27 @@ zones, the master tables, the enrichment stages and the quality suites per outpu
 Unknown keys are errors, and every error message names the offending key path, such as
 ``stages.1.input: unknown table 'ordrs'; known: orders, customer_orders``.
 
+Any string value may reference environment variables as ``${NAME}`` (``$${`` is a literal
+``${``), so that secrets such as the state store's password stay out of the file::
+
+    warehouse:
+      state_store: postgresql+psycopg://enrich:${ENRICH_DB_PASSWORD}@db.internal/enrich
+
+References are resolved when the config is loaded; an unset variable is a
+:class:`ConfigError` naming the key and the variable. Resolved values live only in the
+loaded model: they are never written back or logged, and the values of secret-looking
+variables and keys, and URL passwords, are registered with :mod:`common.secrets` so that
+log lines mask them.
+
 This module imports neither Spark nor GX, so the Airflow DAG and the CLI can validate a
 config cheaply.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,6 +41,7 @@ from pydantic import (
 )
 
 from common.errors import ConfigError
+from common.secrets import looks_secret, mask_url, register_secret, register_url_password
 
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SIMPLE_TYPES = (
@@ -42,6 +57,8 @@ SIMPLE_TYPES = (
 )
 DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+# "$${" (a literal "${"), "${NAME}", or a "${" that starts no valid reference.
+ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 Identifier = Annotated[str, Field(pattern=NAME)]
 
 
@@ -78,6 +95,14 @@ class WarehouseConfig(Strict):
     state_store: str | None = None
     engine: Literal["auto", "embedded", "native"] = "auto"
     vacuum_retention_hours: float = Field(default=168.0, ge=0)
+    # A writer renews its lease every third of this; a killed writer's lease on the same host
+    # is taken over at once, one on another host after this long.
+    lease_ttl_seconds: float = Field(default=60.0, gt=0)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            shown = mask_url(value) if name == "state_store" and isinstance(value, str) else value
+            yield name, shown  # the state store URL may carry a password
 
     def resolved_state_store(self) -> str:
         return (
@@ -361,6 +386,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
 
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> PipelineConfig:
+    """Resolve ``${NAME}`` references, then validate; raise :class:`ConfigError` naming the key."""
+    raw = resolve_env_references(raw, source)
     try:
         return PipelineConfig.model_validate(raw)
     except ValidationError as e:
@@ -370,6 +397,58 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> PipelineConfi
             message = error["msg"].removeprefix("Value error, ")
             problems.append(f"  {location or '<top>'}: {message}")
         raise ConfigError(f"invalid config {source}:\n" + "\n".join(problems)) from e
+
+
+def resolve_env_references(
+    raw: dict[str, Any], source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A copy of ``raw`` whose string values have every ``${NAME}`` replaced by ``$NAME``.
+
+    ``raw`` itself is left as it is, so nothing that writes a config back out can write a
+    resolved secret.
+    """
+    env = os.environ if environ is None else environ
+    return {k: _resolve_node(v, (str(k),), source, env) for k, v in raw.items()}
+
+
+def _resolve_node(node: Any, key: tuple[str, ...], source: str, env: Mapping[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _resolve_node(v, (*key, str(k)), source, env) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve_node(v, (*key, str(i)), source, env) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+        return _substitute(node, key, source, env)
+    return node
+
+
+def _substitute(value: str, path: tuple[str, ...], source: str, env: Mapping[str, str]) -> str:
+    key, secret_key = ".".join(path), looks_secret(path[-1])
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name = match.group(1)
+        if name is None:
+            raise ConfigError(
+                f"invalid config {source}:\n  {key}: expected ${{NAME}} at character "
+                f"{match.start() + 1}, with NAME made of letters, digits and _ (not starting "
+                "with a digit), found a '${' that is unclosed or names no variable; write "
+                "$${ for a literal ${"
+            )
+        if name not in env:
+            raise ConfigError(
+                f"invalid config {source}:\n  {key}: environment variable {name} is not set "
+                f"(referenced as ${{{name}}}); expected it in the environment of the process "
+                "that loads the config"
+            )
+        if secret_key or looks_secret(name):
+            register_secret(env[name])
+        return env[name]
+
+    resolved = ENV_REFERENCE.sub(replace, value)
+    if "://" in resolved:
+        register_url_password(resolved)
+    return resolved
 
 
 def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

@@ -8,7 +8,7 @@ succeeded and, if not, why.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +22,7 @@ from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from warehouse.delta import DeltaEngine, open_engine
+from warehouse.lease import LeaseSettings, PipelineLease
 from warehouse.spark import SparkSettings, build_session
 from warehouse.state_store import StateStore
 
@@ -46,6 +47,21 @@ class PipelineContext:
     def auditor(self) -> AuditPublisher:
         return AuditPublisher(self.runner)
 
+    @contextmanager
+    def exclusive(self, purpose: str, wait_seconds: float = 0.0) -> Iterator[PipelineLease]:
+        """Hold the pipeline lease; every state-store write and Delta commit is fenced by it."""
+        settings = LeaseSettings(
+            ttl_seconds=self.config.warehouse.lease_ttl_seconds, wait_seconds=wait_seconds
+        )
+        with PipelineLease(self.store, self.config.name, purpose, settings) as lease:
+            self.engine.commit_guard = lease.check
+            self.engine.commit_metadata = {"enrichment.run": purpose}
+            try:
+                yield lease
+            finally:
+                self.engine.commit_guard = None
+                self.engine.commit_metadata = {}
+
     def execute(
         self,
         command: str,
@@ -53,14 +69,19 @@ class PipelineContext:
         start: datetime | None = None,
         end: datetime | None = None,
         stage: str | None = None,
+        echo: Callable[[str], None] | None = None,
     ) -> int:
-        """Run one command as a ledger run; return the CLI exit code."""
+        """Run one command as a ledger run; return the CLI exit code.
+
+        ``echo`` receives the lines a command reports to its caller (``maintain``: one per
+        table).
+        """
         kind = {"backfill": "backfill", "drain": "drain"}.get(command, "scheduled")
         # One ledger row per task of a run; metrics stay keyed by the run id itself.
         ledger_id = f"{run_id}/{command}" + (f".{stage}" if stage else "")
         self.store.start_run(ledger_id, kind, start, end)
         try:
-            code = self._execute(command, run_id, start, end, stage)
+            code = self._execute(command, run_id, start, end, stage, echo)
         except EnrichmentError as e:
             self.store.finish_run(ledger_id, error=f"{type(e).__name__}: {e}")
             raise
@@ -77,6 +98,7 @@ class PipelineContext:
         start: datetime | None,
         end: datetime | None,
         stage: str | None,
+        echo: Callable[[str], None] | None = None,
     ) -> int:
         code = EXIT_OK
         if command in ("ingest", "run"):
@@ -93,7 +115,7 @@ class PipelineContext:
             self.runner.drain(run_id)
         if command == "backfill":
             assert start is not None and end is not None
-            self.auditor.require_audited()
+            self.auditor.begin_backfill(run_id, start, end)
             self.runner.backfill(start, end, run_id)
             self.auditor.audit_backfill(run_id, start, end)
         if command == "validate":
@@ -106,6 +128,10 @@ class PipelineContext:
                     f"step counters of {problem.stage} step {problem.step}: {problem.message}"
                 )
             self.auditor.audit_run(run_id, extra)
+        if command == "maintain":
+            from pipeline.maintenance import maintain
+
+            maintain(self.config, self.engine, self.store, echo)
         return code
 
 

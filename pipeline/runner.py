@@ -39,18 +39,18 @@ from joins.ssbj import INPUT_VERSION
 from joins.theta_stats import theta_plan
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
+from pipeline.pins import input_versions, stage_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
 from pipeline.ssbj_stage import SsbjStage
 from pipeline.theta_stage import AdspLayoutStage
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
-from warehouse.delta.embedded import CHANGE_TYPE, COMMIT_VERSION
+from warehouse.delta.api import BACKFILL, live_rows_added, operation
+from warehouse.delta.embedded import COMMIT_VERSION
 from warehouse.landing import IngestReport, StreamSource, ingest_stream
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
-
-INSERTED = ("insert", "update_postimage")
 
 
 @dataclass
@@ -150,14 +150,29 @@ class PipelineRunner:
             logger.info("stage %s: input %s does not exist yet", stage.name, input_path)
             return StageReport(stage.name, step=offset.step_seq)
         latest_input = self.engine.snapshot(input_path).version
-        plan = self.store.plan_step(
-            stage.name, latest_input, self.engine.snapshot(master_path).version
+        latest_master = self.engine.snapshot(master_path).version
+        # Pin what the step reads before it is planned (holder stage.<name>): exactly the
+        # versions plan_step returns, an earlier attempt's plan if one is open.
+        planned_to, planned_master = latest_input, latest_master
+        if offset.planned_input_version is not None and offset.planned_master_version is not None:
+            planned_to, planned_master = offset.planned_input_version, offset.planned_master_version
+        holder = stage_holder(stage.name)
+        self.store.set_pins(
+            holder,
+            union_pins(
+                {
+                    master_path: [planned_master],
+                    input_path: input_versions(offset.input_version, planned_to),
+                }
+            ),
         )
+        plan = self.store.plan_step(stage.name, latest_input, latest_master)
         assert plan.planned_input_version is not None and plan.planned_master_version is not None
         step = offset.step_seq + 1
         report = StageReport(stage.name, step=step, master_version=plan.planned_master_version)
         if plan.planned_input_version <= offset.input_version:
             self.store.set_offset(stage.name, offset.input_version, offset.step_seq)
+            self.store.set_pins(holder, {})
             logger.info("stage %s: no new input since version %d", stage.name, offset.input_version)
             report.step = offset.step_seq
             return report
@@ -176,6 +191,7 @@ class PipelineRunner:
             joined.unpersist()
         crash_point("stage.after_output_commit")
         self.store.set_offset(stage.name, plan.planned_input_version, step)
+        self.store.set_pins(holder, {})
         report.seconds = time.monotonic() - started
         self.store.record_metrics(run_id, stage.name, step, report.as_metrics())
         logger.info(
@@ -196,13 +212,8 @@ class PipelineRunner:
         input_path = self.layout.input_table(self.config, stage.input)
 
         def input_rows(after_version: int, to_version: int) -> DataFrame:
-            changes = self.engine.changes(input_path, after_version, to_version, added_only=True)
-            rows = (
-                changes.where(F.col(CHANGE_TYPE).isin(*INSERTED))
-                .withColumn(INPUT_VERSION, F.col(COMMIT_VERSION).cast("bigint"))
-                .drop(CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp")
-            )
-            return self.stream_rows(stage, rows)
+            rows = live_rows_added(self.engine, input_path, after_version, to_version)
+            return self.stream_rows(stage, rows.withColumnRenamed(COMMIT_VERSION, INPUT_VERSION))
 
         return SsbjStage(
             stage,
@@ -229,9 +240,9 @@ class PipelineRunner:
         return report
 
     def new_rows(self, input_path: str, after_version: int, to_version: int) -> DataFrame:
-        changes = self.engine.changes(input_path, after_version, to_version, added_only=True)
-        return changes.where(F.col(CHANGE_TYPE).isin(*INSERTED)).drop(
-            CHANGE_TYPE, COMMIT_VERSION, "_commit_timestamp"
+        """Input rows a live step has not consumed (see :func:`live_rows_added`)."""
+        return live_rows_added(self.engine, input_path, after_version, to_version).drop(
+            COMMIT_VERSION
         )
 
     def stream_rows(self, stage: EquiStage | ThetaStage, rows: DataFrame) -> DataFrame:
@@ -394,7 +405,8 @@ class PipelineRunner:
                 output = baseline.finish(joined, stage.join)
                 path = self.layout.output(stage.output)
                 self.engine.create_table(path, output.schema, (INTERVAL_START,))
-                outcome = self.engine.replace(path, output, where)
+                with operation(self.engine, BACKFILL):
+                    outcome = self.engine.replace(path, output, where)
                 report.committed = outcome.committed
             finally:
                 joined.unpersist()
@@ -446,15 +458,24 @@ class PipelineRunner:
                 "steps": offset.step_seq,
                 "output": self.layout.output(stage.output),
             }
-        streams = {
-            name: {
+        from warehouse.landing import rejected_files_in_place
+
+        streams = {}
+        for name in self.config.streams:
+            statuses = [row.status for row in self.store.landing_files(name)]
+            streams[name] = {
                 "landing": self.config.streams[name].landing,
-                "files_loaded": len(self.store.landing_files(name, "loaded")),
-                "files_rejected": len(self.store.landing_files(name, "rejected")),
-                "files_in_flight": len(self.store.landing_files(name, "registered")),
+                "files_loaded": statuses.count("loaded"),
+                "files_rejected": statuses.count("rejected"),
+                "files_in_flight": statuses.count("registered"),
+                "files_duplicate": statuses.count("duplicate"),
+                "files_missing": statuses.count("missing"),
+                # What an operator has to move away or fix; ingest reports these every run.
+                "rejected_in_place": [
+                    {"path": row.path, "reason": row.error, "rejected_at": row.finished_at}
+                    for row in rejected_files_in_place(self.store, name)
+                ],
             }
-            for name in self.config.streams
-        }
         runs = [
             {"run_id": r.run_id, "kind": r.kind, "status": r.status, "error": r.error}
             for r in self.store.runs(limit=5)

@@ -14,6 +14,13 @@ Operator state lives in Delta tables under ``_operators/<stage>/``:
 
 and small controller state (step counter, versions, chunk pins) in the state store.
 
+Version pins (holder ``ssbj.<stage>``, see :mod:`pipeline.pins`): the master versions that
+pending chunks are pinned to and that the cache and the switching buffer are at; while a
+step's plan is open also the plan's master version, the master versions whose changes bring
+the cache and the buffer to it, the operator-table versions and the input versions. The
+pins are set before the plan is saved (a rerun after a crash reads exactly those versions)
+and replaced by the completed state's pins when the step completes.
+
 Exactly once: before anything is written, the step's plan (input range, master version,
 and the version of every operator table) is saved. All reads use those pinned versions,
 every write carries the app transaction ``(table, step)``, destructive writes (cache
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +53,7 @@ from joins.columns import INTERVAL_START
 from joins.mesh_partitions import partition_by_bytes
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
+from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.embedded import CHANGE_TYPE
@@ -210,8 +218,28 @@ class SsbjStage:
             },
         }
         state["plan"] = plan
+        # Pins first: a crash before the plan is saved leaves pins the next plan replaces.
+        self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state, plan))
         self.store.save_operator_state(self.stage.name, state)
         return dict(plan)
+
+    def _pins(
+        self, state: dict[str, Any], plan: dict[str, Any] | None = None
+    ) -> dict[str, list[int]]:
+        """The versions this stage still reads by time travel, by table path."""
+        master = {int(v) for v in state["chunks"].values()}
+        bases = [int(v) for v in (state["cache_version"], state["switch_version"]) if v is not None]
+        master.update(bases)
+        pins: dict[str, Iterable[int]] = {}
+        if plan is not None:
+            planned = int(plan["master_version"])
+            master.add(planned)
+            for base in bases:  # the changes that bring the cache / the buffer to the plan
+                master.update(range(base, planned + 1))
+            pins.update({self.paths[t]: [int(v)] for t, v in plan["tables"].items()})
+            pins[self.input_path] = input_versions(plan["input_from"], plan["input_to"])
+        pins[self.master_path] = master
+        return union_pins(pins)
 
     def _read(self, table: str, plan: dict[str, Any]) -> DataFrame | None:
         version = plan["tables"].get(table)
@@ -306,6 +334,10 @@ class SsbjStage:
             chunks.pop(str(expiring_step))
         crash_point("ssbj.before_complete")
 
+        if report.entered_pending == 0:
+            # This step's chunk is empty (misses and hits partition the new tuples exactly):
+            # later steps need not read its master version, and nothing pins it.
+            chunks.pop(str(step), None)
         state["chunks"] = chunks
         state["cache_version"] = version if self.use_cache else None
         state["next_step"] = step + 1
@@ -319,6 +351,7 @@ class SsbjStage:
             report.cache_bytes = cache_snapshot.size_bytes
         report.seconds = time.monotonic() - started
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
+        self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
         for frame in (new_rows, pending, hits):
             frame.unpersist()

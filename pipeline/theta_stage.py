@@ -19,6 +19,10 @@ Per run, one of:
              (Alg. 4), derive the migration plan (Alg. 5) and apply it in one commit that
              rewrites only the touched tasks' partitions. The moved volume is recorded.
              A re-plan that moves nothing (the same layout again) writes nothing.
+
+Commits that only vacuumed (``enrich maintain``) move neither the master nor the layout:
+they change no row, so they trigger no build. The state's master and layout versions are
+pinned (holder ``adsp.<stage>``, :mod:`pipeline.pins`) whenever the state is saved.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from joins.adsp_plan import ThetaPlan, ValueRange, plan_from_dict, plan_theta, p
 from joins.baseline import MATCHED, version_column
 from joins.theta_stats import MasterStatistics, master_statistics, stream_histogram
 from pipeline.config import ThetaStage
+from pipeline.maintenance import only_maintenance_since
+from pipeline.pins import adsp_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
 from warehouse.delta import DeltaEngine, PartitionFilter, Snapshot
 from warehouse.state_store import StateStore
@@ -143,12 +149,16 @@ class AdspLayoutStage:
         if reason is None:
             logger.info("theta %s: layout reused (%d tasks)", self.stage.name, old.tasks)
             return current, list(saved["instances"]), LayoutReport("reuse", "", old.tasks)
-        return self._migrate(stream, stream_bytes, old, saved, state, reason, run_id)
+        return self._migrate(
+            stream, stream_bytes, old, saved, state, reason, run_id, master.table_path
+        )
 
     def _why_build(self, saved: dict[str, Any] | None, master: Snapshot) -> str:
         if saved is None:
             return "no layout yet"
-        if saved["master_version"] != master.version:
+        if not only_maintenance_since(
+            self.engine, master.table_path, saved["master_version"], master.version
+        ):
             return f"master moved from v{saved['master_version']} to v{master.version}"
         if (
             saved["scheme"] != self.stage.operator.scheme
@@ -157,7 +167,9 @@ class AdspLayoutStage:
             return "operator scheme or task memory changed in the config"
         if not self.engine.exists(self.path):
             return "layout table missing"
-        if self.engine.snapshot(self.path).version != saved["layout_version"]:
+        if not only_maintenance_since(
+            self.engine, self.path, saved["layout_version"], self.engine.snapshot(self.path).version
+        ):
             return "layout table is not at the version the state recorded"
         return ""
 
@@ -202,7 +214,9 @@ class AdspLayoutStage:
         self.engine.create_table(self.path, routed.schema, (TASK,))
         outcome = self.engine.overwrite(self.path, routed)
         report = LayoutReport("build", reason, plan.tasks, outcome.rows_added)
-        self._save(state, plan, stats, instances, master.version, outcome.table_version, None)
+        self._save(
+            state, plan, stats, instances, master.table_path, master.version, outcome.table_version
+        )
         logger.info(
             "theta %s: layout built (%s): %d tasks, %d routed master rows",
             self.stage.name,
@@ -223,6 +237,7 @@ class AdspLayoutStage:
         state: dict[str, Any],
         reason: str,
         run_id: str,
+        master_path: str,
     ) -> tuple[ThetaPlan, list[int], LayoutReport]:
         stats = _stats_from(saved)
         new = carry_lines(old, self._plan(stats, stream, stream_bytes), SLOTS)
@@ -237,7 +252,13 @@ class AdspLayoutStage:
             logger.info("theta %s: re-planned (%s); nothing to move", self.stage.name, reason)
             instances = [old_instances[mapping[k]] for k in range(new.tasks)]
             self._save(
-                state, new, stats, instances, saved["master_version"], saved["layout_version"], None
+                state,
+                new,
+                stats,
+                instances,
+                master_path,
+                saved["master_version"],
+                saved["layout_version"],
             )
             return new, instances, LayoutReport("reuse", reason, new.tasks)
         fresh = iter(range(max(old_instances, default=-1) + 1, 1 << 30))
@@ -272,7 +293,14 @@ class AdspLayoutStage:
             "rows_rewritten": outcome.rows_added,
         }
         self._save(
-            state, new, stats, instances, saved["master_version"], outcome.table_version, migration
+            state,
+            new,
+            stats,
+            instances,
+            master_path,
+            saved["master_version"],
+            outcome.table_version,
+            migration,
         )
         logger.info(
             "theta %s: scheme change (%s): %d -> %d tasks, %d touched, moved %.1f%% of the "
@@ -296,9 +324,10 @@ class AdspLayoutStage:
         plan: ThetaPlan,
         stats: MasterStatistics,
         instances: list[int],
+        master_path: str,
         master_version: int,
         layout_version: int,
-        migration: dict[str, Any] | None,
+        migration: dict[str, Any] | None = None,
     ) -> None:
         previous = (state.get(STATE_KEY) or {}).get("migrations", [])
         state[STATE_KEY] = {
@@ -311,6 +340,12 @@ class AdspLayoutStage:
             "task_memory": self.task_memory,
             "migrations": [*previous, migration] if migration else previous,
         }
+        # The master version the layout was built from, and the layout version a migration
+        # reads by time travel; a crash before the save leaves pins the next save replaces.
+        self.store.set_pins(
+            adsp_holder(self.stage.name),
+            union_pins({master_path: [master_version], self.path: [layout_version]}),
+        )
         self.store.save_operator_state(self.stage.name, state)
 
 

@@ -3,34 +3,83 @@
 Contract:
 
 - Producers place files atomically. Names starting with ``_`` or ``.`` are in progress and
-  ignored, as are directories.
+  ignored (``_staging`` is this module's own directory), as are directories.
+- Only regular files inside the landing directory are read. A symlink (to a file or a
+  directory, even one inside the zone), a FIFO, socket or device, or a path that resolves
+  outside the landing directory is refused: never opened, recorded ``rejected`` with the
+  reason, left in place. Files are opened with ``O_NOFOLLOW``.
+- The landing directory's path must not contain a glob character (``* ? [ ] { } \\``):
+  Spark expands them in every path it reads. Such a stream fails with :class:`ConfigError`.
 - Each file is registered in the state store's ledger once, by (stream, path) with its size
-  and SHA-256. A re-delivered identical file is skipped with a log line; different content
-  under a known name raises :class:`ChangedFileError` and nothing of it is loaded.
+  and SHA-256. The pass that hashes a file that is to load also copies it to
+  ``<landing>/_staging/<ledger id>.<format>`` and, for CSV and JSON, checks that it is
+  UTF-8. Spark reads only that copy: exactly the bytes whose hash the ledger holds, under a
+  name made of ``[0-9a-z._/-]`` below the landing directory, which no glob can widen. The
+  copy is deleted once the file is loaded or rejected; copies left by a killed run are
+  deleted by the next. Ingestion therefore needs write access to the landing directory.
+- A re-delivered identical file is skipped with a log line. Different content under the
+  name of a file that is loaded or in flight is reported as an error on every run and
+  nothing of it is loaded; deliver corrections under a new name.
+- A file whose SHA-256 equals that of a file of the same stream that is loaded or in flight
+  is not loaded again: ledger status ``duplicate``, the error names the original, a
+  warning is logged, and it counts as skipped.
 - Files are loaded in ledger order, one bronze commit per file, with the app transaction
   ``ingest.<stream>`` at the file's ledger id. A crash anywhere leaves the file
   ``registered``; the next run resumes it and the transaction id makes the commit land once.
+  Delta keeps only the highest version of an app transaction, so a file is committed only
+  while no later ledger id has been: a file held back past that point (its content changed
+  while in flight and later came back) is rejected with the reason, never skipped as
+  "already committed".
 - Records that do not parse against the declared schema, or have nulls in required
   columns, go to the quarantine table with the raw record, the reason and the source file.
-- A file whose columns differ from the declaration is rejected whole (ledger status
-  ``rejected``, error recorded) and stays where it is.
+- A bad file is rejected whole (ledger status ``rejected``, error recorded), stays where it
+  is, and every other file proceeds: columns that differ from the declaration, CSV or JSON
+  that is not UTF-8 (the error gives the byte offset), a Parquet file that cannot be read,
+  a refused entry (see above).
+- Every ingest reports every rejected file still in the landing directory (its message goes
+  into :attr:`IngestReport.errors`, so the run exits 4) until it is moved away. Nothing of a
+  rejected or duplicate file was ever committed, so new content under its name is a new
+  delivery: it is registered again, under a new ledger id, and loaded.
+- A registered file that vanishes before it is loaded is marked ``missing`` and reported
+  once; a file delivered again under its name is a new delivery. If bronze may already hold
+  part of it (a crash after its bronze commit), it stays ``registered`` and is reported on
+  every run until the same file is restored under the same name, which resumes it.
+- A refused entry or changed content at the name of a loaded or in-flight file is reported
+  on every run; the ledger keeps its entry for the file that was there before.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import errno
 import hashlib
 import logging
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from common.errors import SchemaDriftError
+from common.errors import (
+    ConfigError,
+    IngestionError,
+    LedgerOrderError,
+    RefusedFileError,
+    SchemaDriftError,
+    UnreadableFileError,
+)
 from warehouse.delta import AppTransaction, DeltaEngine
 from warehouse.delta.schema import arrow_to_spark
 from warehouse.state_store import LandingFile, StateStore
@@ -40,6 +89,24 @@ logger = logging.getLogger(__name__)
 CORRUPT = "_corrupt_record"
 SOURCE_FILE = "_source_file"
 BATCH_ID = "_batch_id"
+
+STAGING_DIR = "_staging"
+# Hadoop expands these in any path Spark is given (a backslash escapes the next one).
+GLOB_CHARACTERS = "*?[]{}\\"
+TEXT_FORMATS = frozenset({"csv", "json"})
+FORMAT_NAMES = {"csv": "CSV", "json": "JSON", "parquet": "Parquet"}
+BLOCK_BYTES = 1 << 20
+NOT_REGULAR = "is not a regular file (a FIFO, socket or device); only regular files are read"
+
+REGISTERED, LOADED, REJECTED, DUPLICATE, MISSING = (
+    "registered",
+    "loaded",
+    "rejected",
+    "duplicate",
+    "missing",
+)
+# A new file is a duplicate if its content is that of a file of these statuses.
+DUPLICATE_OF = (REGISTERED, LOADED)
 
 
 @dataclass(frozen=True)
@@ -65,6 +132,9 @@ class IngestReport:
     files_loaded: int = 0
     files_skipped: int = 0
     files_rejected: int = 0
+    files_missing: int = 0
+    # Rejected files still in the landing directory after this run, old and new.
+    files_rejected_in_place: int = 0
     records_received: int = 0
     records_loaded: int = 0
     records_quarantined: int = 0
@@ -75,31 +145,83 @@ class IngestReport:
             "files_loaded": self.files_loaded,
             "files_skipped": self.files_skipped,
             "files_rejected": self.files_rejected,
+            "files_missing": self.files_missing,
+            "files_rejected_in_place": self.files_rejected_in_place,
             "records_received": self.records_received,
             "records_loaded": self.records_loaded,
             "records_quarantined": self.records_quarantined,
         }
 
 
-def discover_files(landing_dir: Path) -> list[Path]:
-    """Complete files of a landing directory, oldest first."""
-    if not landing_dir.exists():
-        return []
-    files = [
-        p
-        for p in landing_dir.rglob("*")
-        if p.is_file()
-        and not any(part.startswith(("_", ".")) for part in p.relative_to(landing_dir).parts)
-    ]
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+@dataclass(frozen=True)
+class LandingEntry:
+    """Something found in a landing directory that is not in progress."""
+
+    path: Path
+    size_bytes: int
+    mtime_ns: int
+    refusal: str | None  # why it is never read; None for a regular file inside the zone
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]:
+    """Entries of a landing directory, oldest first, and the directories that cannot be listed
+    (path: reason).
+
+    Symlinks are reported, never followed; in-progress names (``_``, ``.``) are skipped.
+    """
+    if not landing_dir.is_dir():
+        return [], {}
+    root = os.path.realpath(landing_dir)
+    entries: list[LandingEntry] = []
+    unlisted: dict[str, str] = {}
+
+    def cannot_list(error: OSError) -> None:
+        unlisted[str(error.filename)] = error.strerror or str(error)
+
+    for dirpath, dirnames, filenames in os.walk(landing_dir, onerror=cannot_list):
+        # os.walk lists a symlink to a directory among the directories and does not descend.
+        descend = []
+        for name in sorted(dirnames):
+            if name.startswith(("_", ".")):
+                continue
+            path = Path(dirpath, name)
+            if path.is_symlink():
+                entries.append(_entry(path, root))
+            else:
+                descend.append(name)
+        dirnames[:] = descend
+        for name in filenames:
+            if not name.startswith(("_", ".")):
+                try:
+                    entries.append(_entry(Path(dirpath, name), root))
+                except FileNotFoundError:
+                    logger.info("%s vanished while the landing zone was listed", name)
+    return sorted(entries, key=lambda e: (e.mtime_ns, str(e.path))), unlisted
+
+
+def _entry(path: Path, root: str) -> LandingEntry:
+    info = path.lstat()
+    return LandingEntry(path, info.st_size, info.st_mtime_ns, _refusal(path, info, root))
+
+
+def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symlink (to {target}); symlinks are never followed"
+    if not stat.S_ISREG(info.st_mode):
+        return NOT_REGULAR
+    resolved = os.path.realpath(path)
+    if os.path.commonpath([resolved, root]) != root:
+        return f"resolves to {resolved}, outside the landing directory {root}"
+    return None
+
+
+def rejected_files_in_place(store: StateStore, stream: str) -> list[LandingFile]:
+    """Rejected files of a stream that are still in its landing directory."""
+    return [row for row in store.landing_files(stream, REJECTED) if os.path.lexists(row.path)]
 
 
 def ingest_stream(
@@ -110,108 +232,510 @@ def ingest_stream(
     run_id: str,
 ) -> IngestReport:
     """Load every new complete file of one stream; see the module docstring for guarantees."""
-    report = IngestReport(source.name)
+    _check_landing_dir(source)
     engine.create_table(source.bronze_path, source.bronze_schema)
     engine.create_table(source.quarantine_path, source.quarantine_schema)
-    pending: list[LandingFile] = list(store.landing_files(source.name, status="registered"))
-    known_paths = {row.path for row in pending}
-    for path in discover_files(source.landing_dir):
-        size, digest = path.stat().st_size, file_digest(path)
-        known = store.landing_file(source.name, str(path))
+    return _StreamIngest(spark, engine, store, source, run_id).run()
+
+
+def _check_landing_dir(source: StreamSource) -> None:
+    absolute = os.path.abspath(source.landing_dir)
+    found = sorted({c for c in absolute if c in GLOB_CHARACTERS})
+    if found:
+        raise ConfigError(
+            f"stream {source.name!r}: landing directory {absolute} contains {''.join(found)!r}; "
+            f"expected a path without any of {GLOB_CHARACTERS!r}, which Spark would expand as "
+            "a glob pattern when it reads the files staged below it. Rename the directory."
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What one pass over a landing file found."""
+
+    size_bytes: int
+    sha256: str
+    bad_utf8_at: int | None = None  # offset of the first byte that is not UTF-8
+
+
+def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> _Read:
+    """Hash a regular file without following a symlink; copy it and check UTF-8 on the way.
+
+    Raises FileNotFoundError if it is gone, :class:`RefusedFileError` if it is not a regular
+    file (any more), :class:`UnreadableFileError` if it cannot be read. An error writing the
+    copy is the staging area's, not the file's, and propagates as it is.
+    """
+    # O_NONBLOCK: a FIFO swapped in since the scan must not hang the open.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RefusedFileError(
+                _refused(path, "is a symlink; symlinks are never followed")
+            ) from e
+        raise UnreadableFileError(
+            f"{path}: cannot be opened ({e.strerror}). It is left in place; make it readable "
+            "or move it away."
+        ) from e
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")() if check_utf8 else None
+    size, bad_at = 0, None
+    with os.fdopen(fd, "rb") as handle, ExitStack() as stack:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise RefusedFileError(_refused(path, NOT_REGULAR))
+        copy = stack.enter_context(copy_to.open("xb")) if copy_to is not None else None
+        for block in _blocks(handle, path):
+            digest.update(block)
+            if copy is not None:
+                copy.write(block)
+            if decoder is not None and bad_at is None:
+                bad_at = _utf8_error_at(decoder, block, size, final=False)
+            size += len(block)
+    if decoder is not None and bad_at is None:
+        bad_at = _utf8_error_at(decoder, b"", size, final=True)
+    return _Read(size, digest.hexdigest(), bad_at)
+
+
+def _blocks(handle: BinaryIO, path: Path) -> Iterator[bytes]:
+    while True:
+        try:
+            block = handle.read(BLOCK_BYTES)
+        except OSError as e:
+            raise UnreadableFileError(
+                f"{path}: cannot be read ({e.strerror}). It is left in place; fix or move it."
+            ) from e
+        if not block:
+            return
+        yield block
+
+
+def _refused(path: Path, reason: str) -> str:
+    return (
+        f"{path}: refused: {reason}. It is never read and stays where it is; move it away "
+        "or replace it by a regular file."
+    )
+
+
+def _utf8_error_at(
+    decoder: codecs.IncrementalDecoder, block: bytes, offset: int, *, final: bool
+) -> int | None:
+    """The file offset of the first invalid byte in ``block`` (at ``offset``), or None."""
+    held = len(decoder.getstate()[0])  # bytes of a sequence split across blocks
+    try:
+        decoder.decode(block, final)
+    except UnicodeDecodeError as e:
+        return offset - held + e.start
+    return None
+
+
+class _Staging:
+    """The copies Spark reads: ``<landing>/_staging/<ledger id>.<format>``.
+
+    Every name in here is made of ``[0-9a-z.]``, so no Spark glob can match another file.
+    """
+
+    def __init__(self, source: StreamSource) -> None:
+        self.dir = Path(os.path.abspath(source.landing_dir / STAGING_DIR))
+        self.format = source.format
+        self._ready = False
+
+    def temp(self) -> Path:
+        if not self._ready:
+            self._prepare()
+        return self.dir / f"{uuid.uuid4().hex}.part"
+
+    def place(self, temp: Path, file_id: int) -> Path:
+        final = self.dir / f"{file_id}.{self.format}"
+        os.replace(temp, final)
+        return final
+
+    def _prepare(self) -> None:
+        try:
+            self.dir.mkdir(exist_ok=True)
+        except FileExistsError as e:  # a file or a dangling symlink holds the name
+            raise IngestionError(
+                f"{self.dir}: expected the pipeline's staging directory, found another kind of "
+                "file; move it away"
+            ) from e
+        except OSError as e:
+            raise IngestionError(
+                f"{self.dir}: cannot create the staging directory ({e.strerror}); ingestion "
+                "needs write access to the landing directory"
+            ) from e
+        if self.dir.is_symlink():
+            raise IngestionError(
+                f"{self.dir}: expected the pipeline's staging directory, found a symlink; move "
+                "it away (staged copies are never written through a link)"
+            )
+        # CLI commands hold the pipeline lease, so no other ingest uses this directory, and
+        # every copy is deleted once its file is done: whatever is here was left by a killed
+        # run.
+        for leftover in self.dir.iterdir():
+            if leftover.is_dir() and not leftover.is_symlink():
+                logger.warning("%s: unexpected directory in the staging area; left alone", leftover)
+                continue
+            logger.info("removing staged copy %s left by an earlier run", leftover)
+            leftover.unlink()
+        self._ready = True
+
+
+class _StreamIngest:
+    """One ingest of one stream: admit what the landing directory holds, then load it."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        source: StreamSource,
+        run_id: str,
+    ) -> None:
+        self.spark, self.engine, self.store = spark, engine, store
+        self.source, self.run_id = source, run_id
+        self.report = IngestReport(source.name)
+        self.staging = _Staging(source)
+        self.text = source.format in TEXT_FORMATS
+        # The highest ledger id committed to bronze; commits must only ever go up from it.
+        self.committed = engine.transaction_version(source.bronze_path, self._app) or 0
+        self.reported: set[str] = set()  # paths whose problem this run already reported
+        # Files registered by earlier runs and not loaded yet; those not found are missing.
+        self.in_flight = {row.path: row for row in store.landing_files(source.name, REGISTERED)}
+
+    @property
+    def _app(self) -> str:
+        return f"ingest.{self.source.name}"
+
+    def run(self) -> IngestReport:
+        entries, unlisted = scan_landing(self.source.landing_dir)
+        for directory, reason in unlisted.items():
+            self._error(
+                f"{directory}: cannot be listed ({reason}); files below it are not ingested, "
+                "or looked for, until it can be"
+            )
+        pending: list[tuple[LandingFile, Path]] = []
+        try:
+            for entry in entries:
+                admitted = self._admit(entry)
+                if admitted is not None:
+                    pending.append(admitted)
+            self._look_for_in_flight(unlisted)
+            for row, staged in sorted(pending, key=lambda item: item[0].id):
+                self._load(row, staged)
+        finally:
+            for _, staged in pending:
+                staged.unlink(missing_ok=True)
+        self._remind_rejected()
+        self._log_summary()
+        return self.report
+
+    # ------------------------------------------------------------------ admission
+
+    def _admit(self, entry: LandingEntry) -> tuple[LandingFile, Path] | None:
+        """Register or skip one entry; return the ledger row and staged copy to load, if any."""
+        path = str(entry.path)
+        known = self.store.landing_file(self.source.name, path)
+        if entry.refusal is not None:
+            self.in_flight.pop(path, None)
+            self._refuse(entry, known, _refused(entry.path, entry.refusal))
+            return None
+        temps: list[Path] = []
+        try:
+            # Loaded and duplicate files are only hashed, to notice new content; anything
+            # that may load is copied in the same pass, so the copy is what was hashed.
+            copy = known is None or known.status not in (LOADED, DUPLICATE)
+            read = self._read(entry, known, temps, copy)
+            if read is None:
+                return None
+            same = known is not None and (known.sha256, known.size_bytes) == (
+                read.sha256,
+                read.size_bytes,
+            )
+            if known is not None and known.status in (LOADED, REGISTERED):
+                if not same:
+                    self._changed(entry, known, read)
+                    return None
+                if known.status == LOADED:
+                    self._skip(entry, known)
+                    return None
+                if read.bad_utf8_at is not None:
+                    self._reject(known, self._not_utf8(entry, read))
+                    return None
+                logger.info("resume %s (ledger id %d)", path, known.id)
+                return known, self.staging.place(temps[-1], known.id)
+            if known is not None and same and known.status == DUPLICATE:
+                self._skip(entry, known)
+                return None
+            if known is not None and same and known.status == REJECTED:
+                return None  # still rejected; _remind_rejected reports it
+            if not copy:  # a duplicate's name now holds new content: read it again, copying
+                read = self._read(entry, known, temps, copy=True)
+                if read is None:
+                    return None
+            return self._register(entry, known, read, temps[-1])
+        finally:
+            for temp in temps:
+                temp.unlink(missing_ok=True)  # a placed copy has moved away already
+
+    def _read(
+        self, entry: LandingEntry, known: LandingFile | None, temps: list[Path], copy: bool
+    ) -> _Read | None:
+        if copy:
+            temps.append(self.staging.temp())
+        try:
+            read = _read_file(entry.path, temps[-1] if copy else None, self.text and copy)
+        except FileNotFoundError:
+            # Gone since the scan: if it was in flight, it is missing (unless it reappears).
+            logger.info("%s vanished while it was being read", entry.path)
+            return None
+        except (RefusedFileError, UnreadableFileError) as e:
+            self.in_flight.pop(str(entry.path), None)
+            self._refuse(entry, known, str(e))
+            return None
+        self.in_flight.pop(str(entry.path), None)
+        return read
+
+    def _register(
+        self, entry: LandingEntry, known: LandingFile | None, read: _Read, temp: Path
+    ) -> tuple[LandingFile, Path] | None:
+        """Register a new delivery: a new name, or new content under a never-loaded name."""
+        path = str(entry.path)
+        original = self.store.landing_file_with_digest(self.source.name, read.sha256, DUPLICATE_OF)
+        status, error = REGISTERED, None
+        if original is not None:
+            status = DUPLICATE
+            error = (
+                f"{path}: same content as {original.path} (ledger id {original.id}, "
+                f"{original.status}; sha256 {read.sha256[:12]}…); not loaded again"
+            )
+        elif read.bad_utf8_at is not None:
+            status, error = REJECTED, self._not_utf8(entry, read)
         if known is None:
-            pending.append(
-                store.register_landing_file(source.name, str(path), size, digest, run_id)
+            row = self.store.register_landing_file(
+                self.source.name,
+                path,
+                read.size_bytes,
+                read.sha256,
+                self.run_id,
+                status=status,
+                error=error,
             )
-            continue
-        if known.sha256 != digest or known.size_bytes != size:
+        else:
+            logger.info(
+                "%s has new content since it was %s (ledger id %d); registering it again",
+                path,
+                known.status,
+                known.id,
+            )
+            row = self.store.reregister_landing_file(
+                known.id, read.size_bytes, read.sha256, self.run_id, status=status, error=error
+            )
+        if status == DUPLICATE:
+            logger.warning("%s", error)
+            self.report.files_skipped += 1
+            return None
+        if status == REJECTED:
+            self._rejected(row.path, error or "")
+            return None
+        return row, self.staging.place(temp, row.id)
+
+    def _skip(self, entry: LandingEntry, known: LandingFile) -> None:
+        logger.info("skip %s: already %s (ledger id %d)", entry.path, known.status, known.id)
+        self.report.files_skipped += 1
+
+    def _changed(self, entry: LandingEntry, known: LandingFile, read: _Read) -> None:
+        self._error(
+            f"{entry.path}: content changed since it was registered on "
+            f"{known.registered_at:%Y-%m-%d %H:%M:%S} (sha256 {known.sha256[:12]}…, "
+            f"{known.size_bytes} bytes; now {read.sha256[:12]}…, {read.size_bytes} bytes). "
+            "Deliver corrections under a new file name."
+        )
+
+    def _not_utf8(self, entry: LandingEntry, read: _Read) -> str:
+        return (
+            f"{entry.path}: is not valid UTF-8: byte {read.bad_utf8_at} does not decode; "
+            f"expected a UTF-8 {FORMAT_NAMES[self.source.format]} file. The file is left in "
+            "place; fix the producer's encoding."
+        )
+
+    def _refuse(self, entry: LandingEntry, known: LandingFile | None, message: str) -> None:
+        """Record an entry that is never read; the ledger keeps what it knows of loaded files."""
+        if known is None:
+            row = self.store.register_landing_file(
+                self.source.name,
+                str(entry.path),
+                entry.size_bytes,
+                "",  # never read, so no hash: any regular file here later is new content
+                self.run_id,
+                status=REJECTED,
+                error=message,
+            )
+            self._rejected(row.path, message)
+        elif known.status in (REJECTED, DUPLICATE, MISSING):
+            if (known.status, known.error, known.sha256) != (REJECTED, message, ""):
+                self.store.update_landing_file(
+                    known.id, status=REJECTED, sha256="", error=message, finished_at=_now()
+                )
+                self._rejected(known.path, message)
+        else:  # loaded or in flight: its row describes the file that was here before
+            self._error(
+                f"{message} The ledger keeps entry {known.id} ({known.status}) of the file "
+                "that was here before."
+            )
+
+    def _look_for_in_flight(self, unlisted: dict[str, str]) -> None:
+        """Mark missing the files registered earlier that are gone, not merely out of sight."""
+        if not self.in_flight:
+            return
+        if not self.source.landing_dir.is_dir():  # unmounted, say: nothing is known gone
+            self._error(
+                f"landing directory {self.source.landing_dir} of stream {self.source.name!r} "
+                f"is not there; expected it to hold {len(self.in_flight)} file(s) registered "
+                "by earlier runs and not loaded yet"
+            )
+            return
+        hidden = [d.rstrip(os.sep) + os.sep for d in unlisted]
+        for row in self.in_flight.values():
+            if not row.path.startswith(tuple(hidden)):
+                self._vanished(row)
+
+    def _vanished(self, row: LandingFile) -> None:
+        if row.id > self.committed:
             message = (
-                f"{path}: content changed since it was registered on "
-                f"{known.registered_at:%Y-%m-%d %H:%M:%S} (sha256 {known.sha256[:12]}…, "
-                f"{known.size_bytes} bytes; now {digest[:12]}…, {size} bytes). "
-                "Deliver corrections under a new file name."
+                f"{row.path}: vanished before it was loaded (registered "
+                f"{row.registered_at:%Y-%m-%d %H:%M:%S} by run {row.run_id}); nothing of it "
+                "was committed. Deliver it again to have it loaded."
             )
-            logger.error("%s", message)
-            report.errors.append(message)
-            pending = [p for p in pending if p.path != str(path)]
-            continue
-        if str(path) not in known_paths:
-            logger.info("skip %s: already %s (ledger id %d)", path, known.status, known.id)
-            report.files_skipped += 1
-    for entry in sorted(pending, key=lambda row: row.id):
-        _ingest_file(spark, engine, store, source=source, entry=entry, report=report)
-    logger.info(
-        "ingest %s: %d file(s) loaded, %d skipped, %d rejected; %d record(s) received, "
-        "%d loaded, %d quarantined",
-        source.name,
-        report.files_loaded,
-        report.files_skipped,
-        report.files_rejected,
-        report.records_received,
-        report.records_loaded,
-        report.records_quarantined,
-    )
-    return report
+            self.store.update_landing_file(
+                row.id, status=MISSING, error=message, finished_at=_now()
+            )
+            self.report.files_missing += 1
+            self._error(message)
+            return
+        # Bronze records this id or a later one: a crash may have come after its bronze
+        # commit. Only the same bytes can finish it without loading anything twice.
+        self._error(
+            f"{row.path}: vanished before its load was recorded, and bronze already records "
+            f"ingest batch {self.committed} (its ledger id is {row.id}), so part of it may be "
+            "in bronze. It stays registered: restore the same file under the same name."
+        )
 
+    # ------------------------------------------------------------------ loading
 
-def _ingest_file(
-    spark: SparkSession,
-    engine: DeltaEngine,
-    store: StateStore,
-    *,
-    source: StreamSource,
-    entry: LandingFile,
-    report: IngestReport,
-) -> None:
-    path = Path(entry.path)
-    try:
-        parsed = _parse(spark, source, path)
-    except SchemaDriftError as e:
-        logger.error("reject %s: %s", path, e)
-        store.update_landing_file(
-            entry.id, status="rejected", error=str(e), finished_at=datetime.now(UTC)
+    def _load(self, row: LandingFile, staged: Path) -> None:
+        path = Path(row.path)
+        prepared = self._prepare(row, staged)
+        if prepared is None:
+            return
+        parsed, received = prepared
+        try:
+            valid, malformed = split_records(parsed, self.source.schema, self.source.required)
+            stamped = valid.withColumn(SOURCE_FILE, F.lit(str(path))).withColumn(
+                BATCH_ID, F.lit(row.id).cast(T.LongType())
+            )
+            quarantined = malformed.select(
+                F.lit(self.source.name).alias("stream"),
+                F.lit(str(path)).alias("source_file"),
+                F.col("record"),
+                F.col("reason"),
+                F.lit(row.id).cast(T.LongType()).alias(BATCH_ID),
+                F.current_timestamp().alias("quarantined_at"),
+            )
+            bad = quarantined.count()
+            self.engine.append(self.source.bronze_path, stamped, AppTransaction(self._app, row.id))
+            self.engine.append(
+                self.source.quarantine_path,
+                quarantined,
+                AppTransaction(f"quarantine.{self.source.name}", row.id),
+            )
+        finally:
+            parsed.unpersist()
+            staged.unlink(missing_ok=True)
+        self.committed = max(self.committed, row.id)
+        self.store.update_landing_file(
+            row.id,
+            status=LOADED,
+            records_received=received,
+            records_loaded=received - bad,
+            records_quarantined=bad,
+            finished_at=_now(),
         )
-        report.files_rejected += 1
-        report.errors.append(str(e))
-        return
-    parsed = parsed.cache()
-    try:
-        valid, malformed = split_records(parsed, source.schema, source.required)
-        stamped = valid.withColumn(SOURCE_FILE, F.lit(str(path))).withColumn(
-            BATCH_ID, F.lit(entry.id).cast(T.LongType())
+        self.report.files_loaded += 1
+        self.report.records_received += received
+        self.report.records_loaded += received - bad
+        self.report.records_quarantined += bad
+        logger.info("loaded %s: %d record(s), %d quarantined", path, received, bad)
+
+    def _prepare(self, row: LandingFile, staged: Path) -> tuple[DataFrame, int] | None:
+        """Check and read a staged file; reject it (and return None) if it is bad."""
+        path = Path(row.path)
+        try:
+            if row.id < self.committed:
+                raise LedgerOrderError(
+                    f"{path}: cannot be committed under its ledger id {row.id}: bronze already "
+                    f"records the later batch {self.committed}, and Delta would skip this "
+                    "commit as done. Nothing of it is loaded; it was held back (changed or "
+                    "unreadable) while later files loaded. If bronze holds no rows with "
+                    f"{BATCH_ID} {row.id}, deliver it again under a new name."
+                )
+            parsed = _parse(self.spark, self.source, staged, path).cache()
+        except IngestionError as e:
+            staged.unlink(missing_ok=True)
+            self._reject(row, str(e))
+            return None
+        try:
+            return parsed, _count_rows(parsed, self.source, path)
+        except IngestionError as e:
+            parsed.unpersist()
+            staged.unlink(missing_ok=True)
+            self._reject(row, str(e))
+            return None
+
+    # ------------------------------------------------------------------ reporting
+
+    def _reject(self, row: LandingFile, message: str) -> None:
+        self.store.update_landing_file(row.id, status=REJECTED, error=message, finished_at=_now())
+        self._rejected(row.path, message)
+
+    def _rejected(self, path: str, message: str) -> None:
+        self.report.files_rejected += 1
+        self.reported.add(path)
+        self._error(message)
+
+    def _error(self, message: str) -> None:
+        logger.error("%s", message)
+        self.report.errors.append(message)
+
+    def _remind_rejected(self) -> None:
+        """Report again every rejected file still in the landing directory (see module doc)."""
+        still = rejected_files_in_place(self.store, self.source.name)
+        self.report.files_rejected_in_place = len(still)
+        for row in still:
+            if row.path not in self.reported:
+                when = f"{row.finished_at:%Y-%m-%d %H:%M:%S}" if row.finished_at else "earlier"
+                self._error(f"still in the landing zone, rejected {when}: {row.error}")
+
+    def _log_summary(self) -> None:
+        report = self.report
+        logger.info(
+            "ingest %s: %d file(s) loaded, %d skipped, %d rejected, %d missing, %d rejected "
+            "still in place; %d record(s) received, %d loaded, %d quarantined",
+            self.source.name,
+            report.files_loaded,
+            report.files_skipped,
+            report.files_rejected,
+            report.files_missing,
+            report.files_rejected_in_place,
+            report.records_received,
+            report.records_loaded,
+            report.records_quarantined,
         )
-        quarantined = malformed.select(
-            F.lit(source.name).alias("stream"),
-            F.lit(str(path)).alias("source_file"),
-            F.col("record"),
-            F.col("reason"),
-            F.lit(entry.id).cast(T.LongType()).alias(BATCH_ID),
-            F.current_timestamp().alias("quarantined_at"),
-        )
-        received = parsed.count()
-        bad = quarantined.count()
-        engine.append(
-            source.bronze_path, stamped, AppTransaction(f"ingest.{source.name}", entry.id)
-        )
-        engine.append(
-            source.quarantine_path,
-            quarantined,
-            AppTransaction(f"quarantine.{source.name}", entry.id),
-        )
-    finally:
-        parsed.unpersist()
-    store.update_landing_file(
-        entry.id,
-        status="loaded",
-        records_received=received,
-        records_loaded=received - bad,
-        records_quarantined=bad,
-        finished_at=datetime.now(UTC),
-    )
-    report.files_loaded += 1
-    report.records_received += received
-    report.records_loaded += received - bad
-    report.records_quarantined += bad
-    logger.info("loaded %s: %d record(s), %d quarantined", path, received, bad)
 
 
 def split_records(
@@ -235,34 +759,61 @@ def split_records(
     return valid, malformed
 
 
-def _parse(spark: SparkSession, source: StreamSource, path: Path) -> DataFrame:
+def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) -> DataFrame:
+    """Read the staged copy ``staged`` of landing file ``path`` (named in messages)."""
     with_corrupt = T.StructType(
         [*source.schema.fields, T.StructField(CORRUPT, T.StringType(), True)]
     )
     if source.format == "json":
-        _check_json_keys(spark, source, path)
+        _check_json_keys(spark, source, staged, path)
         return (
             spark.read.schema(with_corrupt)
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT)
-            .json(str(path))
+            .json(str(staged))
         )
     if source.format == "csv":
-        _check_csv_header(source, path)
+        _check_csv_header(source, staged, path)
         return (
             spark.read.schema(with_corrupt)
             .option("header", source.csv_header)
             .option("sep", source.csv_delimiter)
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT)
-            .csv(str(path))
+            .csv(str(staged))
         )
-    _check_parquet_schema(source, path)
+    _check_parquet_schema(source, staged, path)
     return (
         spark.read.schema(source.schema)
-        .parquet(str(path))
+        .parquet(str(staged))
         .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
     )
+
+
+def _count_rows(parsed: DataFrame, source: StreamSource, path: Path) -> int:
+    """Count (and so read) a parsed file; a file Spark cannot decode is an ingestion error."""
+    try:
+        return parsed.count()
+    except Py4JJavaError as e:
+        # Spark tags a failure to read or decode an input file with this error class; any
+        # other failure (memory, a lost executor) is not the file's fault and propagates.
+        if "[FAILED_READ_FILE" not in str(e.java_exception):
+            raise
+        raise UnreadableFileError(
+            f"{path}: cannot be read as {FORMAT_NAMES[source.format]}: "
+            f"{_root_cause(e.java_exception)}. The file is left in place; fix the producer."
+        ) from e
+
+
+def _root_cause(throwable: object) -> str:
+    """The innermost Java exception message (``throwable`` is a py4j proxy)."""
+    cause: object = throwable
+    for _ in range(16):
+        inner = cause.getCause()  # type: ignore[attr-defined]
+        if inner is None:
+            break
+        cause = inner
+    return str(cause)
 
 
 def _drift(
@@ -281,10 +832,10 @@ def _drift(
     )
 
 
-def _check_json_keys(spark: SparkSession, source: StreamSource, path: Path) -> None:
+def _check_json_keys(spark: SparkSession, source: StreamSource, staged: Path, path: Path) -> None:
     keys = [
         row[0]
-        for row in spark.read.text(str(path))
+        for row in spark.read.text(str(staged))
         .select(F.explode(F.json_object_keys("value")).alias("key"))
         .distinct()
         .collect()
@@ -296,17 +847,23 @@ def _check_json_keys(spark: SparkSession, source: StreamSource, path: Path) -> N
         raise _drift(source, path, sorted(keys))
 
 
-def _check_csv_header(source: StreamSource, path: Path) -> None:
+def _check_csv_header(source: StreamSource, staged: Path, path: Path) -> None:
     if not source.csv_header:
         return
-    with path.open(newline="") as handle:
+    # Admission has checked that the bytes are UTF-8.
+    with staged.open(newline="", encoding="utf-8") as handle:
         header = next(csv.reader(handle, delimiter=source.csv_delimiter), [])
     if [h.strip() for h in header] != source.schema.fieldNames():
         raise _drift(source, path, [h.strip() for h in header])
 
 
-def _check_parquet_schema(source: StreamSource, path: Path) -> None:
-    found = arrow_to_spark(pq.read_schema(path))
+def _check_parquet_schema(source: StreamSource, staged: Path, path: Path) -> None:
+    try:
+        found = arrow_to_spark(pq.read_schema(staged))
+    except (pa.ArrowException, OSError) as e:  # empty, truncated, not Parquet at all
+        raise UnreadableFileError(
+            f"{path}: cannot be read as Parquet: {e}. The file is left in place; fix the producer."
+        ) from e
     names = found.fieldNames()
     if sorted(names) != sorted(source.schema.fieldNames()):
         raise _drift(source, path, names)

@@ -5,6 +5,10 @@
 - Parquet timestamps as INT64 micros: the Delta protocol's encoding (Spark's default is INT96).
 - The raw local file system and no ``_SUCCESS`` markers: Spark's checksum side files and
   markers would otherwise be left in table directories as untracked clutter.
+- delta-spark's jars, when the project's jar folder has them (``make jars`` fetches them with
+  Maven into ``var/jars``; ``ENRICH_DELTA_JARS`` names another folder): they go on
+  ``spark.jars`` with Delta's SQL extension and catalog, so ``engine: auto`` picks the native
+  engine. Nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -38,6 +43,55 @@ EMBEDDED_DEFAULTS: Mapping[str, str] = {
 }
 
 
+DELTA_JARS_ENV = "ENRICH_DELTA_JARS"
+DEFAULT_DELTA_JARS_DIR = Path(__file__).resolve().parent.parent / "var" / "jars"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_SESSION_CONF: Mapping[str, str] = {
+    "spark.sql.extensions": DELTA_EXTENSION,
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def delta_jars_dir() -> Path | None:
+    """The folder ``make jars`` fills: ``$ENRICH_DELTA_JARS``, else ``<repo>/var/jars``.
+
+    ``ENRICH_DELTA_JARS=""`` means none: sessions then start without delta-spark.
+    """
+    configured = os.environ.get(DELTA_JARS_ENV)
+    if configured is None:
+        return DEFAULT_DELTA_JARS_DIR
+    return Path(configured) if configured else None
+
+
+def delta_jars(directory: Path | None = None) -> list[str]:
+    """The delta-spark jars in ``directory`` (default :func:`delta_jars_dir`), sorted."""
+    folder = directory if directory is not None else delta_jars_dir()
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.glob("*.jar") if p.is_file())
+
+
+def with_delta_jars(conf: Mapping[str, str], jars: list[str]) -> dict[str, str]:
+    """``conf`` plus the jars on ``spark.jars`` and Delta's extension and catalog.
+
+    Jars and extensions the caller already configured are kept (comma lists are extended);
+    a catalog the caller chose for ``spark_catalog`` is left alone.
+    """
+    merged = dict(conf)
+    if not jars:
+        return merged
+    existing = [j for j in merged.get("spark.jars", "").split(",") if j]
+    merged["spark.jars"] = ",".join([*existing, *[j for j in jars if j not in existing]])
+    extensions = [e for e in merged.get("spark.sql.extensions", "").split(",") if e]
+    if DELTA_EXTENSION not in extensions:
+        extensions.append(DELTA_EXTENSION)
+    merged["spark.sql.extensions"] = ",".join(extensions)
+    merged.setdefault(
+        "spark.sql.catalog.spark_catalog", DELTA_SESSION_CONF["spark.sql.catalog.spark_catalog"]
+    )
+    return merged
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     """Where Spark runs and which extra settings it gets.
@@ -58,24 +112,35 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     # "python3" is first on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
-    for key, value in {**EMBEDDED_DEFAULTS, **settings.conf, **REQUIRED_CONF}.items():
+    jars = delta_jars()
+    conf = with_delta_jars({**EMBEDDED_DEFAULTS, **settings.conf}, jars)
+    for key, value in {**conf, **REQUIRED_CONF}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     for key, value in REQUIRED_CONF.items():
         if not key.startswith("spark.hadoop."):
             session.conf.set(key, value)
-    logger.info("spark session %s on %s", session.version, settings.master)
+    logger.info(
+        "spark session %s on %s with %d delta-spark jar(s) from %s",
+        session.version,
+        settings.master,
+        len(jars),
+        delta_jars_dir(),
+    )
     return session
 
 
 def has_delta_jars(session: SparkSession) -> bool:
-    """True when the delta-spark JVM classes are on the driver's classpath."""
+    """True when the delta-spark JVM classes are on the driver's classpath.
+
+    Jars on ``spark.jars`` live in Spark's own class loader, not in the JVM's system one, so
+    the lookup goes through Spark's (``Class.forName`` alone would miss them).
+    """
     jvm = session._jvm
     if jvm is None:
         return False
     try:
-        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-    except Exception:  # noqa: BLE001 - py4j raises a generic Py4JJavaError on ClassNotFound
+        return bool(jvm.org.apache.spark.util.Utils.classIsLoadable("io.delta.tables.DeltaTable"))
+    except Exception:  # noqa: BLE001 - py4j raises a generic Py4JJavaError
         return False
-    return True

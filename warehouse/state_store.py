@@ -5,16 +5,23 @@ each input table), the join operators' controller state, per-run metrics and the
 versions that in-flight work still pins. Bulk operator state (cache rows, pending tuples)
 lives in Delta tables under the warehouse root, never here.
 
-SQLite is the embedded default; a deployment passes a Postgres URL. The schema is created
-or migrated on first use; ``SCHEMA_VERSION`` and ``_MIGRATIONS`` record how.
+SQLite is the embedded default; a deployment passes a PostgreSQL URL
+(``postgresql+psycopg://user:password@host/db``; psycopg is a dependency). Both backends
+behave the same: timestamps are aware UTC datetimes, byte counts are 64-bit, JSON state keeps
+non-finite floats, and a duplicate key is a :class:`DuplicateRecordError`. The schema is
+created or migrated on first use, under a lock so that processes opening a fresh store
+together do not collide; ``SCHEMA_VERSION`` and ``_MIGRATIONS`` record how. Messages show
+the URL with its password masked (:attr:`StateStore.safe_url`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,32 +29,64 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    DateTime,
+    BigInteger,
     Float,
-    ForeignKey,
     Integer,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     create_engine,
     event,
     func,
+    insert,
     select,
     text,
 )
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import DateTime as SQLDateTime
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from common.errors import StateStoreError
+from common.errors import DuplicateRecordError, StateStoreError
+from common.secrets import mask_url, redact, register_url_password
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+# pg_advisory_xact_lock key held while the schema is created or migrated ("enrich").
+SCHEMA_LOCK_KEY = 0x656E72696368
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class DateTime(TypeDecorator[datetime]):
+    """A timestamp column that stores and returns aware UTC datetimes on every backend.
+
+    SQLAlchemy's own ``DateTime(timezone=True)`` returns aware values in the session's time
+    zone on PostgreSQL but naive ones on SQLite, which also drops the offset of an aware
+    value it stores (02:00+02:00 would read back as 02:00). This type converts to UTC before
+    storing and marks what it reads as UTC; a naive datetime is taken as UTC. The models
+    below use it under SQLAlchemy's name, so ``DateTime(timezone=True)`` means this type.
+    """
+
+    impl = SQLDateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return _as_utc(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        return _as_utc(value)
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -83,10 +122,11 @@ class LandingFile(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     stream: Mapped[str] = mapped_column(String(200))
     path: Mapped[str] = mapped_column(String(2000))
-    size_bytes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # files of 2 GiB and more
     sha256: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="registered")
-    run_id: Mapped[str | None] = mapped_column(String(200), ForeignKey("runs.run_id"))
+    # The run id itself, while the ledger's rows are "<run id>/<command>": no foreign key.
+    run_id: Mapped[str | None] = mapped_column(String(200))
     batch_seq: Mapped[int | None] = mapped_column(Integer)
     records_received: Mapped[int | None] = mapped_column(Integer)
     records_loaded: Mapped[int | None] = mapped_column(Integer)
@@ -147,6 +187,93 @@ class VersionPin(Base):
 _MIGRATIONS: Mapping[int, Sequence[str]] = {}
 
 
+def _lock_schema(connection: Connection) -> None:
+    """Serialize schema creation among processes opening the same store at once."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    elif connection.dialect.name == "sqlite":
+        # pysqlite runs DDL outside transactions; an immediate one takes the write lock now.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+# JSON: PostgreSQL refuses the NaN/Infinity tokens Python writes for non-finite floats, so
+# they are stored as {"$float": "inf"} (and "-inf", "nan") on every backend. Rows written
+# with the bare tokens by older code on SQLite still read back.
+_FLOAT_TAG = "$float"
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _dump_json(value: Any) -> str:
+    return json.dumps(_tag_non_finite(value), allow_nan=False)
+
+
+def _load_json(text: str) -> Any:
+    return json.loads(text, object_hook=_untag_non_finite)
+
+
+def _tag_non_finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {_FLOAT_TAG: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, Mapping):
+        return {key: _tag_non_finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tag_non_finite(item) for item in value]
+    return value
+
+
+def _untag_non_finite(obj: dict[str, Any]) -> Any:
+    tag = obj.get(_FLOAT_TAG) if len(obj) == 1 else None
+    return _NON_FINITE[tag] if isinstance(tag, str) and tag in _NON_FINITE else obj
+
+
+# Duplicate keys: the rows a failed flush wrote, and the driver's account of the conflict.
+_PG_UNIQUE_VIOLATION = "23505"
+_SQLITE_UNIQUE = ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY")
+_SQLITE_UNIQUE_TEXT = re.compile(r"UNIQUE constraint failed: (.+)$")
+_PG_KEY_TEXT = re.compile(r"Key \((.+?)\)=")
+
+
+def _remember_flushed(session: Session, _context: Any, _instances: Any) -> None:
+    session.info["flushed"] = [*session.new, *session.dirty]
+
+
+def _is_duplicate_key(error: IntegrityError) -> bool:
+    orig = error.orig
+    return (
+        getattr(orig, "sqlstate", None) == _PG_UNIQUE_VIOLATION
+        or getattr(orig, "sqlite_errorname", None) in _SQLITE_UNIQUE
+        or _SQLITE_UNIQUE_TEXT.search(str(orig)) is not None
+    )
+
+
+def _describe_duplicate(error: IntegrityError, flushed: Sequence[object]) -> str:
+    """``table: (col, ...) = (value, ...)`` of the rows that may hold the duplicate key."""
+    table, columns = _conflict(error)
+    rows = [row for row in flushed if getattr(row, "__tablename__", None) == table]
+    if table is None or not columns or not rows:
+        return f"{table or 'a table'} ({redact(str(error.orig)).strip()})"
+    keys = [
+        "(" + ", ".join(repr(getattr(row, column, None)) for column in columns) + ")"
+        for row in rows
+    ]
+    return f"{table}: ({', '.join(columns)}) = {' or '.join(keys)}"
+
+
+def _conflict(error: IntegrityError) -> tuple[str | None, list[str]]:
+    """The table and key columns of a unique violation, as the driver reports them."""
+    orig = error.orig
+    diag = getattr(orig, "diag", None)
+    if diag is not None:  # psycopg
+        match = _PG_KEY_TEXT.search(diag.message_detail or "")
+        columns = [c.strip() for c in match.group(1).split(",")] if match else []
+        return diag.table_name, columns
+    match = _SQLITE_UNIQUE_TEXT.search(str(orig))
+    if match is None:
+        return None, []
+    qualified = [c.strip() for c in match.group(1).split(",")]
+    return qualified[0].split(".")[0], [c.split(".", 1)[-1] for c in qualified]
+
+
 @dataclass(frozen=True)
 class RunSummary:
     run_id: str
@@ -163,48 +290,101 @@ class StateStore:
     """Typed access to the control tables; every method is one short transaction."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self.url = url  # to connect with; messages and logs show ``safe_url``
+        self.safe_url = mask_url(url)
+        register_url_password(url)
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        options: dict[str, Any] = {
+            "json_serializer": _dump_json,
+            "json_deserializer": _load_json,
+        }
+        if url.startswith("sqlite"):
+            options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
         try:
-            self._engine: Engine = create_engine(url, future=True)
+            self._engine: Engine = create_engine(url, **options)
+        except ImportError as e:
+            raise StateStoreError(
+                f"state store URL {self.safe_url} needs the database driver "
+                f"{e.name or 'of its dialect'!r}, which is not installed ({redact(str(e))}); "
+                "PostgreSQL URLs work with the bundled "
+                "psycopg driver: postgresql+psycopg://user:password@host:port/database"
+            ) from e
         except (SQLAlchemyError, ValueError) as e:
-            raise StateStoreError(f"state store URL {url!r} is not usable: {e}") from e
+            raise StateStoreError(
+                f"state store URL {self.safe_url} is not usable: {redact(str(e))}; expected "
+                "a SQLAlchemy URL such as sqlite:///path/to/store.db or "
+                "postgresql+psycopg://user:password@host:port/database"
+            ) from e
         if url.startswith("sqlite"):
             event.listen(self._engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        event.listen(self._sessions, "before_flush", _remember_flushed)
+        self._guard: Callable[[Session], None] | None = None
         self._migrate()
 
     def _migrate(self) -> None:
+        """Create or upgrade the schema in one transaction that holds the schema lock."""
         try:
-            Base.metadata.create_all(self._engine)
-            with self._session() as session:
-                current = session.scalar(select(func.max(SchemaVersion.version)))
-                if current is None:
-                    session.add(SchemaVersion(version=SCHEMA_VERSION))
-                    return
-                if current > SCHEMA_VERSION:
+            with self._engine.connect() as connection:
+                _lock_schema(connection)
+                Base.metadata.create_all(connection)
+                current = connection.scalar(select(func.max(SchemaVersion.version)))
+                if current is not None and current > SCHEMA_VERSION:
                     raise StateStoreError(
-                        f"state store {self.url} has schema version {current}, newer than this "
-                        f"code's {SCHEMA_VERSION}; upgrade the pipeline package"
+                        f"state store {self.safe_url} has schema version {current}, newer than "
+                        f"this code's {SCHEMA_VERSION}; upgrade the pipeline package"
                     )
-                for version in range(current + 1, SCHEMA_VERSION + 1):
-                    for statement in _MIGRATIONS.get(version, ()):
-                        session.execute(text(statement))
-                    session.add(SchemaVersion(version=version))
-                    logger.info("state store migrated to schema version %d", version)
+                if current is None:
+                    connection.execute(insert(SchemaVersion).values(version=SCHEMA_VERSION))
+                else:
+                    for version in range(current + 1, SCHEMA_VERSION + 1):
+                        for statement in _MIGRATIONS.get(version, ()):
+                            connection.execute(text(statement))
+                        connection.execute(insert(SchemaVersion).values(version=version))
+                        logger.info("state store migrated to schema version %d", version)
+                connection.commit()
         except SQLAlchemyError as e:
-            raise StateStoreError(f"cannot open state store {self.url}: {e}") from e
+            raise StateStoreError(
+                f"cannot open state store {self.safe_url}: {redact(str(e))}"
+            ) from e
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def set_guard(self, guard: Callable[[Session], None] | None) -> None:
+        """Run ``guard`` at the start of every transaction (the lease's fencing check).
+
+        The guard and the transaction's writes commit together, so a writer fenced out by
+        another run's lease fails before any of its writes land.
+        """
+        self._guard = guard
+
+    def transaction(self, guarded: bool = True) -> AbstractContextManager[Session]:
+        """One short transaction; ``guarded=False`` skips the guard (the lease itself)."""
+        return self._session(guarded)
 
     @contextmanager
-    def _session(self) -> Iterator[Session]:
+    def _session(self, guarded: bool = True) -> Iterator[Session]:
         session = self._sessions()
         try:
+            if guarded and self._guard is not None:
+                self._guard(session)
             yield session
             session.commit()
+        except IntegrityError as e:
+            session.rollback()
+            if _is_duplicate_key(e):
+                raise DuplicateRecordError(
+                    f"state store {self.safe_url}: duplicate key in "
+                    f"{_describe_duplicate(e, session.info.get('flushed', []))} is already "
+                    "recorded; expected a key not recorded yet"
+                ) from e
+            raise StateStoreError(f"state store {self.safe_url}: {redact(str(e))}") from e
         except SQLAlchemyError as e:
             session.rollback()
-            raise StateStoreError(f"state store {self.url}: {e}") from e
+            raise StateStoreError(f"state store {self.safe_url}: {redact(str(e))}") from e
         except BaseException:
             session.rollback()
             raise
@@ -278,15 +458,89 @@ class StateStore:
             )
 
     def register_landing_file(
-        self, stream: str, path: str, size_bytes: int, sha256: str, run_id: str
+        self,
+        stream: str,
+        path: str,
+        size_bytes: int,
+        sha256: str,
+        run_id: str,
+        *,
+        status: str = "registered",
+        error: str | None = None,
     ) -> LandingFile:
+        """Add a file to the ledger; a file that is never to load is recorded final at once."""
         with self._session() as session:
             row = LandingFile(
-                stream=stream, path=path, size_bytes=size_bytes, sha256=sha256, run_id=run_id
+                stream=stream,
+                path=path,
+                size_bytes=size_bytes,
+                sha256=sha256,
+                run_id=run_id,
+                status=status,
+                error=error,
+                finished_at=None if status == "registered" else utcnow(),
             )
             session.add(row)
             session.flush()
             return row
+
+    def reregister_landing_file(
+        self,
+        file_id: int,
+        size_bytes: int,
+        sha256: str,
+        run_id: str,
+        *,
+        status: str = "registered",
+        error: str | None = None,
+    ) -> LandingFile:
+        """Replace a never-loaded ledger row by a new row for the file's new content.
+
+        The new row gets a fresh id, greater than every id used so far: ingestion commits
+        under the id as a Delta app-transaction version, and Delta skips a version at or
+        below the last one it recorded. The old row's path is moved aside before the insert
+        (the (stream, path) key must stay unique) so that SQLite, which numbers a new row
+        max(id) + 1, cannot hand the old id out again; then the old row is deleted. All in
+        one transaction, so the moved-aside path is never seen.
+        """
+        with self._session() as session:
+            old = session.get(LandingFile, file_id)
+            if old is None:
+                raise StateStoreError(f"no landing file with id {file_id}")
+            stream, path = old.stream, old.path
+            old.path = f"{path} (ledger id {old.id}, being replaced)"
+            session.flush()
+            row = LandingFile(
+                stream=stream,
+                path=path,
+                size_bytes=size_bytes,
+                sha256=sha256,
+                run_id=run_id,
+                status=status,
+                error=error,
+                finished_at=None if status == "registered" else utcnow(),
+            )
+            session.add(row)
+            session.flush()
+            session.delete(old)
+            session.flush()
+            return row
+
+    def landing_file_with_digest(
+        self, stream: str, sha256: str, statuses: Sequence[str]
+    ) -> LandingFile | None:
+        """The earliest file of ``stream`` with this SHA-256 whose status is in ``statuses``."""
+        with self._session() as session:
+            return session.scalar(
+                select(LandingFile)
+                .where(
+                    LandingFile.stream == stream,
+                    LandingFile.sha256 == sha256,
+                    LandingFile.status.in_(list(statuses)),
+                )
+                .order_by(LandingFile.id)
+                .limit(1)
+            )
 
     def update_landing_file(self, file_id: int, **fields: Any) -> None:
         with self._session() as session:
@@ -424,6 +678,43 @@ class StateStore:
                     )
                 )
             )
+
+    def set_pins(self, holder: str, pins: Mapping[str, Sequence[int]]) -> None:
+        """Make ``pins`` (table path -> versions) all of ``holder``'s pins, in one transaction.
+
+        Pins of the holder on versions or tables ``pins`` does not name are dropped; an empty
+        mapping releases everything the holder pinned.
+        """
+        wanted = {(path, int(v)) for path, versions in pins.items() for v in versions}
+        negative = sorted((p, v) for p, v in wanted if v < 0)
+        if negative:
+            raise StateStoreError(
+                f"set_pins({holder!r}): Delta versions are >= 0, got {negative[:5]}"
+            )
+        with self._session() as session:
+            held = {
+                (row.table_path, row.version): row
+                for row in session.scalars(select(VersionPin).where(VersionPin.holder == holder))
+            }
+            for key, row in held.items():
+                if key not in wanted:
+                    session.delete(row)
+            session.add_all(
+                VersionPin(table_path=path, version=version, holder=holder)
+                for path, version in sorted(wanted - held.keys())
+            )
+
+    def pins_of(self, holder: str) -> dict[str, list[int]]:
+        """The versions ``holder`` pins, by table path."""
+        with self._session() as session:
+            pins: dict[str, list[int]] = {}
+            for row in session.scalars(
+                select(VersionPin)
+                .where(VersionPin.holder == holder)
+                .order_by(VersionPin.table_path, VersionPin.version)
+            ):
+                pins.setdefault(row.table_path, []).append(row.version)
+            return pins
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

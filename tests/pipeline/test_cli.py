@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.enrich import EXIT_CONFIG, EXIT_OK, main
+from jobs.enrich import EXIT_BUSY, EXIT_CONFIG, EXIT_OK, main
+from pipeline.config import load_config
 from tests.conftest import REPO_ROOT
+from warehouse.lease import LeaseSettings, PipelineLease
+from warehouse.state_store import StateStore
 
 
 def test_bad_arguments_and_config_exit_with_code_2(
@@ -64,3 +68,25 @@ def test_run_status_and_report(
     assert printed.strip().endswith("(1 run(s))")
     html = report.read_text()
     assert html.count("<svg") == 5 and "Run report: demo" in html
+
+
+def test_a_second_writer_waits_for_or_is_refused_the_lease(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = str(REPO_ROOT / "configs" / "demo.yaml")
+    assert main(["--config", config, "demo-data", "--scale", "0.01", "--intervals", "1"]) == EXIT_OK
+    store = StateStore(load_config(Path(config)).warehouse.resolved_state_store())
+    holder = PipelineLease(store, "demo", "run other", LeaseSettings(ttl_seconds=30))
+    holder.acquire()
+    # Another run holds the lease: a writer exits 5 naming it, a reader is not held up.
+    assert main(["--config", config, "ingest", "--run-id", "r1"]) == EXIT_BUSY
+    assert "is busy: run other holds its lease" in caplog.text
+    assert main(["--config", config, "status"]) == EXIT_OK
+    # With --wait the writer takes the lease once the holder lets go of it.
+    threading.Timer(2.0, holder.release).start()
+    assert main(["--config", config, "--wait", "60", "ingest", "--run-id", "r1"]) == EXIT_OK
+    assert main(["--config", config, "--wait", "-1", "ingest"]) == EXIT_CONFIG

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import copy
+import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from common.errors import ConfigError
+from common.secrets import redact
 from pipeline.config import load_config, parse_config
+from pipeline.dag_generator import render_dag, render_quality_dag
 from tests.conftest import REPO_ROOT
 
 VALID: dict[str, Any] = {
@@ -139,3 +144,84 @@ def test_demo_config_is_valid_and_paths_are_anchored(
         "orders_promotions",
         "lineitem_partsupp",
     ]
+
+
+# ---------------------------------------------------------------------- ${VAR} references
+
+
+def test_env_references_are_resolved_at_load_time_and_never_written_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    password = f"pw-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ENRICH_TEST_DB_PASSWORD", password)
+    monkeypatch.setenv("ENRICH_TEST_DB_HOST", "db.internal")
+    monkeypatch.chdir(tmp_path)
+    raw = copy.deepcopy(VALID)
+    raw["warehouse"] = {
+        "state_store": "postgresql+psycopg://enrich:${ENRICH_TEST_DB_PASSWORD}"
+        "@${ENRICH_TEST_DB_HOST}:5432/enrich"
+    }
+    raw["streams"]["orders"]["landing"] = "landing/$${not_a_reference}"
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    written = path.read_text()
+
+    with caplog.at_level(logging.DEBUG):
+        config = load_config(path)
+
+    assert config.warehouse.state_store == (
+        f"postgresql+psycopg://enrich:{password}@db.internal:5432/enrich"
+    )
+    assert config.streams["orders"].landing == str(tmp_path / "landing" / "${not_a_reference}")
+    assert path.read_text() == written  # the file keeps its references
+    assert password not in caplog.text
+    assert password not in repr(config) and password not in str(config.warehouse)
+    assert "enrich:***@db.internal" in repr(config.warehouse)
+    dag_path = tmp_path / "dags" / "enrich_t.py"
+    for text in (render_dag(config, path, dag_path), render_quality_dag(config, path, dag_path)):
+        assert password not in text and "db.internal" not in text
+    assert redact(f"retrying with {password}") == "retrying with ***"  # registered for logs
+
+
+def test_env_values_of_secret_looking_keys_are_masked_in_logs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    access_key, region = f"s3-{uuid.uuid4().hex}", f"region-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ENRICH_TEST_S3", access_key)
+    monkeypatch.setenv("ENRICH_TEST_REGION", region)
+    config = parse_config(
+        mutated(
+            "spark",
+            {
+                "conf": {
+                    "spark.hadoop.fs.s3a.secret.key": "${ENRICH_TEST_S3}",
+                    "spark.hadoop.fs.s3a.endpoint.region": "${ENRICH_TEST_REGION}",
+                }
+            },
+        )
+    )
+    assert config.spark.conf["spark.hadoop.fs.s3a.secret.key"] == access_key
+    assert redact(f"key {access_key} in {region}") == f"key *** in {region}"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "postgresql://u:${ENRICH_TEST_UNSET_VARIABLE}@h/db",
+            "warehouse.state_store: environment variable ENRICH_TEST_UNSET_VARIABLE is not set "
+            "(referenced as ${ENRICH_TEST_UNSET_VARIABLE})",
+        ),
+        ("${1NOPE}", "warehouse.state_store: expected ${NAME} at character 1"),
+        ("sqlite:///${UNCLOSED", "warehouse.state_store: expected ${NAME} at character 11"),
+    ],
+)
+def test_bad_env_references_name_the_key_and_variable(
+    value: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ENRICH_TEST_UNSET_VARIABLE", raising=False)
+    raw = mutated("warehouse", {"state_store": value})
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    assert message in str(info.value)
+    assert raw["warehouse"]["state_store"] == value  # the input is left as it was

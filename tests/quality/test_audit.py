@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -13,12 +14,12 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from common.errors import ValidationFailedError
+from common.errors import BackfillIncompleteError, ValidationFailedError
 from common.faults import CRASH_ENV_VAR
 from pipeline.audit import FAILED_EXPECTATIONS, RUN_ID
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, row_multiset
-from tests.joins.ssbj_harness import SsbjHarness
+from tests.joins.ssbj_harness import BASE_TIME, SsbjHarness
 from tests.quality.audit_harness import (
     FIRST_BATCH,
     SECOND_BATCH,
@@ -38,6 +39,9 @@ from tests.quality.audit_harness import (
 )
 
 pytestmark = pytest.mark.slow
+
+BASE_TIME_UTC = BASE_TIME.replace(tzinfo=dt.UTC)
+ONE_HOUR = dt.timedelta(hours=1)
 
 
 def failing_results(h: SsbjHarness, run_id: str) -> list[str]:
@@ -148,11 +152,60 @@ def test_crash_between_validation_and_publish_publishes_once(
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
 
+    # Not a retry of r1: the next interval stages more rows first, then validates. The
+    # interrupted batch is published once, then the new one (never r1's rows twice).
     h = quality_harness(spark, tmp_path)
-    assert validate(h, "r1") == 0
-    assert validate(h, "r1") == 0
+    arrive_and_run(h, SECOND_BATCH, "r2")
+    assert validate(h, "r2") == 0
+    assert validate(h, "r2") == 0
     assert_same_multiset(published_rows(h), staged_rows(h))
     appends = [
         c for c in DeltaTable(h.layout.published("out")).history() if c["operation"] == "WRITE"
     ]
-    assert len(appends) == 1, appends
+    assert len(appends) == 2, appends
+
+
+def backfill_first_hour(h: SsbjHarness, run_id: str) -> int:
+    return h.context.execute("backfill", run_id, BASE_TIME_UTC, BASE_TIME_UTC + ONE_HOUR)
+
+
+def test_backfill_beside_an_unaudited_live_batch(
+    spark: SparkSession, tmp_path: Path, base: Path
+) -> None:
+    copy_pipeline(base, tmp_path)
+    h = quality_harness(spark, tmp_path, steps=1)
+    h.batches.append((FIRST_BATCH, h.engine.snapshot(h.master).version))
+    # A live batch is staged but not yet audited when the backfill of its interval runs.
+    arrive_and_run(h, SECOND_BATCH, "r2")
+    assert backfill_first_hour(h, "bf") == 0
+    assert validate(h, "r2") == 0
+    arrive_and_run(h, [(21, 4), (22, 77)], "r3")  # late tuples of the same interval
+    h.drain()
+    assert validate(h, "r3") == 0
+    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
+    expected = h.oracle("left")
+    assert_same_multiset(h.engine.read(h.layout.output("out")).select(*oracle_columns), expected)
+    assert_same_multiset(h.engine.read(h.layout.published("out")).select(*oracle_columns), expected)
+
+
+def test_live_publish_waits_for_an_interrupted_backfill(
+    spark: SparkSession, tmp_path: Path, base: Path
+) -> None:
+    copy_pipeline(base, tmp_path)
+    h = quality_harness(spark, tmp_path)
+    h.batches.append((FIRST_BATCH, h.engine.snapshot(h.master).version))
+    arrive_and_run(h, SECOND_BATCH, "r2")
+    # What a backfill killed after replacing silver, before its audit, leaves behind.
+    h.context.auditor.begin_backfill("bf", BASE_TIME_UTC, BASE_TIME_UTC + ONE_HOUR)
+    h.runner.backfill(BASE_TIME_UTC, BASE_TIME_UTC + ONE_HOUR, "bf")
+    gold_before = published_rows(h)
+    with pytest.raises(BackfillIncompleteError, match="Rerun `enrich backfill"):
+        validate(h, "r2")
+    assert_same_multiset(published_rows(h), gold_before)
+
+    assert backfill_first_hour(h, "bf") == 0
+    assert validate(h, "r2") == 0
+    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
+    assert_same_multiset(
+        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,9 @@ from warehouse.delta.embedded import EmbeddedDeltaEngine
 pytestmark = pytest.mark.slow
 
 
-def run_worker(*args: object, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+def run_worker(
+    *args: object, crash_at: str | None = None, capture: bool = False
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV_VAR}
     if crash_at:
         env[CRASH_ENV_VAR] = crash_at
@@ -28,7 +31,7 @@ def run_worker(*args: object, crash_at: str | None = None) -> subprocess.Popen[b
         [sys.executable, "-m", "tests.warehouse.append_worker", *map(str, args)],
         cwd=REPO_ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
 
@@ -84,3 +87,34 @@ def test_concurrent_writers_land_every_row_exactly_once(
     ]
     assert_same_multiset(engine.read(str(table)), expected)
     assert engine.snapshot(str(table)).version == writers * batches
+
+
+def test_processes_racing_on_one_app_transaction_land_it_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two processes run the same step (same app id and version) and commit at the same time.
+
+    A barrier in the commit guard makes both commit from version 0, so one of them loses to
+    the other's commit of the same app transaction; the loser must say it did not commit.
+    """
+    engine = EmbeddedDeltaEngine(spark)
+    table = tmp_path / "t"
+    engine.create_table(str(table), SCHEMA)
+    barrier = f"{tmp_path / 'barrier'}:2"
+    procs = {
+        label: run_worker(
+            table, "step", 0, 30, 1, "--label", label, "--barrier", barrier, capture=True
+        )
+        for label in ("w0", "w1")
+    }
+    outcomes = {}
+    for label, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr.decode()[-3000:]
+        outcomes[label] = json.loads(stdout.decode().strip().splitlines()[-1])
+    winners = [label for label, outcome in outcomes.items() if outcome["committed"]]
+    assert len(winners) == 1, outcomes
+    assert {o["table_version"] for o in outcomes.values()} == {1}
+    assert engine.snapshot(str(table)).version == 1
+    assert engine.transaction_version(str(table), "step") == 0
+    assert_same_multiset(engine.read(str(table)), [(i, winners[0]) for i in range(30)])

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from pipeline.config import ColumnSpec, StreamConfig
+from common.errors import ConfigError
+from pipeline.config import ColumnSpec, StreamConfig, parse_config
+from pipeline.runner import PipelineRunner
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
-from tests.helpers import assert_same_multiset
+from tests.helpers import assert_same_multiset, tiny_pipeline
+from warehouse import landing
 from warehouse.delta.embedded import EmbeddedDeltaEngine
-from warehouse.landing import IngestReport, StreamSource, ingest_stream
-from warehouse.state_store import StateStore
+from warehouse.landing import (
+    IngestReport,
+    StreamSource,
+    ingest_stream,
+    rejected_files_in_place,
+)
+from warehouse.state_store import LandingFile, StateStore
 
 COLUMNS = [
     ColumnSpec(name="id", type="bigint", nullable=False),
@@ -26,9 +39,11 @@ COLUMNS = [
 
 
 class Harness:
-    def __init__(self, spark: SparkSession, root: Path, fmt: str) -> None:
+    def __init__(
+        self, spark: SparkSession, root: Path, fmt: str, landing_name: str = "landing"
+    ) -> None:
         self.spark = spark
-        self.landing = root / "landing"
+        self.landing = root / landing_name
         self.landing.mkdir(parents=True)
         stream = StreamConfig(
             landing=str(self.landing), format=fmt, columns=COLUMNS, event_time="ts", id_column="id"
@@ -60,6 +75,19 @@ class Harness:
     def quarantine(self) -> list[tuple]:
         frame = self.engine.read(self.source.quarantine_path)
         return [(r.source_file, r.reason, r.record) for r in frame.collect()]
+
+    def bronze_by_file(self) -> list[tuple]:
+        frame = self.engine.read(self.source.bronze_path)
+        return [(Path(r._source_file).name, r.id) for r in frame.collect()]
+
+    def entry(self, name: str) -> LandingFile:
+        found = self.store.landing_file("s", str(self.landing / name))
+        assert found is not None, f"{name} is not in the ledger"
+        return found
+
+    def staged(self) -> list[Path]:
+        staging = self.landing / "_staging"
+        return sorted(staging.iterdir()) if staging.exists() else []
 
 
 def json_lines(rows: list[dict]) -> str:
@@ -191,8 +219,6 @@ def test_parquet_with_wrong_types_is_rejected(spark: SparkSession, tmp_path: Pat
             T.StructField("ts", T.TimestampType()),
         ]
     )
-    import datetime as dt
-
     frame = spark.createDataFrame([("1", 1, "a", dt.datetime(2024, 1, 1))], schema).toPandas()
     frame.to_parquet(h.landing / "p.parquet")
     report = h.ingest()
@@ -222,3 +248,303 @@ def test_crash_between_commits_resumes_without_duplicates(
     assert (report.files_loaded, report.records_loaded, report.records_quarantined) == (1, 2, 1)
     assert_same_multiset(h.bronze(), [(1, 1, "l1"), (2, 2, "l2")])
     assert len(h.quarantine()) == 1
+
+
+# ------------------------------------------------------------------ file names are not patterns
+
+
+def test_glob_characters_in_file_names_are_read_literally(json_harness: Harness) -> None:
+    h = json_harness
+    names = {"o1.json": 1, "o[1].json": 2, "o?.json": 3, "o{1,2}.json": 4, "o*.json": 5}
+    for name, i in names.items():
+        (h.landing / name).write_text(json_lines([good(i), good(10 * i)]))
+    report = h.ingest()
+    assert (report.files_loaded, report.records_loaded, report.errors) == (5, 10, [])
+    assert_same_multiset(
+        h.bronze_by_file(), [(name, r) for name, i in names.items() for r in (i, 10 * i)]
+    )
+    assert h.staged() == []  # each staging copy is deleted once its file is loaded
+
+
+@pytest.mark.parametrize("landing_name", ["land[1]", "land{a,b}", "land*"])
+def test_landing_directory_with_glob_characters_is_refused(
+    spark: SparkSession, tmp_path: Path, landing_name: str
+) -> None:
+    h = Harness(spark, tmp_path, "json", landing_name)
+    (h.landing / "a.json").write_text(json_lines([good(1)]))
+    with pytest.raises(ConfigError, match="glob"):
+        h.ingest()
+    assert h.store.landing_files("s") == []
+
+
+# ------------------------------------------------------------------ one bad file blocks nothing
+
+
+CSV_HEADER = "id,k,label,ts\n"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "bad"),
+    [
+        ("csv", b"id,k,label\xe9,ts\n1,1,a,2024-01-01 00:00:00\n"),  # Latin-1 in the header
+        ("csv", b"id,k,label,ts\n1,1,caf\xe9,2024-01-01 00:00:00\n"),  # ... in a record
+        ("json", b'{"id": 1, "k": 1, "label": "caf\xe9", "ts": "2024-01-01T00:00:00Z"}\n'),
+    ],
+)
+def test_file_that_is_not_utf8_is_rejected_and_siblings_load(
+    spark: SparkSession, tmp_path: Path, fmt: str, bad: bytes
+) -> None:
+    h = Harness(spark, tmp_path, fmt)
+    (h.landing / f"bad.{fmt}").write_bytes(bad)
+    sibling = CSV_HEADER + "2,2,l2,2024-01-01 00:00:00\n" if fmt == "csv" else json_lines([good(2)])
+    (h.landing / f"good.{fmt}").write_text(sibling)
+    report = h.ingest()
+    assert (report.files_loaded, report.files_rejected) == (1, 1)
+    assert_same_multiset(h.bronze(), [(2, 2, "l2")])  # no U+FFFD row slipped in
+    (error,) = report.errors
+    assert "not valid UTF-8" in error and f"byte {bad.index(0xE9)}" in error
+    entry = h.entry(f"bad.{fmt}")
+    assert entry.status == "rejected" and "not valid UTF-8" in (entry.error or "")
+    assert (h.landing / f"bad.{fmt}").read_bytes() == bad  # left in place, untouched
+    assert h.staged() == []
+
+
+def test_utf8_check_finds_the_offset_across_block_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(landing, "BLOCK_BYTES", 3)  # split multi-byte characters
+    text = "naïve café – ☕ 𝄞".encode()
+    ok = tmp_path / "ok.csv"
+    ok.write_bytes(text)
+    copy = tmp_path / "copy"
+    read = landing._read_file(ok, copy, check_utf8=True)
+    assert read.bad_utf8_at is None and copy.read_bytes() == text
+    assert read.sha256 == hashlib.sha256(text).hexdigest()
+    for bad in (text[:7] + b"\xe9" + text[7:], text[:-1]):  # a Latin-1 byte; a cut 𝄞
+        path = tmp_path / "bad.csv"
+        path.write_bytes(bad)
+        expected = 7 if len(bad) > len(text) else len(text) - 4
+        assert landing._read_file(path, None, check_utf8=True).bad_utf8_at == expected
+
+
+def write_parquet(path: Path, ids: list[int], *, padding: int = 0) -> None:
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "k": pa.array([i % 3 for i in ids], pa.int64()),
+            "label": pa.array([f"l{i}" + "x" * padding for i in ids], pa.string()),
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)] * len(ids), pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
+    pq.write_table(table, path, compression="snappy")
+
+
+@pytest.mark.parametrize("damage", ["empty", "not parquet", "corrupt pages"])
+def test_unreadable_parquet_is_rejected_and_siblings_load(
+    spark: SparkSession, tmp_path: Path, damage: str
+) -> None:
+    h = Harness(spark, tmp_path, "parquet")
+    bad = h.landing / "bad.parquet"
+    if damage == "empty":
+        bad.write_bytes(b"")
+    elif damage == "not parquet":
+        bad.write_bytes(b"PAR1 this is not a parquet file PAR1")
+    else:  # a readable footer over data pages that do not decompress
+        write_parquet(bad, list(range(1000)), padding=40)
+        raw = bytearray(bad.read_bytes())
+        raw[64:2048] = b"\x55" * (2048 - 64)
+        bad.write_bytes(bytes(raw))
+    write_parquet(h.landing / "good.parquet", [2])
+    report = h.ingest()
+    assert (report.files_loaded, report.files_rejected) == (1, 1)
+    assert_same_multiset(h.bronze(), [(2, 2, "l2")])
+    (error,) = report.errors
+    assert "bad.parquet" in error and "cannot be read as Parquet" in error
+    assert h.entry("bad.parquet").status == "rejected" and bad.exists()
+    assert h.staged() == []
+
+
+def fail_bronze_appends(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_append = EmbeddedDeltaEngine.append
+
+    def append(self: EmbeddedDeltaEngine, path: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+        if path.endswith("bronze"):
+            raise OSError("killed before the bronze commit")
+        return real_append(self, path, *args, **kw)
+
+    monkeypatch.setattr(EmbeddedDeltaEngine, "append", append)
+
+
+def test_registered_file_that_vanished_is_marked_missing_and_reported_once(
+    json_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = json_harness
+    gone = h.landing / "gone.json"
+    gone.write_text(json_lines([good(1)]))
+    fail_bronze_appends(monkeypatch)
+    with pytest.raises(OSError, match="killed"):
+        h.ingest()
+    monkeypatch.undo()
+    assert h.entry("gone.json").status == "registered"
+    gone.unlink()
+    (h.landing / "b.json").write_text(json_lines([good(2)]))
+    report = h.ingest()
+    assert report.files_loaded == 1 and report.files_missing == 1
+    assert_same_multiset(h.bronze(), [(2, 2, "l2")])
+    (error,) = report.errors
+    assert "gone.json" in error and "vanished before it was loaded" in error
+    missing = h.entry("gone.json")
+    assert missing.status == "missing" and "vanished" in (missing.error or "")
+    assert h.ingest().errors == []  # reported once, not retried
+    # Nothing of it was committed, so a re-delivery under the same name is a new file.
+    gone.write_text(json_lines([good(1)]))
+    again = h.ingest()
+    assert (again.files_loaded, again.errors) == (1, [])
+    assert h.entry("gone.json").id > h.entry("b.json").id
+    assert_same_multiset(h.bronze(), [(1, 1, "l1"), (2, 2, "l2")])
+
+
+def test_file_held_back_behind_a_later_batch_is_rejected_not_skipped(
+    json_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = json_harness
+    original = json_lines([good(1)])
+    (h.landing / "a.json").write_text(original)
+    fail_bronze_appends(monkeypatch)
+    with pytest.raises(OSError, match="killed"):
+        h.ingest()
+    monkeypatch.undo()
+    (h.landing / "a.json").write_text(json_lines([good(1), good(7)]))  # changed while in flight
+    (h.landing / "b.json").write_text(json_lines([good(2)]))
+    changed = h.ingest()
+    assert changed.files_loaded == 1 and "content changed" in changed.errors[0]
+    (h.landing / "a.json").write_text(original)  # restored: its ledger id is now behind b's
+    report = h.ingest()
+    # Bronze already records b's later transaction, so a commit under a's id would be
+    # skipped as "already done": the file must be rejected, never marked loaded.
+    assert (report.files_loaded, report.files_rejected) == (0, 1)
+    assert "later batch" in report.errors[0]
+    assert h.entry("a.json").status == "rejected"
+    assert_same_multiset(h.bronze(), [(2, 2, "l2")])
+
+
+# ------------------------------------------------------------------ symlinks
+
+
+def test_symlinks_and_special_files_are_refused(json_harness: Harness, tmp_path: Path) -> None:
+    h = json_harness
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text(json_lines([good(99)]))
+    (outside / "inner.json").write_text(json_lines([good(98)]))
+    (h.landing / "ok.json").write_text(json_lines([good(1)]))
+    (h.landing / "link.json").symlink_to(outside / "secret.json")
+    (h.landing / "linkdir").symlink_to(outside, target_is_directory=True)
+    (h.landing / "alias.json").symlink_to(h.landing / "ok.json")  # even inside the zone
+    os.mkfifo(h.landing / "pipe.json")
+    report = h.ingest()
+    assert (report.files_loaded, report.files_rejected) == (1, 4)
+    assert_same_multiset(h.bronze(), [(1, 1, "l1")])
+    for name, reason in [
+        ("link.json", "symlink"),
+        ("linkdir", "symlink"),
+        ("alias.json", "symlink"),
+        ("pipe.json", "not a regular file"),
+    ]:
+        entry = h.entry(name)
+        assert entry.status == "rejected" and reason in (entry.error or ""), entry.error
+        assert any(name in e and reason in e for e in report.errors)
+    assert len(report.errors) == 4
+    assert (h.landing / "link.json").is_symlink()  # left in place
+
+
+# ------------------------------------------------------------------ duplicates
+
+
+def test_same_content_under_a_new_name_is_not_loaded_again(
+    json_harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = json_harness
+    content = json_lines([good(1), good(2)])
+    (h.landing / "a.json").write_text(content)
+    assert h.ingest().files_loaded == 1
+    (h.landing / "a-copy.json").write_text(content)
+    (h.landing / "c.json").write_text(json_lines([good(3)]))
+    (h.landing / "c-twin.json").write_text(json_lines([good(3)]))  # twins in one delivery
+    with caplog.at_level(logging.WARNING, logger="warehouse.landing"):
+        report = h.ingest()
+    assert (report.files_loaded, report.files_skipped, report.errors) == (1, 3, [])
+    assert_same_multiset(h.bronze(), [(1, 1, "l1"), (2, 2, "l2"), (3, 0, "l3")])
+    copy = h.entry("a-copy.json")
+    assert copy.status == "duplicate" and str(h.landing / "a.json") in (copy.error or "")
+    twins = sorted([h.entry("c.json"), h.entry("c-twin.json")], key=lambda e: e.id)
+    assert [t.status for t in twins] == ["loaded", "duplicate"]
+    assert twins[0].path in (twins[1].error or "")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2 and all("same content as" in w for w in warned)
+    later = h.ingest()
+    assert (later.files_loaded, later.files_skipped, later.errors) == (0, 4, [])
+
+
+# ------------------------------------------------------------------ rejected files stay loud
+
+
+def test_rejected_file_is_reported_until_it_is_moved_away(
+    json_harness: Harness, tmp_path: Path
+) -> None:
+    h = json_harness
+    drift = h.landing / "drift.json"
+    drift.write_text(json_lines([{**good(1), "surprise": 1}]))
+    (h.landing / "ok.json").write_text(json_lines([good(2)]))
+    first = h.ingest()
+    assert (first.files_loaded, first.files_rejected, len(first.errors)) == (1, 1, 1)
+    for _ in range(2):
+        again = h.ingest()
+        assert (again.files_loaded, again.files_rejected, again.files_rejected_in_place) == (
+            0,
+            0,
+            1,
+        )
+        (error,) = again.errors
+        assert "drift.json" in error and "still in the landing zone" in error
+        assert "unexpected ['surprise']" in error
+    assert [e.path for e in rejected_files_in_place(h.store, "s")] == [str(drift)]
+    drift.rename(tmp_path / "drift.json")
+    cleared = h.ingest()
+    assert (cleared.errors, cleared.files_rejected_in_place) == ([], 0)
+    assert rejected_files_in_place(h.store, "s") == []
+
+
+def test_rejected_file_corrected_in_place_is_loaded_under_a_new_ledger_id(
+    json_harness: Harness,
+) -> None:
+    h = json_harness
+    (h.landing / "a.json").write_text(json_lines([{**good(1), "surprise": 1}]))
+    assert h.ingest().files_rejected == 1
+    (h.landing / "b.json").write_text(json_lines([good(2)]))
+    assert h.ingest().files_loaded == 1  # b commits under a later ledger id than a's
+    (h.landing / "a.json").write_text(json_lines([good(1)]))
+    report = h.ingest()
+    assert (report.files_loaded, report.errors) == (1, [])
+    entry = h.entry("a.json")
+    assert entry.status == "loaded" and entry.id > h.entry("b.json").id
+    assert_same_multiset(h.bronze(), [(1, 1, "l1"), (2, 2, "l2")])
+
+
+def test_status_lists_rejected_files_still_in_place(spark: SparkSession, tmp_path: Path) -> None:
+    config = parse_config(tiny_pipeline(tmp_path, "k", "bigint"))
+    store = StateStore(config.warehouse.resolved_state_store())
+    runner = PipelineRunner(config, spark, EmbeddedDeltaEngine(spark), store)
+    landing = Path(config.streams["s"].landing)
+    landing.mkdir(parents=True)
+    (landing / "drift.json").write_text(json_lines([{"id": 1, "zzz": 2}]))
+    store.start_run("r1", "ingest")
+    runner.ingest("r1")
+    stream = runner.status()["streams"]["s"]
+    assert stream["files_rejected"] == 1
+    (rejected,) = stream["rejected_in_place"]
+    assert rejected["path"] == str(landing / "drift.json") and "zzz" in rejected["reason"]
+    (landing / "drift.json").unlink()
+    assert runner.status()["streams"]["s"]["rejected_in_place"] == []

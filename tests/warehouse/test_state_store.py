@@ -1,19 +1,28 @@
-"""The SQLAlchemy state store: ledger, landing files, offsets, operator state, pins."""
+"""The SQLAlchemy state store: ledger, landing files, offsets, operator state, pins.
+
+Every test that takes ``state_store_url`` (tests/conftest.py) runs twice, on SQLite and on a
+real PostgreSQL server, with the same assertions.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib.util
+import math
+import threading
+import traceback
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import text
 
-from common.errors import StateStoreError
+from common.errors import DuplicateRecordError, StateStoreError
+from tests.postgres import PostgresServer
 from warehouse.state_store import SCHEMA_VERSION, StateStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> StateStore:
-    return StateStore(f"sqlite:///{tmp_path / 'state' / 'store.db'}")
+def store(state_store_url: str) -> StateStore:
+    return StateStore(state_store_url)
 
 
 def test_run_ledger_counts_attempts_and_records_outcome(store: StateStore) -> None:
@@ -31,23 +40,59 @@ def test_landing_file_is_registered_once(store: StateStore) -> None:
     store.start_run("r1", "ingest")
     row = store.register_landing_file("orders", "/l/a.json", 10, "ab" * 32, "r1")
     store.update_landing_file(row.id, status="loaded", records_loaded=3)
-    with pytest.raises(StateStoreError, match="UNIQUE"):
+    with pytest.raises(
+        DuplicateRecordError,
+        match=r"landing_files: \(stream, path\) = \('orders', '/l/a.json'\) is already recorded",
+    ):
         store.register_landing_file("orders", "/l/a.json", 10, "ab" * 32, "r1")
     found = store.landing_file("orders", "/l/a.json")
     assert found is not None and (found.status, found.records_loaded) == ("loaded", 3)
 
 
-def test_offsets_state_metrics_and_pins_round_trip(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = StateStore(url)
+def test_landing_file_of_a_run_without_its_own_ledger_row(store: StateStore) -> None:
+    # The pipeline's ledger rows are "<run id>/<command>", while ingestion registers files
+    # under the run id itself; PostgreSQL enforces foreign keys, SQLite does not.
+    store.start_run("scheduled__1/ingest", "scheduled")
+    row = store.register_landing_file("orders", "/l/a.json", 10, "ab" * 32, "scheduled__1")
+    assert row.run_id == "scheduled__1"
+
+
+def test_byte_counts_beyond_32_bits_round_trip(store: StateStore) -> None:
+    store.start_run("r1", "ingest")
+    size = 5 * 2**30  # a 5 GiB landing file
+    row = store.register_landing_file("orders", "/l/big.parquet", size, "cd" * 32, "r1")
+    store.update_landing_file(row.id, status="loaded", records_loaded=3)
+    found = store.landing_file("orders", "/l/big.parquet")
+    assert found is not None and found.size_bytes == size
+
+
+def test_timestamps_are_aware_utc_on_every_backend(store: StateStore) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    start = datetime(2024, 1, 1, 2, 0, tzinfo=plus_two)  # 00:00 UTC
+    store.start_run("r1", "scheduled", start, start + timedelta(hours=1))
+    store.finish_run("r1")
+    (run,) = store.runs()
+    assert run.interval_start == datetime(2024, 1, 1, tzinfo=UTC)
+    assert run.interval_end == datetime(2024, 1, 1, 1, tzinfo=UTC)
+    for value in (run.interval_start, run.interval_end, run.started_at, run.finished_at):
+        assert value is not None and value.utcoffset() == timedelta(0), value
+    assert datetime.now(UTC) - run.started_at < timedelta(minutes=5)
+    an_hour_ago_at_plus_two = (datetime.now(UTC) - timedelta(hours=1)).astimezone(plus_two)
+    assert [r.run_id for r in store.runs(since=an_hour_ago_at_plus_two)] == ["r1"]
+    assert store.runs(since=datetime.now(UTC) + timedelta(hours=1)) == []
+
+
+def test_offsets_state_metrics_and_pins_round_trip(state_store_url: str) -> None:
+    store = StateStore(state_store_url)
     store.set_offset("enrich", input_version=4, step_seq=2)
     store.save_operator_state("enrich", {"cycle": 3, "keys": {"7": [1, 2]}})
     store.record_metrics("r1", "enrich", 1, {"tuples_in": 10, "cache_hits": 4})
     store.pin("/w/customer", 5, "enrich")
     store.pin("/w/customer", 6, "enrich")
     store.unpin("/w/customer", "enrich", keep=[6])
+    store.dispose()
 
-    reopened = StateStore(url)  # a new process sees the same control data
+    reopened = StateStore(state_store_url)  # a new process sees the same control data
     offset = reopened.offset("enrich")
     assert (offset.input_version, offset.step_seq) == (4, 2)
     assert reopened.offset("other").input_version == 0
@@ -59,9 +104,19 @@ def test_offsets_state_metrics_and_pins_round_trip(tmp_path: Path) -> None:
     assert reopened.pinned_versions("/w/customer") == [6]
 
 
-def test_store_written_by_newer_code_is_refused(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = StateStore(url)
+def test_operator_state_keeps_non_finite_floats(store: StateStore) -> None:
+    # A theta stage's master statistics hold open value ranges such as [-inf, 12.5].
+    state = {"ranges": [[-math.inf, 12.5], [0.0, math.inf]], "ratio": math.nan}
+    store.save_operator_state("theta", state)
+    store.complete_step("theta", input_version=1, step_seq=1, state=state)
+    saved = store.operator_state("theta")
+    assert saved is not None
+    assert saved["ranges"] == [[-math.inf, 12.5], [0.0, math.inf]]
+    assert math.isnan(saved["ratio"])
+
+
+def test_store_written_by_newer_code_is_refused(state_store_url: str) -> None:
+    store = StateStore(state_store_url)
     with store._engine.begin() as connection:
         connection.execute(
             text(
@@ -69,10 +124,116 @@ def test_store_written_by_newer_code_is_refused(tmp_path: Path) -> None:
                 f"VALUES ({SCHEMA_VERSION + 1}, CURRENT_TIMESTAMP)"
             )
         )
+    store.dispose()
     with pytest.raises(StateStoreError, match="newer than this code"):
+        StateStore(state_store_url)
+
+
+def test_processes_opening_a_fresh_store_at_once_all_succeed(state_store_url: str) -> None:
+    # Airflow starts the first tasks of a new deployment together: each creates the schema.
+    openers, barrier = 4, threading.Barrier(4)
+    errors: list[BaseException] = []
+    stores: list[StateStore] = []
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            stores.append(StateStore(state_store_url))
+        except StateStoreError as e:  # collected and reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_store) for _ in range(openers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert len(stores) == openers
+    with stores[0]._engine.connect() as connection:
+        versions = connection.execute(text("SELECT version FROM schema_version")).all()
+    assert [v for (v,) in versions] == [SCHEMA_VERSION]
+    for store in stores:
+        store.dispose()
+
+
+# ---------------------------------------------------------------------- URLs and secrets
+
+
+def _full_text(error: BaseException | None) -> str:
+    """The messages of the error and of every error chained to it, as a traceback shows them."""
+    messages = []
+    while error is not None:
+        messages += traceback.format_exception_only(error)
+        error = error.__cause__ or error.__context__
+    return "".join(messages)
+
+
+def test_unreachable_postgres_error_hides_the_password() -> None:
+    with pytest.raises(StateStoreError) as info:
+        StateStore("postgresql://u:s3cret@127.0.0.1:1/db")
+    assert "s3cret" not in _full_text(info.value)
+    assert "postgresql://u:***@127.0.0.1:1/db" in str(info.value)
+    assert "Connection refused" in str(info.value)
+
+
+def test_real_server_error_hides_the_password(postgres_server: PostgresServer) -> None:
+    url = postgres_server.url("no_such_database")
+    with pytest.raises(StateStoreError, match="no_such_database") as info:
         StateStore(url)
+    assert postgres_server.password not in _full_text(info.value)
+    assert "enrich_test:***@127.0.0.1" in str(info.value)
 
 
-def test_bad_url_is_a_state_store_error() -> None:
-    with pytest.raises(StateStoreError, match="not usable"):
-        StateStore("nosuchdialect://x")
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nosuchdialect://u:pa55w0rd@x/db", "nosuchdialect://u:***@x/db"),
+        ("postgresql://u:pa55w0rd@h:notaport/db", "postgresql://u:***@h:notaport/db"),
+        # an unencoded '@' and ':' in the password: the URL does not parse
+        ("postgresql://u:pa55@w0rd:x@h:notaport/db", "postgresql://u:***@h:notaport/db"),
+    ],
+)
+def test_bad_url_is_a_state_store_error_without_the_password(url: str, shown: str) -> None:
+    with pytest.raises(StateStoreError, match="not usable") as info:
+        StateStore(url)
+    assert "pa55" not in _full_text(info.value) and "w0rd" not in _full_text(info.value)
+    assert shown in str(info.value)
+
+
+def test_missing_driver_is_a_state_store_error() -> None:
+    assert importlib.util.find_spec("pg8000") is None, "this test needs pg8000 to be absent"
+    with pytest.raises(StateStoreError, match=r"driver .*pg8000.* is not installed") as info:
+        StateStore("postgresql+pg8000://u:s3cret@127.0.0.1:1/db")
+    assert "s3cret" not in _full_text(info.value)
+
+
+def test_store_shows_a_safe_url_and_connects_with_the_real_one(postgres_url: str) -> None:
+    store = StateStore(postgres_url)
+    password = postgres_url.split(":", 2)[2].split("@", 1)[0]
+    assert store.url == postgres_url
+    assert password not in store.safe_url and ":***@127.0.0.1" in store.safe_url
+    store.start_run("r1", "scheduled")
+    assert [r.run_id for r in store.runs()] == ["r1"]
+    store.dispose()
+
+
+def test_set_pins_replaces_all_pins_of_one_holder_at_once(store: StateStore) -> None:
+    store.set_pins("ssbj.a", {"/w/m": [3, 1], "/w/pending": [7]})
+    store.set_pins("audit.out", {"/w/m": [1], "/w/silver": [4]})
+    assert store.pins_of("ssbj.a") == {"/w/m": [1, 3], "/w/pending": [7]}
+    assert store.pinned_versions("/w/m") == [1, 3]
+
+    # A new set drops what it no longer names (table and version) and adds the rest.
+    store.set_pins("ssbj.a", {"/w/m": range(3, 6)})
+    assert store.pins_of("ssbj.a") == {"/w/m": [3, 4, 5]}
+    assert store.pins_of("audit.out") == {"/w/m": [1], "/w/silver": [4]}
+    assert store.pinned_versions("/w/m") == [1, 3, 4, 5]
+    assert store.pinned_versions("/w/pending") == []
+
+    store.set_pins("ssbj.a", {})
+    assert store.pins_of("ssbj.a") == {}
+    assert store.pinned_versions("/w/m") == [1]
+
+    with pytest.raises(StateStoreError, match=r"versions are >= 0, got \[\('/w/m', -1\)\]"):
+        store.set_pins("audit.out", {"/w/m": [2, -1]})
+    assert store.pins_of("audit.out") == {"/w/m": [1], "/w/silver": [4]}  # nothing changed

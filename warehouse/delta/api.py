@@ -5,6 +5,13 @@ Invariants every engine keeps:
 - A commit that carries an :class:`AppTransaction` lands at most once. If the table already
   records that app id at a version >= the transaction's version, the commit is skipped and
   reported as ``committed=False``.
+- ``committed=True`` means this call's own commit landed, at ``table_version``: a commit
+  of another writer, even one recording the same app transaction, is never reported as ours.
+- ``replace``, ``overwrite`` and ``delete_partitions`` never commit over a concurrent change
+  to what they replace: they raise :class:`~common.errors.ConcurrentModificationError` and
+  commit nothing, so a retry is clean. Concurrent changes elsewhere in the table do not
+  conflict.
+- ``commit_guard``, when set, runs before every commit; if it raises, nothing is committed.
 - Reads only ever see files referenced by the pinned snapshot's log, never files merely
   present in the table directory.
 """
@@ -12,7 +19,8 @@ Invariants every engine keeps:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -100,6 +108,11 @@ class DeltaEngine(Protocol):
     """Operations the pipeline needs from a Delta table, whatever engine is underneath."""
 
     name: str
+    commit_guard: Callable[[], None] | None
+    """Called right before every commit, after the data files are written. If it raises,
+    nothing is committed and the error propagates (the lease fencing check goes here)."""
+    commit_metadata: Mapping[str, str]
+    """Extra entries recorded with every commit (e.g. the run id), for audit."""
 
     def exists(self, path: str) -> bool: ...
 
@@ -162,11 +175,62 @@ class DeltaEngine(Protocol):
         self, path: str, after_version: int, to_version: int, added_only: bool = False
     ) -> DataFrame: ...
 
+    def rows_added(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> DataFrame:
+        """Rows of files added in ``(after_version, to_version]`` still live at ``to_version``.
+
+        Each row carries ``_commit_version`` (the version that added its file); files added
+        by ``skip_versions`` are left out. A write-audit-publish batch is exactly this.
+        """
+        ...
+
     def transaction_version(self, path: str, app_id: str) -> int | None: ...
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
     ) -> list[str]: ...
+
+
+# The commitInfo key naming the pipeline operation a commit belongs to, when it is not a
+# live step; rows a backfill committed are never new rows of a live batch or stage input.
+OPERATION_KEY = "enrichment.operation"
+BACKFILL = "backfill"
+
+
+@contextmanager
+def operation(engine: DeltaEngine, name: str) -> Iterator[None]:
+    """Tag every commit ``engine`` makes inside the block with ``OPERATION_KEY = name``."""
+    before = engine.commit_metadata
+    engine.commit_metadata = {**before, OPERATION_KEY: name}
+    try:
+        yield
+    finally:
+        engine.commit_metadata = before
+
+
+def live_rows_added(
+    engine: DeltaEngine, path: str, after_version: int, to_version: int
+) -> DataFrame:
+    """Rows a live consumer has not seen: added in (after, to], still live, not a backfill's.
+
+    Rows of a file a later commit of the range replaced are left out (the replacing
+    backfill re-joined them and published them itself), and so are the files backfill
+    commits added. Each row carries ``_commit_version``.
+    """
+    skip: list[int] = []
+    if to_version > after_version:
+        latest = engine.snapshot(path).version
+        skip = [
+            int(h["version"])
+            for h in engine.history(path, limit=latest - after_version)
+            if h.get(OPERATION_KEY) == BACKFILL and after_version < int(h["version"]) <= to_version
+        ]
+    return engine.rows_added(path, after_version, to_version, skip_versions=skip)
 
 
 def open_engine(session: SparkSession, choice: EngineChoice = "auto") -> DeltaEngine:

@@ -1,6 +1,6 @@
 """The embedded Delta engine: Spark writes and reads Parquet, delta-rs owns the log.
 
-Write path (append, replace, merge):
+Write path (append, replace, overwrite, delete_partitions, merge):
 
 1. Refuse the write unless the data has the table's schema (delta-rs does not check it).
 2. Skip it if the table already records the app transaction (delta-rs records app ids but
@@ -8,9 +8,24 @@ Write path (append, replace, merge):
 3. Spark executors write Parquet into a fresh, uniquely named directory under the table root.
    Nothing reads those files until the log references them: a crash here leaves untracked
    files that ``vacuum`` removes, never visible rows.
-4. The driver commits Add actions with ``DeltaTable.create_write_transaction``. If the
-   commit call raises, the log is re-read: an error that surfaced after the commit landed
-   (e.g. from a post-commit hook) is recognised by the app transaction and not retried.
+4. The optional ``commit_guard`` runs (it raises, e.g., when this process lost the pipeline
+   lease; nothing is committed then). delta-rs writes and commits a merge in one call, so
+   for merge the guard runs just before that call.
+5. The driver commits with ``DeltaTable.create_write_transaction``. Every commit carries a
+   fresh id in its commitInfo (``enrichment.commitId``, plus ``commit_metadata``), and the
+   engine reports as its own only the commit carrying that id: the version in the outcome
+   is that commit's. If the commit call raises, the log is re-read: an error that surfaced
+   after the commit landed (e.g. from a post-commit hook) is recognised by the id and not
+   retried; when the app transaction was recorded by another writer's commit (two
+   processes racing on one step), the outcome is ``committed=False`` and this write's files
+   stay untracked.
+
+Replace, overwrite and delete_partitions are optimistic: they remember the files in scope
+(the selected partitions, or the whole table) at the version they opened, and commit only
+if every later commit left exactly those files, schema and partitioning alone; the removes
+are then taken at the newest version. Otherwise they raise
+:class:`~common.errors.ConcurrentModificationError` and commit nothing, so a retry is clean.
+A concurrent append into another partition does not conflict.
 
 Read path: the pinned snapshot's Add actions give the file list and typed partition values;
 Spark reads exactly those files, and partition values are attached by file location.
@@ -21,7 +36,8 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
@@ -31,13 +47,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError as DeltaRsTableNotFound
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake.transaction import AddAction, CommitProperties, Transaction
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from common.errors import (
     CommitError,
+    ConcurrentModificationError,
+    ConfigError,
     DeltaTableError,
     NotAppendOnlyError,
     TableNotFoundError,
@@ -64,6 +82,22 @@ CDF_PROPERTY = "delta.enableChangeDataFeed"
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 _FILE_KEY = "__source_file"
+# commitInfo key holding the unique id of each commit this engine makes: the only proof that
+# a commit in the log is ours (another writer may record the same app transaction).
+COMMIT_ID_KEY = "enrichment.commitId"
+# Keys delta-rs generates or constrains in commitInfo; caller metadata must not shadow them.
+_RESERVED_COMMIT_INFO_KEYS = frozenset(
+    {
+        COMMIT_ID_KEY,
+        "timestamp",
+        "operation",
+        "operationParameters",
+        "engineInfo",
+        "readVersion",
+        "isolationLevel",
+        "isBlindAppend",
+    }
+)
 
 
 def _table_root(path: str) -> str:
@@ -75,11 +109,20 @@ class EmbeddedDeltaEngine:
 
     name = "embedded"
 
-    def __init__(self, session: SparkSession, max_commit_retries: int = 15) -> None:
+    def __init__(
+        self,
+        session: SparkSession,
+        max_commit_retries: int = 15,
+        *,
+        commit_guard: Callable[[], None] | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> None:
         self._spark = session
         self._max_commit_retries = max_commit_retries
-        # Row counts of the files this engine wrote, read from their footers at write time.
-        self._rows_in_file: dict[str, int] = {}
+        # Called right before every log commit; raising stops the commit (a lost lease).
+        self.commit_guard: Callable[[], None] | None = commit_guard
+        # Extra commitInfo entries of every commit (the pipeline's run id, say).
+        self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
 
     # ------------------------------------------------------------------ table handles
 
@@ -255,68 +298,116 @@ class EmbeddedDeltaEngine:
         change_schema: StructType,
         added_only: bool,
     ) -> DataFrame:
-        walker = self._open(root, after_version)
-        previous = {f.path: f for f in self._snapshot_of(root, walker).files}
         parts: list[DataFrame] = []
-        for version in range(after_version + 1, end.version + 1):
-            walker.load_as_version(version)
-            current = {f.path: f for f in self._snapshot_of(root, walker).files}
-            removed = previous.keys() - current.keys()
+        for version, added, removed in self._file_changes(root, after_version, end.version):
             if removed and not added_only:
                 raise NotAppendOnlyError(
                     f"table {root} removed {len(removed)} file(s) in version {version} and does "
                     f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
                     f"Set {CDF_PROPERTY}=true on the table."
                 )
-            added = [current[p] for p in current.keys() - previous.keys()]
             if added:
                 parts.append(
                     self.read_files(end, added)
                     .withColumn(CHANGE_TYPE, F.lit("insert"))
                     .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
                 )
+        return _union_or_empty(self._spark, parts, change_schema)
+
+    def rows_added(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> DataFrame:
+        """Rows of files added in ``(after_version, to_version]`` and still live at the end.
+
+        Each row carries ``_commit_version``, the version that added its file. Files that a
+        later commit of the range removed (a replace) are left out, and so are files added
+        by the versions in ``skip_versions``.
+        """
+        root = _table_root(path)
+        end = self.snapshot(root, to_version)
+        live = {f.path for f in end.files}
+        skip = set(skip_versions)
+        parts = [
+            self.read_files(end, kept).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
+            for version, added, _ in self._file_changes(root, after_version, end.version)
+            if version not in skip
+            for kept in [[f for f in added if f.path in live]]
+            if kept
+        ]
+        schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
+        return _union_or_empty(self._spark, parts, schema)
+
+    def _file_changes(
+        self, root: str, after_version: int, to_version: int
+    ) -> Iterator[tuple[int, list[DataFile], set[str]]]:
+        """(version, files added, paths removed) of each version in (after, to]."""
+        if to_version < after_version:
+            raise DeltaTableError(
+                f"changes of {root}: to_version {to_version} is before after_version "
+                f"{after_version}"
+            )
+        walker = self._open(root, after_version)
+        previous = {f.path: f for f in self._snapshot_of(root, walker).files}
+        for version in range(after_version + 1, to_version + 1):
+            walker.load_as_version(version)
+            current = {f.path: f for f in self._snapshot_of(root, walker).files}
+            added = [current[p] for p in current.keys() - previous.keys()]
+            yield version, added, previous.keys() - current.keys()
             previous = current
-        if not parts:
-            return self._spark.createDataFrame([], change_schema)
-        result = parts[0]
-        for part in parts[1:]:
-            result = result.unionByName(part)
-        return result
 
     # ------------------------------------------------------------------ writes
 
     def append(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        return self._write(path, data, "append", None, txn)
+        return self._write(path, data, None, txn)
 
     def _write(
         self,
         path: str,
         data: DataFrame,
-        mode: str,
         where: Sequence[PartitionFilter] | None,
         txn: AppTransaction | None,
+        operation: str = "append",
     ) -> CommitOutcome:
-        """Check the schema, skip a landed transaction, write Parquet, commit Add actions."""
+        """Check the schema, skip a landed transaction, write Parquet, commit Add actions.
+
+        ``operation`` other than ``append`` replaces the files ``where`` selects (all files
+        when ``where`` is None) with the data's, under the replace concurrency check.
+        """
         root = _table_root(path)
         table = self._open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
         require_same_schema(root, schema, data.schema)
+        commit_id = self._new_commit_id()
         skipped = self._skip_if_committed(root, table, txn)
         if skipped:
             return skipped
         partitions = list(table.metadata().partition_columns)
-        adds = self._write_files(root, data.select(*schema.fieldNames()), partitions)
-        return self._commit(
+        if operation == "append":
+            written = self._write_files(root, data.select(*schema.fieldNames()), partitions)
+            return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
+        filters = _delta_filters(where) if where else None
+        # The files the replace removes, as of the version it was asked against: taken before
+        # the Parquet write, so a concurrent change during the write is caught at commit.
+        replaced = self._files_in_scope(root, table, filters)
+        written = self._write_files(root, data.select(*schema.fieldNames()), partitions)
+        return self._commit_replacing(
             root,
             table,
-            adds=adds,
-            mode=mode,
+            replaced,
+            written,
             schema=schema,
             partitions=partitions,
-            filters=_delta_filters(where) if where else None,
+            filters=filters,
             txn=txn,
+            commit_id=commit_id,
+            operation=operation,
+            scope=_describe(where) if where else "the whole table",
         )
 
     def replace(
@@ -326,7 +417,11 @@ class EmbeddedDeltaEngine:
         where: Sequence[PartitionFilter],
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
-        """Atomically replace the rows of the partitions selected by ``where`` with ``data``."""
+        """Atomically replace the rows of the partitions selected by ``where`` with ``data``.
+
+        Raises :class:`ConcurrentModificationError`, committing nothing, when another writer
+        added or removed files in those partitions after this call opened the table.
+        """
         root = _table_root(path)
         self._require_partition_predicate(root, where, "replace")
         outside = data.filter(~F.coalesce(_spark_condition(where), F.lit(False))).limit(1)
@@ -335,7 +430,7 @@ class EmbeddedDeltaEngine:
                 f"replace on {root}: the data has rows outside the replace predicate "
                 f"{_describe(where)}; they would survive a later replace of the same range"
             )
-        return self._write(path, data, "overwrite", where, txn)
+        return self._write(path, data, where, txn, "replace")
 
     def _require_partition_predicate(
         self, root: str, where: Sequence[PartitionFilter], operation: str
@@ -355,24 +450,30 @@ class EmbeddedDeltaEngine:
         root = _table_root(path)
         partitions = self._require_partition_predicate(root, where, "delete_partitions")
         table = self._open(root)
+        commit_id = self._new_commit_id()
         skipped = self._skip_if_committed(root, table, txn)
         if skipped:
             return skipped
-        return self._commit(
+        filters = _delta_filters(where)
+        return self._commit_replacing(
             root,
             table,
-            adds=[],
-            mode="overwrite",
+            self._files_in_scope(root, table, filters),
+            _Written((), 0),
             schema=arrow_to_spark(table.schema().to_arrow()),
             partitions=partitions,
-            filters=_delta_filters(where),
+            filters=filters,
             txn=txn,
+            commit_id=commit_id,
+            operation="delete_partitions",
+            scope=_describe(where),
         )
 
     def overwrite(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        return self._write(path, data, "overwrite", None, txn)
+        """Replace every row; conflicts with any file change after the table was opened."""
+        return self._write(path, data, None, txn, "overwrite")
 
     def merge(
         self,
@@ -385,7 +486,8 @@ class EmbeddedDeltaEngine:
         """Upsert ``source`` by ``keys``; rows whose ``delete_flag`` is true delete the match.
 
         The source travels to the driver as Arrow, so this is meant for master-data
-        maintenance batches, not for bulk loads (use ``append`` for those).
+        maintenance batches, not for bulk loads (use ``append`` for those). delta-rs writes
+        and commits a merge in one call, so the commit guard runs just before that call.
         """
         root = _table_root(path)
         table = self._open(root)
@@ -394,9 +496,11 @@ class EmbeddedDeltaEngine:
         require_same_schema(root, schema, payload.schema)
         if not keys:
             raise DeltaTableError(f"merge into {root} needs at least one key column")
+        commit_id = self._new_commit_id()
         skipped = self._skip_if_committed(root, table, txn)
         if skipped:
             return skipped
+        base_version = table.version()
         columns = schema.fieldNames()
         arrow = source.select(*columns, *([delete_flag] if delete_flag else [])).toArrow()
         values = {c: f"s.`{c}`" for c in columns}
@@ -405,7 +509,7 @@ class EmbeddedDeltaEngine:
             predicate=" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys),
             source_alias="s",
             target_alias="t",
-            commit_properties=self._commit_properties(txn),
+            commit_properties=self._commit_properties(txn, commit_id, self._max_commit_retries),
         )
         if delete_flag:
             keep = f"NOT s.`{delete_flag}`"
@@ -414,12 +518,13 @@ class EmbeddedDeltaEngine:
             builder = builder.when_not_matched_insert(values, predicate=keep)
         else:
             builder = builder.when_matched_update(values).when_not_matched_insert(values)
+        self._check_commit_guard()
         try:
             metrics = builder.execute()
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
-            return self._recover_or_raise(root, txn, e)
+            return self._recover_or_raise(root, base_version, commit_id, txn, e, _Written((), 0))
         logger.info("merged into %s: %s", root, metrics)
-        return CommitOutcome(table_version=self._open(root).version(), committed=True)
+        return self._landed(root, base_version, commit_id, _Written((), 0))
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
@@ -459,13 +564,32 @@ class EmbeddedDeltaEngine:
             return CommitOutcome(table_version=table.version(), committed=False)
         return None
 
-    def _commit_properties(self, txn: AppTransaction | None) -> CommitProperties:
+    def _new_commit_id(self) -> str:
+        """A fresh commit id; also refuses commit metadata that would shadow log keys."""
+        clashing = sorted(set(self.commit_metadata) & _RESERVED_COMMIT_INFO_KEYS)
+        if clashing:
+            raise ConfigError(
+                f"commit metadata keys must not be reserved commitInfo keys "
+                f"{sorted(_RESERVED_COMMIT_INFO_KEYS)}; got {clashing}"
+            )
+        return uuid.uuid4().hex
+
+    def _commit_properties(
+        self, txn: AppTransaction | None, commit_id: str, max_commit_retries: int
+    ) -> CommitProperties:
         return CommitProperties(
-            max_commit_retries=self._max_commit_retries,
+            custom_metadata={**self.commit_metadata, COMMIT_ID_KEY: commit_id},
+            max_commit_retries=max_commit_retries,
             app_transactions=[Transaction(txn.app_id, txn.version)] if txn else None,
         )
 
-    def _write_files(self, root: str, data: DataFrame, partitions: list[str]) -> list[AddAction]:
+    def _check_commit_guard(self) -> None:
+        # Runs after the data files exist and before the log commit: a guard that raises
+        # (a lost lease) leaves only untracked files, which vacuum removes.
+        if self.commit_guard is not None:
+            self.commit_guard()
+
+    def _write_files(self, root: str, data: DataFrame, partitions: list[str]) -> _Written:
         prefix = uuid.uuid4().hex[:20]
         staging = f"{root.rstrip('/')}/{prefix}"
         writer = data.write.mode("errorifexists")
@@ -483,13 +607,14 @@ class EmbeddedDeltaEngine:
         infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
         now_ms = int(datetime.now().timestamp() * 1000)
         adds = []
+        total_rows = 0
         for info in infos:
             if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
                 continue
             relative = os.path.relpath(info.path, base)
             with filesystem.open_input_file(info.path) as handle:
                 rows = pq.read_metadata(handle).num_rows
-            self._rows_in_file[f"{prefix}/{relative}"] = rows
+            total_rows += rows
             adds.append(
                 AddAction(
                     path=f"{prefix}/{relative}",
@@ -501,75 +626,278 @@ class EmbeddedDeltaEngine:
                 )
             )
         logger.debug("wrote %d file(s) under %s", len(adds), staging)
-        return adds
+        return _Written(tuple(adds), total_rows)
 
-    def _commit(
+    def _commit_append(
         self,
         root: str,
         table: DeltaTable,
+        written: _Written,
+        schema: StructType,
+        partitions: list[str],
+        txn: AppTransaction | None,
+        commit_id: str,
+    ) -> CommitOutcome:
+        """Commit Add actions; delta-rs retries on a newer version (appends never conflict)."""
+        if not written.adds and txn is None:
+            return CommitOutcome(table_version=table.version(), committed=False)
+        base_version = table.version()
+        crash_point("delta.before_commit")
+        self._check_commit_guard()
+        try:
+            table.create_write_transaction(
+                list(written.adds),
+                mode="append",
+                schema=spark_to_arrow(schema),
+                partition_by=partitions or None,
+                commit_properties=self._commit_properties(txn, commit_id, self._max_commit_retries),
+            )
+        except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
+            return self._recover_or_raise(root, base_version, commit_id, txn, e, written)
+        crash_point("delta.after_commit")
+        return self._landed(root, base_version, commit_id, written)
+
+    def _commit_replacing(
+        self,
+        root: str,
+        base: DeltaTable,
+        replaced: frozenset[str],
+        written: _Written,
         *,
-        adds: list[AddAction],
-        mode: str,
         schema: StructType,
         partitions: list[str],
         filters: list[tuple[str, str, Any]] | None,
         txn: AppTransaction | None,
+        commit_id: str,
+        operation: str,
+        scope: str,
     ) -> CommitOutcome:
-        if not adds and txn is None and mode == "append":
-            return CommitOutcome(table_version=table.version(), committed=False)
-        crash_point("delta.before_commit")
-        actions: list[AddAction | RemoveAction] = list(adds)
-        try:
-            table.create_write_transaction(
-                actions,
-                mode=mode,
-                schema=spark_to_arrow(schema),
-                partition_by=partitions or None,
-                partition_filters=filters,
-                commit_properties=self._commit_properties(txn),
-            )
-        except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
-            return self._recover_or_raise(root, txn, e, adds)
-        crash_point("delta.after_commit")
-        version = self._open(root).version()
-        logger.info("committed %d file(s) to %s at version %d", len(adds), root, version)
-        return CommitOutcome(
-            table_version=version,
-            committed=True,
-            files_added=len(adds),
-            bytes_added=sum(a.size for a in adds),
-            rows_added=sum(self._rows_in_file.pop(a.path, 0) for a in adds),
+        """Commit an overwrite of ``filters`` only if nothing it replaces changed since ``base``.
+
+        delta-rs (1.6) derives the Remove actions of ``mode="overwrite"`` from the snapshot
+        of the handle it is called on. When that version is taken it retries at the next
+        one, and its conflict check there only refuses concurrent removes of files it read:
+        files appended meanwhile into the replaced partitions (or anywhere, for a
+        whole-table overwrite) are not noticed, and their rows survive a replace that never
+        saw them. So every attempt here is made on a handle opened at the latest version,
+        after checking that the files in scope are still exactly those of ``base``, with
+        delta-rs retries off; losing the version to a concurrent commit brings the loop
+        back to the check.
+        """
+        base_version = base.version()
+        attempts = self._max_commit_retries + 1
+        for attempt in range(1, attempts + 1):
+            current = self._open(root)
+            if current.version() != base_version:
+                skipped = self._skip_if_committed(root, current, txn)
+                if skipped:
+                    return skipped
+                self._require_unchanged(
+                    root, base, current, replaced, filters, operation=operation, scope=scope
+                )
+            attempt_version = current.version()
+            crash_point("delta.before_commit")
+            self._check_commit_guard()
+            try:
+                current.create_write_transaction(
+                    list(written.adds),
+                    mode="overwrite",
+                    schema=spark_to_arrow(schema),
+                    partition_by=partitions or None,
+                    partition_filters=filters,
+                    commit_properties=self._commit_properties(txn, commit_id, 0),
+                )
+            except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
+                latest = self._open(root)
+                if self._find_commit(latest, attempt_version, commit_id) is None and (
+                    latest.version() > attempt_version
+                ):
+                    logger.info(
+                        "%s of %s in %s lost version %d to a concurrent commit (attempt %d "
+                        "of %d); checking the new version",
+                        operation,
+                        scope,
+                        root,
+                        attempt_version + 1,
+                        attempt,
+                        attempts,
+                    )
+                    continue
+                return self._recover_or_raise(root, attempt_version, commit_id, txn, e, written)
+            crash_point("delta.after_commit")
+            return self._landed(root, attempt_version, commit_id, written)
+        raise CommitError(
+            f"{operation} of {scope} in {root} did not land: {attempts} attempt(s) each lost "
+            f"the next version to a concurrent commit (asked against version {base_version}). "
+            "The written files stay untracked and are removed by vacuum; rerunning is safe."
         )
+
+    def _files_in_scope(
+        self, root: str, table: DeltaTable, filters: list[tuple[str, str, Any]] | None
+    ) -> frozenset[str]:
+        """The live files an overwrite of ``filters`` (all files for None) would remove."""
+        try:
+            if filters is None:
+                return frozenset(table.file_uris())
+            return frozenset(table.file_uris(file_pruning_predicate=filters))
+        except Exception as e:
+            raise DeltaTableError(
+                f"cannot list the files of {root} at version {table.version()} matching "
+                f"{filters}: {e}"
+            ) from e
+
+    def _require_unchanged(
+        self,
+        root: str,
+        base: DeltaTable,
+        current: DeltaTable,
+        replaced: frozenset[str],
+        filters: list[tuple[str, str, Any]] | None,
+        *,
+        operation: str,
+        scope: str,
+    ) -> None:
+        """Raise unless the commits after ``base`` left what the overwrite replaces alone."""
+        base_version, current_version = base.version(), current.version()
+        nothing = (
+            "Nothing was committed; the written files stay untracked and are removed by "
+            "vacuum. Rerun the operation against the new version."
+        )
+        if current.schema().to_json() != base.schema().to_json() or list(
+            current.metadata().partition_columns
+        ) != list(base.metadata().partition_columns):
+            raise ConcurrentModificationError(
+                f"{operation} of {scope} in {root}: the schema or partitioning changed "
+                f"between version {base_version} (when the {operation} started) and version "
+                f"{current_version}. {nothing}"
+            )
+        now = self._files_in_scope(root, current, filters)
+        if now != replaced:
+            raise ConcurrentModificationError(
+                f"{operation} of {scope} in {root} conflicts with concurrent commits: between "
+                f"version {base_version} (when the {operation} started) and version "
+                f"{current_version}, {len(now - replaced)} file(s) were added to and "
+                f"{len(replaced - now)} removed from what it replaces. {nothing}"
+            )
+        logger.info(
+            "%s of %s in %s: versions %d..%d changed nothing it replaces; committing on %d",
+            operation,
+            scope,
+            root,
+            base_version + 1,
+            current_version,
+            current_version,
+        )
+
+    @staticmethod
+    def _find_commit(latest: DeltaTable, after_version: int, commit_id: str) -> int | None:
+        """The version after ``after_version`` whose commitInfo carries ``commit_id``."""
+        newer = latest.version() - after_version
+        if newer <= 0:
+            return None
+        for info in latest.history(newer):
+            if info.get(COMMIT_ID_KEY) == commit_id and int(info["version"]) > after_version:
+                return int(info["version"])
+        return None
+
+    def _landed(
+        self, root: str, after_version: int, commit_id: str, written: _Written
+    ) -> CommitOutcome:
+        """The outcome of a commit delta-rs reported as done, at the version that is ours."""
+        latest = self._open(root)
+        version = self._find_commit(latest, after_version, commit_id)
+        if version is None:
+            # Not expected: delta-rs returned without error. Report the newest version
+            # rather than fail a commit that happened.
+            logger.warning(
+                "commit %s to %s succeeded but is not in the log after version %d; "
+                "reporting the latest version %d",
+                commit_id,
+                root,
+                after_version,
+                latest.version(),
+            )
+            version = latest.version()
+        logger.info(
+            "committed %d file(s) to %s at version %d (commit %s)",
+            len(written.adds),
+            root,
+            version,
+            commit_id,
+        )
+        return written.outcome(version)
 
     def _recover_or_raise(
         self,
         root: str,
+        after_version: int,
+        commit_id: str,
         txn: AppTransaction | None,
         error: Exception,
-        adds: Sequence[AddAction] = (),
+        written: _Written,
     ) -> CommitOutcome:
-        """Treat an error as success only if the log shows the transaction landed."""
+        """Treat an error as success only if the log shows that OUR commit landed.
+
+        The app transaction alone does not tell: a second writer running the same step
+        records the same app id and version, and its commit is not ours.
+        """
+        latest = self._open(root)
+        landed = self._find_commit(latest, after_version, commit_id)
+        if landed is not None:
+            logger.warning(
+                "commit %s to %s raised %r after it landed at version %d; not retrying",
+                commit_id,
+                root,
+                error,
+                landed,
+            )
+            return written.outcome(landed)
         if txn is not None:
-            table = self._open(root)
-            recorded = table.transaction_version(txn.app_id)
+            recorded = latest.transaction_version(txn.app_id)
             if recorded is not None and recorded >= txn.version:
                 logger.warning(
-                    "commit to %s raised %r after it landed (app %s version %s); not retrying",
+                    "commit %s to %s did not land (%r): another writer's commit recorded app "
+                    "%s at version %s (asked %s); this write's files stay untracked for vacuum",
+                    commit_id,
                     root,
                     error,
                     txn.app_id,
+                    recorded,
                     txn.version,
                 )
-                return CommitOutcome(
-                    table_version=table.version(),
-                    committed=True,
-                    files_added=len(adds),
-                    bytes_added=sum(a.size for a in adds),
-                )
+                return CommitOutcome(table_version=latest.version(), committed=False)
         raise CommitError(
             f"commit to {root} failed and did not land: {error}. The written files stay "
             "untracked and are removed by vacuum; rerunning the step is safe."
         ) from error
+
+
+@dataclass(frozen=True)
+class _Written:
+    """Data files written for one commit, not yet referenced by the log."""
+
+    adds: tuple[AddAction, ...]
+    rows: int
+
+    def outcome(self, version: int) -> CommitOutcome:
+        return CommitOutcome(
+            table_version=version,
+            committed=True,
+            files_added=len(self.adds),
+            bytes_added=sum(a.size for a in self.adds),
+            rows_added=self.rows,
+        )
+
+
+def _union_or_empty(
+    spark: SparkSession, parts: Sequence[DataFrame], schema: StructType
+) -> DataFrame:
+    if not parts:
+        return spark.createDataFrame([], schema)
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
 
 
 def _decoded_file_location() -> Column:

@@ -1,28 +1,122 @@
-"""The native Delta engine: delta-spark's ``format("delta")`` when its jars are present.
+"""The native Delta engine: delta-spark's ``format("delta")``, its jars on ``spark.jars``.
 
-delta-spark deduplicates app transactions itself (``txnAppId`` / ``txnVersion``), honours
-deletion vectors and column mapping, and supports ``replaceWhere`` on any column, so this
-engine is a thin mapping of the common API onto it. It is selected automatically on clusters
-that ship the jars; there is no Maven access here to fetch them.
+delta-spark writes data files and commits in one call, deduplicates app transactions itself
+(``txnAppId`` / ``txnVersion`` for writes, the ``spark.databricks.delta.write.txnAppId`` /
+``txnVersion`` session settings for merge and delete), honours deletion vectors and column
+mapping, and supports ``replaceWhere`` on any column. This module maps the engine API onto
+it; where delta-spark's Python API has no call (the live files of a version with their
+sizes, row counts and partition values; a DataFrame over some of those files; the actions
+of one commit), it uses delta-spark's JVM ``DeltaLog`` / ``Snapshot`` directly, of the jar
+version the Makefile pins (``DELTA_JARS``), all of it covered by the engine tests.
+
+Commits and concurrency:
+
+- Every write carries a fresh commit id in its commitInfo ``userMetadata`` (a JSON object
+  with ``enrichment.commitId`` and ``commit_metadata``); ``committed=True`` and the version
+  reported are those of the commit carrying that id, never of a concurrent writer's commit.
+  :meth:`NativeDeltaEngine.history` lifts the JSON's keys into each entry, as the embedded
+  engine's commitInfo keys are.
+- A transaction the table already records is skipped (``committed=False``) before any data
+  is written; a concurrent writer that records it first makes delta-spark refuse or skip
+  this commit, also ``committed=False``.
+- delta-spark's optimistic conflict check (OSS Delta tables are Serializable) refuses a
+  ``replaceWhere``, overwrite or delete when a commit made after the write started added or
+  removed files it reads; that surfaces as
+  :class:`~common.errors.ConcurrentModificationError`, with nothing committed. Appends into
+  other partitions do not conflict.
+- ``commit_guard`` runs right before each delta-spark write call, and the crash points
+  ``delta.before_commit`` / ``delta.after_commit`` surround that call. delta-spark writes
+  the data files and commits in that one call, so unlike the embedded engine the guard runs
+  before the files are written, not between the two.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+import os
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import Any
+from urllib.parse import unquote
 
+import pyarrow as pa
+from delta.exceptions.base import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common.errors import TableNotFoundError
+from common.errors import (
+    CommitError,
+    ConcurrentModificationError,
+    ConfigError,
+    DeltaTableError,
+    NotAppendOnlyError,
+    TableNotFoundError,
+)
+from common.faults import crash_point
 from warehouse.delta.api import AppTransaction, CommitOutcome, DataFile, PartitionFilter, Snapshot
 from warehouse.delta.layout import delta_partition_literal
 from warehouse.delta.schema import require_same_definition, require_same_schema
 
 logger = logging.getLogger(__name__)
+
+# Key of the commit id inside each commit's ``userMetadata`` JSON (the embedded engine puts
+# the same key into commitInfo itself).
+COMMIT_ID_KEY = "enrichment.commitId"
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+_USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+_DML_TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+_DML_TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+_RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+# Field metadata delta-spark keeps in a table's schema (column mapping ids, physical names):
+# not part of the columns' names or types, so left out of Snapshot.schema.
+_DELTA_FIELD_METADATA_PREFIX = "delta."
+_PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
+# Files removed by the commit after the oldest pinned version are a little older than that
+# commit; vacuum keeps this much more.
+PIN_MARGIN_HOURS = 1.0
+_SNAPSHOT_CACHE_SIZE = 64
+_CONFLICTS: tuple[type[Exception], ...] = (
+    DeltaConcurrentModificationException,
+    ConcurrentWriteException,
+    ConcurrentAppendException,
+    ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+# What delta-spark and Spark raise through py4j: JVM errors, converted or not.
+_JVM_ERRORS: tuple[type[Exception], ...] = (PySparkException, Py4JError)
+
+
+def _table_root(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+@dataclass(frozen=True)
+class _Pinned:
+    """A snapshot this engine built, with the log's raw path of each of its files."""
+
+    snapshot: Snapshot
+    raw_paths: Mapping[str, str]
 
 
 class NativeDeltaEngine:
@@ -30,14 +124,86 @@ class NativeDeltaEngine:
 
     name = "native"
 
-    def __init__(self, session: SparkSession) -> None:
+    def __init__(
+        self,
+        session: SparkSession,
+        *,
+        commit_guard: Callable[[], None] | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> None:
         from delta.tables import DeltaTable as SparkDeltaTable
 
+        from warehouse.spark import has_delta_jars
+
+        if not has_delta_jars(session):
+            raise ConfigError(
+                "the native Delta engine needs io.delta.tables.DeltaTable on the Spark "
+                "classpath; found no delta-spark jars (run `make jars`, or use the embedded "
+                "engine)"
+            )
         self._spark = session
         self._tables = SparkDeltaTable
+        # Called right before every write-and-commit call; raising stops the commit.
+        self.commit_guard: Callable[[], None] | None = commit_guard
+        # Extra entries of every commit's userMetadata JSON (the pipeline's run id, say).
+        self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
+        # Snapshots are immutable per (table, table id, version): built once each.
+        self._pinned: OrderedDict[tuple[str, str, int], _Pinned] = OrderedDict()
+
+    # ------------------------------------------------------------------ JVM access
+
+    @property
+    def _jvm(self) -> Any:
+        jvm = self._spark._jvm
+        if jvm is None:  # pragma: no cover - a classic session always has one
+            raise ConfigError("the native Delta engine needs a classic (py4j) Spark session")
+        return jvm
+
+    def _none(self) -> Any:
+        return self._jvm.scala.Option.empty()
+
+    def _java_list(self, seq: Any) -> list[Any]:
+        return list(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(seq))
+
+    def _scala_seq(self, items: Any) -> Any:
+        """A Scala immutable Seq of a Java list."""
+        return self._jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toList()
+
+    def _log(self, root: str) -> Any:
+        return self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self._spark._jsparkSession, root
+        )
+
+    def _jsnapshot(self, root: str, version: int | None = None) -> Any:
+        """delta-spark's Snapshot of the latest version, or of ``version``."""
+        log = self._log(root)
+        try:
+            latest = log.update(False, self._none(), self._none())
+        except _JVM_ERRORS as e:
+            raise DeltaTableError(f"cannot open Delta table {root}: {_message(e)}") from e
+        if latest.version() < 0:
+            raise TableNotFoundError(f"no Delta table at {root}")
+        if version is None or version == latest.version():
+            return latest
+        if version < 0 or version > latest.version():
+            raise DeltaTableError(
+                f"Delta table {root} has versions 0..{latest.version()}; version {version} "
+                "was asked for"
+            )
+        try:
+            return log.getSnapshotAt(version, self._none(), self._none(), False)
+        except _JVM_ERRORS as e:
+            raise DeltaTableError(
+                f"cannot load version {version} of Delta table {root}: {_message(e)}"
+            ) from e
+
+    def _frame(self, jdf: Any) -> DataFrame:
+        return DataFrame(jdf, self._spark)
+
+    # ------------------------------------------------------------------ tables
 
     def exists(self, path: str) -> bool:
-        return bool(self._tables.isDeltaTable(self._spark, path))
+        return bool(self._tables.isDeltaTable(self._spark, _table_root(path)))
 
     def create_table(
         self,
@@ -46,77 +212,335 @@ class NativeDeltaEngine:
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
     ) -> int:
-        if self.exists(path):
-            return require_same_definition(self.snapshot(path), schema, partition_by)
-        builder = self._tables.create(self._spark).location(path).addColumns(schema)
+        """Create the table, or accept an existing one with the same schema and partitioning."""
+        root = _table_root(path)
+        if self.exists(root):
+            return require_same_definition(self.snapshot(root), schema, partition_by)
+        unknown = [c for c in partition_by if c not in schema.fieldNames()]
+        if unknown:
+            raise DeltaTableError(
+                f"partition columns {unknown} of {root} are not in the schema {schema.fieldNames()}"
+            )
+        builder = self._tables.create(self._spark).location(root).addColumns(schema)
         if partition_by:
             builder = builder.partitionedBy(*partition_by)
         for key, value in (properties or {}).items():
             builder = builder.property(key, value)
-        builder.execute()
+        try:
+            builder.execute()
+        except _JVM_ERRORS as e:
+            if self.exists(root):  # another process created it meanwhile
+                return require_same_definition(self.snapshot(root), schema, partition_by)
+            raise DeltaTableError(f"cannot create Delta table {root}: {_message(e)}") from e
+        logger.info("created Delta table %s partitioned by %s", root, list(partition_by))
         return 0
 
-    def _detail(self, path: str, version: int | None) -> tuple[int, list[str], dict[str, str]]:
-        if not self.exists(path):
-            raise TableNotFoundError(f"no Delta table at {path}")
-        detail = self._tables.forPath(self._spark, path).detail().first()
-        assert detail is not None
-        latest = int(self.history(path, 1)[0]["version"])
-        return (
-            latest if version is None else version,
-            list(detail["partitionColumns"]),
-            dict(detail["properties"]),
-        )
+    # ------------------------------------------------------------------ reads
 
     def snapshot(
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> Snapshot:
-        frame = self.read(path, version, timestamp)
-        resolved, partitions, properties = self._detail(path, version)
-        files = frame.inputFiles()
-        return Snapshot(
-            table_path=path,
-            version=resolved,
-            schema=frame.schema,
-            partition_columns=tuple(partitions),
-            files=tuple(DataFile(path=f, size_bytes=0, num_records=None) for f in files),
-            properties=properties,
+        root = _table_root(path)
+        if timestamp is not None:
+            version = self._version_at(root, timestamp)
+        return self._pin(root, self._jsnapshot(root, version)).snapshot
+
+    def _pin(self, root: str, jsnap: Any) -> _Pinned:
+        key = (root, str(jsnap.metadata().id()), int(jsnap.version()))
+        pinned = self._pinned.get(key)
+        if pinned is not None:
+            self._pinned.move_to_end(key)
+            return pinned
+        metadata = jsnap.metadata()
+        stored = StructType.fromJson(json.loads(jsnap.schema().json()))
+        schema = _logical_schema(stored)
+        partitions = tuple(str(c) for c in self._java_list(metadata.partitionColumns()))
+        # With column mapping, the log keys partition values by physical column name.
+        physical = {
+            c: str((stored[c].metadata or {}).get(_PHYSICAL_NAME_KEY, c)) for c in partitions
+        }
+        properties = {
+            str(k): str(v)
+            for k, v in self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                metadata.configuration()
+            ).items()
+        }
+        adds = self._frame(jsnap.allFiles().toDF())
+        live = adds.select(
+            F.col("path"),
+            F.col("size"),
+            (
+                F.get_json_object("stats", "$.numRecords").cast(LongType())
+                - F.coalesce(F.col("deletionVector.cardinality"), F.lit(0))
+            ).alias("records"),
+            *[
+                F.col("partitionValues")
+                .getItem(physical[c])
+                .cast(schema[c].dataType)
+                .alias(f"partition_{i}")
+                for i, c in enumerate(partitions)
+            ],
         )
+        rows = pa.table(live.toArrow()).to_pylist()
+        raw_paths: dict[str, str] = {}
+        files = []
+        for row in rows:
+            location = _data_file_location(root, row["path"])
+            raw_paths[location] = row["path"]
+            files.append(
+                DataFile(
+                    path=location,
+                    size_bytes=int(row["size"]),
+                    num_records=row["records"],
+                    partition_values={c: row[f"partition_{i}"] for i, c in enumerate(partitions)},
+                )
+            )
+        pinned = _Pinned(
+            Snapshot(
+                table_path=root,
+                version=int(jsnap.version()),
+                schema=schema,
+                partition_columns=partitions,
+                files=tuple(files),
+                properties=properties,
+            ),
+            raw_paths,
+        )
+        self._pinned[key] = pinned
+        while len(self._pinned) > _SNAPSHOT_CACHE_SIZE:
+            self._pinned.popitem(last=False)
+        return pinned
+
+    def _version_at(self, root: str, timestamp: datetime) -> int:
+        """The latest version committed at or before ``timestamp``."""
+        moment = timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=UTC)
+        moment_ms = moment.timestamp() * 1000
+        commits = [(int(h["version"]), int(h["timestamp"])) for h in self.history(root)]
+        at_or_before = [v for v, ts in commits if ts <= moment_ms]
+        if not at_or_before:
+            first = min(commits, key=lambda c: c[0])
+            raise DeltaTableError(
+                f"Delta table {root} has no version at or before {moment.isoformat()}: its "
+                f"first version ({first[0]}) was committed at "
+                f"{datetime.fromtimestamp(first[1] / 1000, UTC).isoformat()}"
+            )
+        return max(at_or_before)
 
     def read_files(self, snapshot: Snapshot, files: Sequence[DataFile] | None = None) -> DataFrame:
-        frame = self.read(snapshot.table_path, snapshot.version)
+        """Rows of ``files`` of ``snapshot`` (all by default), deletion vectors applied."""
         if files is None:
-            return frame
-        wanted = [f.path for f in files]
-        return frame.where(F.input_file_name().isin(wanted))
+            return self.read(snapshot.table_path, snapshot.version)
+        columns = snapshot.schema.fieldNames()
+        if not files:
+            return self._spark.createDataFrame([], snapshot.schema)
+        root = _table_root(snapshot.table_path)
+        jsnap = self._jsnapshot(root, snapshot.version)
+        raw_paths = self._pin(root, jsnap).raw_paths
+        missing = [f.path for f in files if f.path not in raw_paths]
+        if missing:
+            raise DeltaTableError(
+                f"read of {root} at version {snapshot.version}: {len(missing)} file(s) are not "
+                f"live in that version, e.g. {missing[0]}"
+            )
+        wanted = F.col("path").isin([raw_paths[f.path] for f in files])
+        adds = jsnap.allFiles().filter(wanted._jc).collectAsList()
+        return self._files_frame(root, jsnap, adds).select(*columns)
+
+    def _files_frame(self, root: str, jsnap: Any, adds: Any) -> DataFrame:
+        """A DataFrame over exactly the AddFile actions ``adds`` (a Java list), read as of
+        ``jsnap``: deletion vectors and column mapping are honoured by delta-spark."""
+        jdf = self._log(root).createDataFrame(jsnap, self._scala_seq(adds), False, self._none())
+        return self._frame(jdf)
 
     def read(
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> DataFrame:
+        root = _table_root(path)
+        if timestamp is not None:
+            version = self._version_at(root, timestamp)
+        else:
+            self._jsnapshot(root, version)  # a clear error for a missing table or version
         reader = self._spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
-        if timestamp is not None:
-            reader = reader.option("timestampAsOf", timestamp.isoformat())
-        return reader.load(path)
+        return reader.load(root)
 
-    def _writer(self, data: DataFrame, txn: AppTransaction | None) -> Any:
-        writer = data.write.format("delta")
+    def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """Commits, newest first: delta-spark's history with ``timestamp`` in epoch
+        milliseconds (as delta-rs gives it) and the keys of this engine's ``userMetadata``
+        JSON (commit id, ``commit_metadata``) lifted into each entry."""
+        root = _table_root(path)
+        self._jsnapshot(root)
+        table = self._tables.forPath(self._spark, root)
+        frame = table.history(limit) if limit else table.history()
+        entries = []
+        for row in frame.withColumn("timestamp", F.unix_millis("timestamp")).collect():
+            entry = row.asDict(recursive=True)
+            for key, value in _user_metadata(entry.get("userMetadata")).items():
+                entry.setdefault(key, value)
+            entries.append(entry)
+        return entries
+
+    def transaction_version(self, path: str, app_id: str) -> int | None:
+        return self._recorded(self._jsnapshot(_table_root(path)), app_id)
+
+    @staticmethod
+    def _recorded(jsnap: Any, app_id: str) -> int | None:
+        recorded = jsnap.transactions().get(app_id)
+        return None if recorded.isEmpty() else int(recorded.get())
+
+    def changes(
+        self, path: str, after_version: int, to_version: int, added_only: bool = False
+    ) -> DataFrame:
+        """Rows added or changed in versions ``(after_version, to_version]``.
+
+        The change data feed when the table enables it (``_change_type`` and
+        ``_commit_version`` as delta-spark gives them); otherwise the table must have been
+        append-only over the range and the answer is the rows of the files added, tagged
+        ``insert``. A data-changing remove then raises :class:`NotAppendOnlyError`, unless
+        ``added_only`` asks for the added rows regardless, as in the embedded engine.
+        """
+        root = _table_root(path)
+        if to_version < after_version:
+            raise DeltaTableError(
+                f"changes of {root}: to_version {to_version} is before after_version "
+                f"{after_version}"
+            )
+        end_j = self._jsnapshot(root, to_version)
+        end = self._pin(root, end_j).snapshot
+        change_schema = StructType(
+            [
+                *end.schema.fields,
+                StructField(CHANGE_TYPE, StringType(), False),
+                StructField(COMMIT_VERSION, LongType(), False),
+            ]
+        )
+        if to_version == after_version:
+            return self._spark.createDataFrame([], change_schema)
+        if end.properties.get(CDF_PROPERTY, "false").lower() == "true":
+            feed = (
+                self._spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", after_version + 1)
+                .option("endingVersion", to_version)
+                .load(root)
+            )
+            return feed.select(*change_schema.fieldNames())
+        parts = []
+        for version, added, removed in self._commits(root, after_version, to_version):
+            if removed and not added_only:
+                raise NotAppendOnlyError(
+                    f"table {root} removed {len(removed)} file(s) in version {version} and does "
+                    f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
+                    f"Set {CDF_PROPERTY}=true on the table."
+                )
+            if added:
+                parts.append(
+                    self._files_frame(root, end_j, added)
+                    .select(*end.schema.fieldNames())
+                    .withColumn(CHANGE_TYPE, F.lit("insert"))
+                    .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
+                )
+        return _union_or_empty(self._spark, parts, change_schema)
+
+    def rows_added(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> DataFrame:
+        """Rows of files added in ``(after_version, to_version]`` and still live at the end.
+
+        Each row carries ``_commit_version``, the version that added its file. Files a later
+        commit of the range removed (a replace) are left out, and so are files added by the
+        versions in ``skip_versions``. Rows deleted through a deletion vector are not live.
+        """
+        root = _table_root(path)
+        if to_version < after_version:
+            raise DeltaTableError(
+                f"rows added to {root}: to_version {to_version} is before after_version "
+                f"{after_version}"
+            )
+        end_j = self._jsnapshot(root, to_version)
+        end = self._pin(root, end_j).snapshot
+        schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
+        skip = set(skip_versions)
+        added_by: dict[str, int] = {}
+        for version, added, _ in self._commits(root, after_version, to_version):
+            for add in added:
+                added_by[str(add.path())] = version
+        wanted = [p for p, v in added_by.items() if v not in skip]
+        if not wanted:
+            return self._spark.createDataFrame([], schema)
+        # The live AddFile of each path at the end: it carries the deletion vector in force.
+        live = end_j.allFiles().filter(F.col("path").isin(wanted)._jc).collectAsList()
+        by_version: dict[int, list[Any]] = {}
+        for add in live:
+            by_version.setdefault(added_by[str(add.path())], []).append(add)
+        columns = end.schema.fieldNames()
+        parts = [
+            self._files_frame(root, end_j, self._jvm.java.util.ArrayList(adds))
+            .select(*columns)
+            .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
+            for version, adds in sorted(by_version.items())
+        ]
+        return _union_or_empty(self._spark, parts, schema)
+
+    def _commits(
+        self, root: str, after_version: int, to_version: int
+    ) -> Iterator[tuple[int, Any, list[str]]]:
+        """(version, AddFiles with new rows as a Java list, paths of data removes) of each
+        commit in ``(after_version, to_version]``.
+
+        An add that re-adds a path the same commit removes is a deletion-vector update of
+        rows already in the table, not new rows, and is left out.
+        """
+        if to_version <= after_version:
+            return
+        commits = self._log(root).getChanges(after_version + 1, to_version, self._none(), False)
+        while commits.hasNext():
+            commit = commits.next()
+            version = int(commit._1())
+            adds, removed = [], []
+            for action in self._java_list(commit._2()):
+                kind = action.getClass().getSimpleName()
+                if kind == "RemoveFile" and action.dataChange():
+                    removed.append(str(action.path()))
+                elif kind == "AddFile" and action.dataChange():
+                    adds.append(action)
+            gone = set(removed)
+            added = self._jvm.java.util.ArrayList()
+            for add in adds:
+                if str(add.path()) not in gone:
+                    added.add(add)
+            yield version, added, removed
+
+    # ------------------------------------------------------------------ writes
+
+    def _writer(self, data: DataFrame, txn: AppTransaction | None, user_metadata: str) -> Any:
+        writer = data.write.format("delta").option("userMetadata", user_metadata)
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
         return writer
 
-    def _outcome(self, path: str, txn: AppTransaction | None, before: int | None) -> CommitOutcome:
-        version = int(self.history(path, 1)[0]["version"])
-        return CommitOutcome(table_version=version, committed=before is None or version > before)
+    def _schema(self, root: str) -> StructType:
+        return self.snapshot(root).schema
 
     def append(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        require_same_schema(path, self.read(path).schema, data.schema)
-        before = int(self.history(path, 1)[0]["version"])
-        self._writer(data, txn).mode("append").save(path)
-        return self._outcome(path, txn, before)
+        root = _table_root(path)
+        schema = self._schema(root)
+        require_same_schema(root, schema, data.schema)
+        frame = data.select(*schema.fieldNames())
+        return self._commit(
+            root,
+            "append",
+            "the table",
+            txn,
+            lambda meta: self._writer(frame, txn, meta).mode("append").save(root),
+        )
 
     def replace(
         self,
@@ -125,28 +549,57 @@ class NativeDeltaEngine:
         where: Sequence[PartitionFilter],
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
-        require_same_schema(path, self.read(path).schema, data.schema)
-        before = int(self.history(path, 1)[0]["version"])
-        predicate = " AND ".join(_sql_term(f) for f in where)
-        self._writer(data, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
-        return self._outcome(path, txn, before)
+        """``replaceWhere`` (any columns); rows outside ``where`` are refused by delta-spark."""
+        root = _table_root(path)
+        schema = self._schema(root)
+        require_same_schema(root, schema, data.schema)
+        if not where:
+            raise DeltaTableError(f"replace on {root} needs a predicate; use overwrite instead")
+        predicate = _sql_predicate(where)
+        frame = data.select(*schema.fieldNames())
+        return self._commit(
+            root,
+            "replace",
+            _describe(where),
+            txn,
+            lambda meta: (
+                self._writer(frame, txn, meta)
+                .mode("overwrite")
+                .option("replaceWhere", predicate)
+                .save(root)
+            ),
+        )
 
     def delete_partitions(
         self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        before = int(self.history(path, 1)[0]["version"])
-        empty = self.read(path).limit(0)
-        predicate = " AND ".join(_sql_term(f) for f in where)
-        self._writer(empty, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
-        return self._outcome(path, txn, before)
+        """A delta-spark DELETE; on partition columns only it removes whole files."""
+        root = _table_root(path)
+        if not where:
+            raise DeltaTableError(f"delete_partitions on {root} needs a predicate")
+        predicate = _sql_predicate(where)
+        table = self._tables.forPath(self._spark, root)
+
+        def delete(meta: str) -> None:
+            with self._dml_settings(meta, txn):
+                table.delete(predicate)
+
+        return self._commit(root, "delete_partitions", _describe(where), txn, delete)
 
     def overwrite(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        require_same_schema(path, self.read(path).schema, data.schema)
-        before = int(self.history(path, 1)[0]["version"])
-        self._writer(data, txn).mode("overwrite").save(path)
-        return self._outcome(path, txn, before)
+        root = _table_root(path)
+        schema = self._schema(root)
+        require_same_schema(root, schema, data.schema)
+        frame = data.select(*schema.fieldNames())
+        return self._commit(
+            root,
+            "overwrite",
+            "the whole table",
+            txn,
+            lambda meta: self._writer(frame, txn, meta).mode("overwrite").save(root),
+        )
 
     def merge(
         self,
@@ -156,13 +609,16 @@ class NativeDeltaEngine:
         delete_flag: str | None = None,
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
-        before = int(self.history(path, 1)[0]["version"])
-        if txn is not None and (self.transaction_version(path, txn.app_id) or -1) >= txn.version:
-            return CommitOutcome(table_version=before, committed=False)
-        columns = self.read(path).schema.fieldNames()
-        values: dict[str, str | Column] = {c: f"s.`{c}`" for c in columns}
+        """Upsert ``source`` by ``keys``; rows whose ``delete_flag`` is true delete the match."""
+        root = _table_root(path)
+        schema = self._schema(root)
+        payload = source.drop(delete_flag) if delete_flag else source
+        require_same_schema(root, schema, payload.schema)
+        if not keys:
+            raise DeltaTableError(f"merge into {root} needs at least one key column")
+        values: dict[str, str | Column] = {c: f"s.`{c}`" for c in schema.fieldNames()}
         builder = (
-            self._tables.forPath(self._spark, path)
+            self._tables.forPath(self._spark, root)
             .alias("t")
             .merge(source.alias("s"), " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys))
         )
@@ -172,60 +628,336 @@ class NativeDeltaEngine:
             builder = builder.whenMatchedUpdate(keep, values).whenNotMatchedInsert(keep, values)
         else:
             builder = builder.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
-        builder.execute()
-        return self._outcome(path, txn, before)
 
-    def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
-        table = self._tables.forPath(self._spark, path)
-        frame = table.history(limit) if limit else table.history()
-        return [row.asDict(recursive=True) for row in frame.collect()]
+        def execute(meta: str) -> None:
+            with self._dml_settings(meta, txn):
+                builder.execute()
 
-    def changes(
-        self, path: str, after_version: int, to_version: int, added_only: bool = False
-    ) -> DataFrame:
-        return (
-            self._spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", after_version + 1)
-            .option("endingVersion", to_version)
-            .load(path)
+        return self._commit(root, "merge", f"keys {list(keys)}", txn, execute)
+
+    @contextmanager
+    def _dml_settings(self, user_metadata: str, txn: AppTransaction | None) -> Iterator[None]:
+        """Merge and delete take no writer options: their commitInfo.userMetadata and app
+        transaction come from session settings, set only around the call."""
+        settings = {_USER_METADATA_CONF: user_metadata}
+        if txn is not None:
+            settings[_DML_TXN_APP_ID_CONF] = txn.app_id
+            settings[_DML_TXN_VERSION_CONF] = str(txn.version)
+        with self._session_settings(settings):
+            yield
+
+    @contextmanager
+    def _session_settings(self, settings: Mapping[str, str]) -> Iterator[None]:
+        previous: dict[str, str | None] = {k: self._spark.conf.get(k, None) for k in settings}
+        for key, value in settings.items():
+            self._spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, old in previous.items():
+                if old is None:
+                    self._spark.conf.unset(key)
+                else:
+                    self._spark.conf.set(key, old)
+
+    # ------------------------------------------------------------------ commit protocol
+
+    def _commit(
+        self,
+        root: str,
+        operation: str,
+        scope: str,
+        txn: AppTransaction | None,
+        save: Callable[[str], None],
+    ) -> CommitOutcome:
+        """Run ``save`` (one delta-spark call that writes and commits) as our tagged commit.
+
+        ``save`` gets the commit's ``userMetadata``: a JSON object holding a fresh commit id
+        and ``commit_metadata``. The outcome reports the commit carrying that id, never
+        merely "the table moved on".
+        """
+        base = self._jsnapshot(root)
+        before = int(base.version())
+        if txn is not None:
+            recorded = self._recorded(base, txn.app_id)
+            if recorded is not None and recorded >= txn.version:
+                logger.info(
+                    "skip %s on %s: app %s already at version %s (asked %s)",
+                    operation,
+                    root,
+                    txn.app_id,
+                    recorded,
+                    txn.version,
+                )
+                return CommitOutcome(table_version=before, committed=False)
+        commit_id = self._new_commit_id()
+        user_metadata = json.dumps(
+            {**self.commit_metadata, COMMIT_ID_KEY: commit_id}, sort_keys=True
         )
+        if self.commit_guard is not None:
+            self.commit_guard()
+        crash_point("delta.before_commit")
+        try:
+            save(user_metadata)
+        except _JVM_ERRORS as e:
+            return self._recover_or_raise(root, before, commit_id, txn, operation, scope, e)
+        crash_point("delta.after_commit")
+        landed = self._find_commit(root, before, commit_id)
+        if landed is None:
+            # delta-spark skips a write whose app transaction a concurrent writer recorded
+            # after our check: not our commit.
+            latest = int(self._jsnapshot(root).version())
+            logger.warning(
+                "%s on %s did not commit: the app transaction %s was recorded by another "
+                "writer (table at version %d)",
+                operation,
+                root,
+                txn,
+                latest,
+            )
+            return CommitOutcome(table_version=latest, committed=False)
+        logger.info(
+            "%s on %s committed version %d (commit %s)", operation, root, landed[0], commit_id
+        )
+        return _outcome(landed[0], landed[1])
 
-    def transaction_version(self, path: str, app_id: str) -> int | None:
-        jvm = self._spark._jvm
-        assert jvm is not None
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._spark._jsparkSession, path)
-        found = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-        recorded = found.transactions().get(app_id)
-        return None if recorded.isEmpty() else int(recorded.get())
+    def _new_commit_id(self) -> str:
+        if COMMIT_ID_KEY in self.commit_metadata:
+            raise ConfigError(
+                f"commit metadata must not set {COMMIT_ID_KEY!r}: this engine puts each "
+                f"commit's own id there; got keys {sorted(self.commit_metadata)}"
+            )
+        return uuid.uuid4().hex
+
+    def _find_commit(
+        self, root: str, after_version: int, commit_id: str
+    ) -> tuple[int, Mapping[str, Any]] | None:
+        """(version, history entry) of the commit after ``after_version`` carrying the id."""
+        latest = int(self._jsnapshot(root).version())
+        if latest <= after_version:
+            return None
+        for entry in self.history(root, latest - after_version):
+            if int(entry["version"]) > after_version and entry.get(COMMIT_ID_KEY) == commit_id:
+                return int(entry["version"]), entry
+        return None
+
+    def _recover_or_raise(
+        self,
+        root: str,
+        before: int,
+        commit_id: str,
+        txn: AppTransaction | None,
+        operation: str,
+        scope: str,
+        error: Exception,
+    ) -> CommitOutcome:
+        """An error from delta-spark: our commit landed anyway, another writer's commit of
+        the same app transaction won, a conflict (nothing committed), or a failure."""
+        landed = self._find_commit(root, before, commit_id)
+        if landed is not None:
+            logger.warning(
+                "%s on %s raised %r after its commit landed at version %d; not retrying",
+                operation,
+                root,
+                error,
+                landed[0],
+            )
+            return _outcome(landed[0], landed[1])
+        latest = self._jsnapshot(root)
+        if txn is not None:
+            recorded = self._recorded(latest, txn.app_id)
+            if recorded is not None and recorded >= txn.version:
+                logger.warning(
+                    "%s on %s did not land (%s): another writer's commit recorded app %s at "
+                    "version %s (asked %s)",
+                    operation,
+                    root,
+                    type(error).__name__,
+                    txn.app_id,
+                    recorded,
+                    txn.version,
+                )
+                return CommitOutcome(table_version=int(latest.version()), committed=False)
+        if isinstance(error, ConcurrentTransactionException):
+            raise CommitError(
+                f"{operation} on {root} did not land: a concurrent writer committed app "
+                f"transaction {txn}, but the table does not record it: {_message(error)}"
+            ) from error
+        if isinstance(error, _CONFLICTS):
+            raise ConcurrentModificationError(
+                f"{operation} of {scope} in {root} conflicts with a commit made after version "
+                f"{before} (the table is now at version {int(latest.version())}): "
+                f"{_message(error)}. Nothing was committed; rerun the operation against the "
+                "new version."
+            ) from error
+        text = _message(error)
+        if "REPLACE_WHERE_MISMATCH" in text:
+            raise DeltaTableError(
+                f"{operation} on {root}: the data has rows outside the replace predicate "
+                f"{scope}; nothing was committed ({text})"
+            ) from error
+        raise CommitError(
+            f"{operation} on {root} failed and did not land (table still at version "
+            f"{int(latest.version())}): {text}. Rerunning is safe."
+        ) from error
+
+    # ------------------------------------------------------------------ maintenance
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
     ) -> list[str]:
-        # delta-spark has no keep_versions: stretch the retention to cover the oldest pin.
-        hours = retention_hours
-        if keep_versions:
-            oldest = min(keep_versions)
-            pinned = [h for h in self.history(path) if int(h["version"]) == oldest + 1]
-            if pinned:
-                age = datetime.now() - pinned[0]["timestamp"]
-                hours = max(hours, age.total_seconds() / 3600 + 1)
-        self._spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        self._tables.forPath(self._spark, path).vacuum(hours)
-        return []
+        """Delete files no version within the retention needs, and untracked files older
+        than it; return the files deleted.
+
+        delta-spark has no list of versions to keep, so the retention is stretched to cover
+        every commit after the oldest kept version: the files those commits removed stay,
+        and every kept version stays readable.
+        """
+        root = _table_root(path)
+        latest = int(self._jsnapshot(root).version())
+        hours = float(retention_hours)
+        kept = [v for v in keep_versions if v < latest]
+        if kept:
+            oldest = min(kept)
+            successor = [h for h in self.history(root) if int(h["version"]) == oldest + 1]
+            if successor:
+                age_ms = datetime.now(UTC).timestamp() * 1000 - int(successor[0]["timestamp"])
+                needed = age_ms / 3_600_000 + PIN_MARGIN_HOURS
+                if needed > hours:
+                    logger.info(
+                        "vacuum %s: retention stretched from %gh to %.3fh to keep version %d",
+                        root,
+                        hours,
+                        needed,
+                        oldest,
+                    )
+                    hours = needed
+        table = "delta.`" + root.replace("`", "``") + "`"
+        statement = f"VACUUM {table} RETAIN {hours:.6f} HOURS"
+        with self._session_settings({_RETENTION_CHECK_CONF: "false"}):
+            deletable = [str(r[0]) for r in self._spark.sql(f"{statement} DRY RUN").collect()]
+            self._spark.sql(statement).collect()
+        logger.info("vacuumed %s: %d file(s) deleted", root, len(deletable))
+        return deletable
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _outcome(version: int, entry: Mapping[str, Any]) -> CommitOutcome:
+    """The outcome of our commit, with its data volume from delta-spark's metrics."""
+    metrics = {k: int(v) for k, v in (entry.get("operationMetrics") or {}).items() if _int(v)}
+
+    def first(*names: str) -> int:
+        return next((metrics[n] for n in names if n in metrics), 0)
+
+    rows = first("numOutputRows") or sum(
+        metrics.get(n, 0)
+        for n in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsCopied")
+    )
+    return CommitOutcome(
+        table_version=version,
+        committed=True,
+        files_added=first("numFiles", "numTargetFilesAdded", "numAddedFiles"),
+        bytes_added=first("numOutputBytes", "numTargetBytesAdded", "numAddedBytes"),
+        rows_added=rows or first("numCopiedRows"),
+    )
+
+
+def _int(value: Any) -> bool:
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _user_metadata(raw: Any) -> dict[str, Any]:
+    """The JSON object this engine put into a commit's ``userMetadata``, or nothing."""
+    if not raw:
+        return {}
+    try:
+        tagged = json.loads(raw)
+    except ValueError:
+        return {}  # another writer's free-text userMetadata
+    return tagged if isinstance(tagged, dict) else {}
+
+
+def _message(error: BaseException) -> str:
+    """The first line of a JVM error (its stack trace stays on the exception chain)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _logical_schema(schema: StructType) -> StructType:
+    """``schema`` without delta-spark's column-mapping field metadata."""
+    return StructType(
+        [
+            StructField(
+                f.name,
+                f.dataType,
+                f.nullable,
+                {
+                    k: v
+                    for k, v in (f.metadata or {}).items()
+                    if not k.startswith(_DELTA_FIELD_METADATA_PREFIX)
+                },
+            )
+            for f in schema.fields
+        ]
+    )
+
+
+def _data_file_location(root: str, log_path: str) -> str:
+    # The log stores RFC 2396-encoded paths, relative to the root unless absolute.
+    decoded = unquote(log_path)
+    if "://" in decoded or decoded.startswith("/"):
+        return decoded
+    return f"{root.rstrip('/')}/{decoded}"
+
+
+def _union_or_empty(
+    spark: SparkSession, parts: Sequence[DataFrame], schema: StructType
+) -> DataFrame:
+    if not parts:
+        return spark.createDataFrame([], schema)
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
+
+
+def _describe(where: Sequence[PartitionFilter]) -> str:
+    return " AND ".join(f"{f.column} {f.op} {f.value!r}" for f in where)
+
+
+def _sql_predicate(where: Sequence[PartitionFilter]) -> str:
+    return " AND ".join(_sql_term(f) for f in where)
 
 
 def _sql_term(f: PartitionFilter) -> str:
+    column = "`" + f.column.replace("`", "``") + "`"
     if f.op in ("in", "not in"):
         values = ", ".join(_sql_literal(v) for v in f.value)
-        return f"`{f.column}` {f.op.upper()} ({values})"
-    return f"`{f.column}` {f.op} {_sql_literal(f.value)}"
+        return f"{column} {f.op.upper()} ({values})"
+    if f.value is None and f.op in ("=", "!="):
+        return f"{column} IS {'' if f.op == '=' else 'NOT '}NULL"
+    return f"{column} {f.op} {_sql_literal(f.value)}"
 
 
 def _sql_literal(value: Any) -> str:
-    text = delta_partition_literal(value)
-    if text is None:
+    """A Spark SQL literal of ``value``, typed for dates and timestamps (UTC)."""
+    if value is None:
         return "NULL"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return text
-    return "'" + text.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = delta_partition_literal(value)
+    assert text is not None
+    quoted = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, datetime):
+        return f"TIMESTAMP {quoted}"
+    if isinstance(value, date):
+        return f"DATE {quoted}"
+    return quoted

@@ -1,0 +1,158 @@
+"""Keep secrets out of messages and logs.
+
+Two things can carry a secret into a message: a database URL with a password (the state
+store's), and a value substituted for a ``${VAR}`` reference in the config. This module
+
+* renders URLs with the password masked (:func:`mask_url`), also URLs that do not parse;
+* keeps a process-wide registry of secret values (:func:`register_secret`,
+  :func:`register_url_password`) that the config loader and the state store fill in;
+* masks registered values and URL passwords in any text (:func:`redact`), and in every log
+  record that passes a handler carrying :class:`SecretMaskingFilter`
+  (:func:`install_secret_filter`, which ``enrich`` calls on the handlers it configures).
+
+It imports only SQLAlchemy's URL parser, so the CLI and the DAG files stay cheap to import.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+MASK = "***"
+# Values shorter than this are not masked by substring: masking "ab" everywhere would make
+# every log line unreadable. URL passwords are still masked by position (URL_PASSWORD).
+MIN_SECRET_LENGTH = 4
+SECRET_NAME = re.compile(
+    r"pass(word|wd)?|secret|token|credential|api_?key|private_?key|auth", re.IGNORECASE
+)
+# ``scheme://user:password@`` inside free text; the password stops at the first '@'.
+URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s@]+@")
+# The same at the start of a whole URL string: the password runs to the last '@', so that
+# an unencoded '@' or ':' in it cannot leak a part of it when the URL does not parse.
+WHOLE_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)(.*)@", re.DOTALL)
+
+
+class _Registry:
+    """The secret values of this process; readers take the ``ordered`` snapshot, no lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: set[str] = set()
+        self.ordered: tuple[str, ...] = ()  # longest first, so no secret is masked in part
+
+    def add(self, *values: str) -> None:
+        with self._lock:
+            self._values.update(values)
+            self.ordered = tuple(sorted(self._values, key=len, reverse=True))
+
+
+_registry = _Registry()
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a config key or environment variable name suggests its value is a secret."""
+    return SECRET_NAME.search(name) is not None
+
+
+def register_secret(value: str) -> None:
+    """Mask ``value`` (and its URL-encoded form) in every later :func:`redact` and log line."""
+    if len(value) >= MIN_SECRET_LENGTH:
+        _registry.add(value, quote(value, safe=""))
+
+
+def register_url_password(url: str) -> None:
+    """Register the password of a database URL, if it has one."""
+    for password in _url_passwords(url):
+        register_secret(password)
+
+
+def registered_secrets() -> tuple[str, ...]:
+    return _registry.ordered
+
+
+def redact(text: str) -> str:
+    """``text`` with registered secrets and the passwords of URLs in it replaced by ***."""
+    for secret in _registry.ordered:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return URL_PASSWORD.sub(rf"\1{MASK}@", text)
+
+
+def mask_url(url: str) -> str:
+    """``url`` for messages: the password masked, also when the URL does not parse."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # does not parse: mask by position instead
+        return redact(WHOLE_URL_PASSWORD.sub(rf"\1{MASK}@", url))
+    # Without a password, the URL as written (rendering would percent-encode a path's '@').
+    shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
+    return redact(shown)
+
+
+def _url_passwords(url: str) -> list[str]:
+    passwords = []
+    try:
+        parsed = make_url(url).password
+    except (ArgumentError, ValueError):  # an unparsable URL still may carry a password
+        parsed = None
+    if parsed:
+        passwords.append(str(parsed))
+    match = WHOLE_URL_PASSWORD.match(url)
+    if match and match.group(2):
+        passwords.append(match.group(2))  # as written, e.g. percent-encoded
+    return passwords
+
+
+class SecretMaskingFilter(logging.Filter):
+    """Masks registered secrets and URL passwords in a record's message, args and traceback.
+
+    Attach it to handlers, not loggers: a logger's filters do not see records that
+    propagate from child loggers, a handler's see every record it emits.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, Mapping):
+            record.args = {key: _redact_arg(value) for key, value in record.args.items()}
+        elif isinstance(record.args, tuple):
+            record.args = tuple(_redact_arg(value) for value in record.args)
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError, KeyError):  # a bad format string: the handler says so
+            message = None
+        if message is not None:
+            masked = redact(message)
+            if masked != message:  # a secret spans msg and args, or hides in an object's repr
+                record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+def _redact_arg(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    text = str(value)
+    masked = redact(text)
+    return value if masked == text else masked
+
+
+def install_secret_filter(handlers: Iterable[logging.Handler]) -> None:
+    """Add one :class:`SecretMaskingFilter` to each handler that has none yet."""
+    for handler in handlers:
+        if not any(isinstance(f, SecretMaskingFilter) for f in handler.filters):
+            handler.addFilter(SecretMaskingFilter())

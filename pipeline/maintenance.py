@@ -1,0 +1,204 @@
+"""``enrich maintain``: vacuum every Delta table of the pipeline, keeping the pinned versions.
+
+The tables: bronze and quarantine of every stream; silver, gold and quarantined batches of
+every output table; the operator state tables under ``_operators/<stage>/``;
+``_quality/results``; and the masters the stages read. Each existing table is vacuumed
+with the retention ``warehouse.vacuum_retention_hours`` (``enrich maintain
+--retention-hours`` overrides it) and ``keep_versions`` = every version any holder pins on
+it (:mod:`pipeline.pins`): a pending SSBJ tuple, an open step plan, an A-DSP layout or an
+audit can still read its version by time travel after the files were replaced.
+
+Two consequences of how vacuum works:
+
+- A vacuum that deletes files commits ``VACUUM START`` and ``VACUUM END`` to the table's
+  log, so the table's version moves although no row changed.
+  :func:`only_maintenance_since` tells such versions apart from writes.
+- The embedded engine's full vacuum deletes change-data files (``_change_data/``) older
+  than the retention whatever ``keep_versions`` says, and a reader of a table's change
+  data feed (the SSBJ cache catching up with its master) needs the changes committed after
+  its pinned version. For a table with the change data feed on and pins, the retention is
+  therefore stretched to cover every commit after the oldest pinned version.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pipeline.config import PipelineConfig
+from pipeline.layout import WarehouseLayout
+from pipeline.pins import table_key
+from pipeline.ssbj_stage import TABLES as SSBJ_TABLES
+from warehouse.delta import DeltaEngine, Snapshot
+from warehouse.delta.embedded import CDF_PROPERTY
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger(__name__)
+
+# The operator state tables a stage may own: SSBJ's, and the A-DSP layout (runner.theta_layout).
+OPERATOR_TABLES = (*SSBJ_TABLES, "layout")
+MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
+# Change-data files are written shortly before their commit; keep this much more of them.
+CDF_MARGIN_HOURS = 1.0
+
+
+@dataclass(frozen=True)
+class OwnedTable:
+    """A Delta table the pipeline writes or reads, and what it is to the pipeline."""
+
+    role: str
+    path: str
+
+
+@dataclass(frozen=True)
+class TableVacuum:
+    """What ``maintain`` did to one table."""
+
+    table: OwnedTable
+    version: int
+    retention_hours: float
+    kept_versions: tuple[int, ...]
+    deleted_files: int
+
+    def summary(self) -> str:
+        kept = ",".join(str(v) for v in self.kept_versions) or "none"
+        return (
+            f"{self.table.role} {self.table.path}: {self.deleted_files} file(s) deleted, "
+            f"kept pinned version(s) {kept}, retention {self.retention_hours:g}h"
+        )
+
+
+def owned_tables(config: PipelineConfig) -> list[OwnedTable]:
+    """Every Delta table of the pipeline, once each, whether it exists yet or not."""
+    layout = WarehouseLayout.of(config)
+    tables: list[OwnedTable] = []
+    for stream in config.streams:
+        tables += [
+            OwnedTable("bronze", layout.bronze(stream)),
+            OwnedTable("quarantine", layout.quarantine(stream)),
+        ]
+    for output in config.outputs():
+        tables += [
+            OwnedTable("silver", layout.output(output)),
+            OwnedTable("gold", layout.published(output)),
+            OwnedTable("quarantined-output", layout.quarantined_output(output)),
+        ]
+    for stage in config.stages:
+        tables += [
+            OwnedTable("operator", layout.operator_state(stage.name, part))
+            for part in OPERATOR_TABLES
+        ]
+    tables.append(OwnedTable("quality-results", layout.quality_results()))
+    tables += [OwnedTable("master", layout.master(config, name)) for name in config.masters]
+    unique: dict[str, OwnedTable] = {}
+    for table in tables:
+        unique.setdefault(table_key(table.path), table)
+    return list(unique.values())
+
+
+def maintain(
+    config: PipelineConfig,
+    engine: DeltaEngine,
+    store: StateStore,
+    echo: Callable[[str], None] | None = None,
+) -> list[TableVacuum]:
+    """Vacuum every existing table of the pipeline; ``echo`` gets one summary line per table."""
+    retention = config.warehouse.vacuum_retention_hours
+    results = []
+    for table in owned_tables(config):
+        if not engine.exists(table.path):
+            logger.debug("maintain: %s %s does not exist; skipped", table.role, table.path)
+            continue
+        result = vacuum_table(engine, store, table, retention)
+        logger.info("maintain: %s", result.summary())
+        if echo is not None:
+            echo(result.summary())
+        results.append(result)
+    deleted = sum(r.deleted_files for r in results)
+    logger.info("maintain: %d table(s) vacuumed, %d file(s) deleted", len(results), deleted)
+    return results
+
+
+def vacuum_table(
+    engine: DeltaEngine, store: StateStore, table: OwnedTable, retention_hours: float
+) -> TableVacuum:
+    """Vacuum one table, keeping every version pinned on it."""
+    snapshot = engine.snapshot(table.path)
+    pinned = store.pinned_versions(table_key(table.path))
+    kept = tuple(v for v in pinned if v <= snapshot.version)
+    if len(kept) < len(pinned):
+        logger.warning(
+            "maintain: %s has version %d but pins name later versions %s; a holder pinned "
+            "a table that was since recreated",
+            table.path,
+            snapshot.version,
+            [v for v in pinned if v > snapshot.version],
+        )
+    hours = _retention_for(engine, snapshot, kept, retention_hours)
+    # The engine takes whole hours; round up, never keep less than asked.
+    deleted = engine.vacuum(table.path, math.ceil(hours), keep_versions=kept)
+    return TableVacuum(table, snapshot.version, float(math.ceil(hours)), kept, len(deleted))
+
+
+def only_maintenance_since(engine: DeltaEngine, path: str, version: int, latest: int) -> bool:
+    """Whether every commit of ``path`` in ``(version, latest]`` is a vacuum (no data moved)."""
+    if latest == version:
+        return True
+    if latest < version:
+        return False
+    commits = [
+        h for h in engine.history(path, latest - version) if version < int(h["version"]) <= latest
+    ]
+    return len(commits) == latest - version and all(
+        h.get("operation") in MAINTENANCE_OPERATIONS for h in commits
+    )
+
+
+def _retention_for(
+    engine: DeltaEngine, snapshot: Snapshot, kept: tuple[int, ...], retention_hours: float
+) -> float:
+    """The retention, stretched over the commits after the oldest pin of a CDF table."""
+    cdf = snapshot.properties.get(CDF_PROPERTY, "false").lower() == "true"
+    if not cdf or not kept or min(kept) >= snapshot.version:
+        return retention_hours
+    oldest = min(kept)
+    successor = [
+        h
+        for h in engine.history(snapshot.table_path, snapshot.version - oldest)
+        if int(h["version"]) == oldest + 1
+    ]
+    if not successor:
+        logger.warning(
+            "maintain: %s: no history entry for version %d; change-data files after the pinned "
+            "version %d are kept only by the retention of %gh",
+            snapshot.table_path,
+            oldest + 1,
+            oldest,
+            retention_hours,
+        )
+        return retention_hours
+    needed = _age(successor[0]["timestamp"]).total_seconds() / 3600 + CDF_MARGIN_HOURS
+    if needed > retention_hours:
+        logger.info(
+            "maintain: %s: retention stretched from %gh to %.2fh to keep the change data "
+            "feed after pinned version %d",
+            snapshot.table_path,
+            retention_hours,
+            needed,
+            oldest,
+        )
+        return needed
+    return retention_hours
+
+
+def _age(timestamp: Any) -> timedelta:
+    """How old a history timestamp is: epoch ms (delta-rs) or a datetime (delta-spark, local)."""
+    if isinstance(timestamp, datetime):
+        if timestamp.tzinfo is None:
+            return datetime.now() - timestamp
+        return datetime.now(UTC) - timestamp
+    return datetime.now(UTC) - datetime.fromtimestamp(float(timestamp) / 1000, UTC)

@@ -1,0 +1,89 @@
+"""The Delta versions each part of the pipeline pins, so ``enrich maintain`` keeps their files.
+
+A holder pins the versions it will still read by time travel; ``StateStore.set_pins``
+replaces all of a holder's pins at once, and ``enrich maintain`` passes every version pinned
+on a table, by any holder, to ``vacuum`` as ``keep_versions``. Holders:
+
+``ssbj.<stage>``   the master versions pending tuples are pinned to, the master versions of
+                   the cache and the switching buffer; while a step's plan is open also the
+                   plan's master version, the master versions whose changes it reads, the
+                   operator-table versions and the input versions it reads
+``stage.<stage>``  a baseline or theta step's planned master version and input versions,
+                   from the plan until the step is done
+``adsp.<stage>``   the master version an A-DSP stage's persisted layout was built from, and
+                   the layout version the state records
+``audit.<table>``  the last audited output (silver) version and the pending-table version
+                   the audit state records
+
+Table paths are normalised with :func:`table_key` on both sides (pinning and vacuuming).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pipeline.layout import WarehouseLayout
+
+
+def table_key(path: str) -> str:
+    """The one spelling of a table path under which it is pinned and looked up."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def ssbj_holder(stage: str) -> str:
+    return f"ssbj.{stage}"
+
+
+def stage_holder(stage: str) -> str:
+    return f"stage.{stage}"
+
+
+def adsp_holder(stage: str) -> str:
+    return f"adsp.{stage}"
+
+
+def audit_holder(table: str) -> str:
+    return f"audit.{table}"
+
+
+def union_pins(*pins: Mapping[str, Iterable[int]]) -> dict[str, list[int]]:
+    """All versions any of ``pins`` holds, per table key, sorted; tables without any dropped."""
+    merged: dict[str, set[int]] = {}
+    for mapping in pins:
+        for path, versions in mapping.items():
+            merged.setdefault(table_key(path), set()).update(int(v) for v in versions)
+    return {path: sorted(versions) for path, versions in sorted(merged.items()) if versions}
+
+
+def input_versions(after_version: int, to_version: int) -> range:
+    """The versions ``changes(after_version, to_version)`` reads the added files of."""
+    return range(after_version + 1, to_version + 1)
+
+
+def audit_pins(
+    layout: WarehouseLayout, stage_name: str, table: str, state: Mapping[str, Any]
+) -> dict[str, list[int]]:
+    """The pins of ``audit.<table>`` for the audit state ``state`` of output ``table``.
+
+    ``stage_name`` is the stage producing ``table``; ``state`` is the audit state as
+    ``AuditPublisher`` saves it. The next audit reads the staged rows after
+    ``output_version`` and the pending tuples at ``pending_version`` by time travel. While
+    an ``intent`` is open (decided, not yet recorded), finishing it re-reads the silver
+    batch at ``intent.batch[1]`` and records ``intent.record.pending_version``: those are
+    pinned too.
+    """
+    silver = layout.output(table)
+    pending = layout.operator_state(stage_name, "pending")
+    pins: dict[str, list[int]] = {silver: [], pending: []}
+    if state.get("output_version") is not None:
+        pins[silver].append(int(state["output_version"]))
+    if state.get("pending_version") is not None:
+        pins[pending].append(int(state["pending_version"]))
+    intent = state.get("intent") or {}
+    if intent.get("batch"):
+        pins[silver].append(int(intent["batch"][1]))
+    if (intent.get("record") or {}).get("pending_version") is not None:
+        pins[pending].append(int(intent["record"]["pending_version"]))
+    return union_pins(pins)

@@ -1,0 +1,276 @@
+"""`enrich maintain` and version pins: vacuum keeps exactly what the pipeline still reads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from jobs.enrich import EXIT_OK, main
+from pipeline.config import PipelineConfig, parse_config
+from pipeline.layout import WarehouseLayout
+from pipeline.maintenance import OwnedTable, maintain, only_maintenance_since, vacuum_table
+from pipeline.pins import audit_pins, table_key
+from tests.helpers import assert_same_multiset, tiny_pipeline
+from tests.joins.ssbj_harness import MASTER_SCHEMA, SsbjHarness
+from warehouse.delta.embedded import CDF_PROPERTY, EmbeddedDeltaEngine
+from warehouse.state_store import StateStore
+
+pytestmark = pytest.mark.slow
+
+MasterRow = tuple[int, int, float]
+# Version 1 of the master: keys 1-6 with one or two suppliers each, in three files.
+V1: list[MasterRow] = [(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(1 + k % 2)]
+# Version 2 replaces every row: other prices, key 6 gone, key 7 new.
+V2: list[MasterRow] = [(k, 0, float(100 + k)) for k in (1, 2, 3, 4, 5, 7)]
+BATCH_A = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 1), (7, 99)]
+BATCH_B = [(10, 1), (11, 6), (12, 7), (13, 2)]
+HOLDER = "ssbj.enrich"
+
+
+def expected_join(
+    batch: Sequence[tuple[int, int]], master: Sequence[MasterRow], version: int
+) -> list[tuple[Any, ...]]:
+    """The inner join of tuples (id, k) with master rows (mk, supplier, price), by hand."""
+    return [
+        (i, k, mk, supplier, price, version)
+        for i, k in batch
+        for mk, supplier, price in master
+        if mk == k
+    ]
+
+
+def with_retention(config: PipelineConfig, hours: float) -> PipelineConfig:
+    warehouse = config.warehouse.model_copy(update={"vacuum_retention_hours": hours})
+    return config.model_copy(update={"warehouse": warehouse})
+
+
+@pytest.fixture
+def pending_on_v1(spark: SparkSession, tmp_path: Path) -> Iterator[SsbjHarness]:
+    """MESHJOIN with k=3: batch A entered at step 0, pinned to master v1 and still pending,
+    then the master is overwritten (v2 removes every file of v1)."""
+    h = SsbjHarness(spark, tmp_path, "meshjoin", partitions=3, steps=1, how="inner")
+    # No change data feed: MESHJOIN only reads pinned snapshots by time travel.
+    h.engine.create_table(h.master, MASTER_SCHEMA)
+    h.engine.append(h.master, spark.createDataFrame(V1, MASTER_SCHEMA).repartition(3))
+    assert h.engine.snapshot(h.master).version == 1
+    h.arrive(BATCH_A)
+    h.runner.run_stage_step(h.config.stage("enrich"), "r1")
+    assert h.runner.ssbj_stage(h.config.stage("enrich")).pending_rows() == len(BATCH_A)
+    h.engine.overwrite(h.master, spark.createDataFrame(V2, MASTER_SCHEMA).coalesce(1))
+    assert h.engine.snapshot(h.master).version == 2
+    yield h
+    h.store.dispose()
+
+
+def test_maintain_keeps_the_master_version_pending_tuples_are_pinned_to(
+    pending_on_v1: SsbjHarness,
+) -> None:
+    h = pending_on_v1
+    master_key = table_key(h.master)
+    assert h.store.pins_of(HOLDER) == {master_key: [1]}
+
+    results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
+
+    assert (results[h.master].kept_versions, results[h.master].deleted_files) == ((1,), 0)
+    assert_same_multiset(h.engine.read(h.master, version=1), V1)
+    h.arrive(BATCH_B)
+    h.runner.run_stage_step(h.config.stage("enrich"), "r2")  # batch B enters at v2
+    h.drain()
+    assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1) + expected_join(BATCH_B, V2, 2))
+    assert h.store.pins_of(HOLDER) == {}  # drained: nothing pending, nothing pinned
+
+
+def test_without_the_pins_the_same_maintain_breaks_the_pending_tuples_read(
+    pending_on_v1: SsbjHarness,
+) -> None:
+    h = pending_on_v1
+    h.store.set_pins(HOLDER, {})
+
+    results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
+
+    assert results[h.master].kept_versions == ()
+    assert results[h.master].deleted_files == 3  # every file of v1
+    with pytest.raises(AnalysisException, match=rf"PATH_NOT_FOUND.*{re.escape(h.master)}/"):
+        h.runner.run_stage_step(h.config.stage("enrich"), "r2")
+
+
+def test_an_open_plan_is_pinned_until_its_step_completes(
+    pending_on_v1: SsbjHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = pending_on_v1
+    stage = h.config.stage("enrich")
+    pending = h.paths_of("pending")
+    pending_version = h.engine.snapshot(pending).version
+    consumed = h.engine.snapshot(h.bronze).version
+    h.arrive(BATCH_B)
+    arrived = h.engine.snapshot(h.bronze).version
+
+    def crash_after_output(name: str) -> None:
+        if name == "ssbj.after_output":
+            raise RuntimeError(f"injected crash at {name}")
+
+    monkeypatch.setattr("pipeline.ssbj_stage.crash_point", crash_after_output)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        h.runner.run_stage_step(stage, "r2")  # step 1 planned at master v2, then killed
+    monkeypatch.undo()
+
+    assert h.store.pins_of(HOLDER) == {
+        table_key(h.master): [1, 2],  # batch A's version and the plan's
+        table_key(pending): [pending_version],  # the operator table as the plan saw it
+        table_key(h.bronze): list(range(consumed + 1, arrived + 1)),  # the plan's input
+    }
+    # The master moves on before the rerun; v2, which the plan reads, must survive.
+    h.engine.overwrite(h.master, h.spark.createDataFrame([(1, 9, 9.0)], MASTER_SCHEMA))
+    results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
+    assert results[h.master].kept_versions == (1, 2)
+
+    h.runner.run_stage_step(stage, "r2")  # the rerun of step 1 completes
+    assert h.store.pins_of(HOLDER) == {table_key(h.master): [1, 2]}  # chunks A and B only
+    h.drain()
+    assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1) + expected_join(BATCH_B, V2, 2))
+    assert h.store.pins_of(HOLDER) == {}
+
+
+def test_a_baseline_step_releases_its_pins_when_done(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "baseline", partitions=1, steps=1, how="inner")
+    h.engine.create_table(h.master, MASTER_SCHEMA)
+    h.engine.append(h.master, spark.createDataFrame(V1, MASTER_SCHEMA))
+    h.arrive(BATCH_A)
+    pins: list[dict[str, list[int]]] = []
+    real_plan_step = h.store.plan_step
+
+    def plan_step(*args: Any) -> Any:
+        pins.append(h.store.pins_of("stage.enrich"))
+        return real_plan_step(*args)
+
+    monkeypatch.setattr(h.store, "plan_step", plan_step)
+    h.runner.run_stage_step(h.config.stage("enrich"), "r1")
+
+    bronze = h.engine.snapshot(h.bronze).version
+    assert pins == [{table_key(h.master): [1], table_key(h.bronze): list(range(1, bronze + 1))}]
+    assert h.store.pins_of("stage.enrich") == {}
+    assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1))
+    h.store.dispose()
+
+
+def test_audit_pins_name_the_audited_output_and_pending_versions(tmp_path: Path) -> None:
+    layout = WarehouseLayout(str(tmp_path / "wh"))
+    silver = str(tmp_path / "wh" / "silver" / "out")
+    pending = str(tmp_path / "wh" / "_operators" / "enrich" / "pending")
+    state = {"output_version": 7, "input_version": 4, "pending_version": 3, "quarantined": []}
+
+    assert audit_pins(layout, "enrich", "out", state) == {pending: [3], silver: [7]}
+    # A stateless stage records no pending version; a fresh audit state starts at version 0.
+    assert audit_pins(layout, "enrich", "out", {**state, "pending_version": None}) == {silver: [7]}
+    assert audit_pins(layout, "enrich", "out", {"output_version": 0, "quarantined": []}) == {
+        silver: [0]
+    }
+    # Decided but not recorded: finishing re-reads batch (7, 9] at 9 and records pending 5.
+    intent = {"batch": [7, 9], "action": "published", "record": {"pending_version": 5}}
+    assert audit_pins(layout, "enrich", "out", {**state, "intent": intent}) == {
+        pending: [3, 5],
+        silver: [7, 9],
+    }
+
+
+def test_vacuum_commits_are_told_apart_from_writes(spark: SparkSession, tmp_path: Path) -> None:
+    engine = EmbeddedDeltaEngine(spark)
+    path = str(tmp_path / "t")
+    engine.create_table(path, MASTER_SCHEMA)
+    engine.append(path, spark.createDataFrame(V1, MASTER_SCHEMA))
+    written = engine.overwrite(path, spark.createDataFrame(V2, MASTER_SCHEMA)).table_version
+    assert engine.vacuum(path, 0)  # deletes v1's files: commits VACUUM START and END
+    vacuumed = engine.snapshot(path).version
+
+    assert vacuumed == written + 2
+    assert only_maintenance_since(engine, path, written, vacuumed)
+    assert not only_maintenance_since(engine, path, written - 1, vacuumed)
+    assert only_maintenance_since(engine, path, vacuumed, vacuumed)
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_change_data_after_a_pinned_version_survives_a_short_retention(
+    spark: SparkSession, tmp_path: Path, pinned: bool
+) -> None:
+    # An SSBJ cache at master v1 catches up by reading the change data feed after v1.
+    engine = EmbeddedDeltaEngine(spark)
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    path = str(tmp_path / "m")
+    engine.create_table(path, MASTER_SCHEMA, (), {CDF_PROPERTY: "true"})
+    engine.append(path, spark.createDataFrame(V1, MASTER_SCHEMA).coalesce(1))
+    update = [(1, 0, -1.0)]
+    engine.merge(path, spark.createDataFrame(update, MASTER_SCHEMA), ["mk", "supplier"])
+    assert list((tmp_path / "m" / "_change_data").iterdir())
+    if pinned:
+        store.set_pins("ssbj.enrich", {table_key(path): [1]})
+
+    result = vacuum_table(engine, store, OwnedTable("master", path), 0)
+
+    change_files = list((tmp_path / "m" / "_change_data").iterdir())
+    if pinned:
+        assert result.kept_versions == (1,) and result.retention_hours >= 1 and change_files
+        assert_same_multiset(
+            engine.changes(path, 1, 2).select("mk", "supplier", "price", "_change_type"),
+            [(1, 0, 10.0, "update_preimage"), (1, 0, -1.0, "update_postimage")],
+        )
+    else:
+        assert result.retention_hours == 0 and not change_files
+        with pytest.raises(Exception, match=r"_change_data.*not found"):
+            engine.changes(path, 1, 2)
+    store.dispose()
+
+
+def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    raw = tiny_pipeline(tmp_path, "k", "bigint") | {
+        "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "price"]}},
+        "stages": [
+            {
+                "name": "enrich",
+                "kind": "equi",
+                "input": "s",
+                "master": "m",
+                "join_on": {"k": "mk"},
+                "output": "out",
+                "operator": {"mode": "meshjoin", "partitions": 2},
+            }
+        ],
+    }
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    config = parse_config(raw)
+    layout = WarehouseLayout.of(config)
+    engine = EmbeddedDeltaEngine(spark)
+    bronze, master = layout.bronze("s"), layout.master(config, "m")
+    engine.create_table(master, MASTER_SCHEMA)
+    engine.append(master, spark.createDataFrame(V1, MASTER_SCHEMA).coalesce(1))
+    engine.overwrite(master, spark.createDataFrame(V2, MASTER_SCHEMA).coalesce(1))
+    engine.create_table(bronze, MASTER_SCHEMA)
+    capsys.readouterr()
+
+    # The configured retention (the default week) keeps v1's file, replaced a moment ago.
+    assert main(["--config", str(config_file), "maintain"]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines() == [
+        f"bronze {bronze}: 0 file(s) deleted, kept pinned version(s) none, retention 168h",
+        f"master {master}: 0 file(s) deleted, kept pinned version(s) none, retention 168h",
+    ]
+    assert main(["--config", str(config_file), "maintain", "--retention-hours", "0"]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines() == [
+        f"bronze {bronze}: 0 file(s) deleted, kept pinned version(s) none, retention 0h",
+        f"master {master}: 1 file(s) deleted, kept pinned version(s) none, retention 0h",
+    ]
+    assert_same_multiset(engine.read(master), V2)

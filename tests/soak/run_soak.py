@@ -1,0 +1,135 @@
+"""Fault-injection soak of the whole pipeline; prints what it killed and what it checked.
+
+    .venv/bin/python -m tests.soak.run_soak --trials 100 --seed 1 [--dir var/soak]
+
+Makes ``--trials`` seeded trials (see :mod:`tests.soak.trial`), runs them all through one
+worker process (:mod:`tests.soak.worker`), starting it again after every SIGKILL, then
+checks every trial's bronze, ingest quarantine, silver and gold against the DuckDB oracle
+as multisets. Exits 1 if any row was lost or duplicated, or a command failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.soak.trial import TrialCheck, TrialPlan, check_trial, make_trial
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class SoakResult:
+    trials: int
+    kills: int = 0
+    armed_points: Counter[str] = field(default_factory=Counter)
+    hit_points: Counter[str] = field(default_factory=Counter)
+    checks: list[TrialCheck] = field(default_factory=list)
+    worker_failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows_checked(self) -> int:
+        return sum(c.rows_checked for c in self.checks)
+
+    @property
+    def lost(self) -> int:
+        return sum(c.lost for c in self.checks)
+
+    @property
+    def duplicated(self) -> int:
+        return sum(c.duplicated for c in self.checks)
+
+    @property
+    def ok(self) -> bool:
+        return not self.worker_failures and not any(c.problems for c in self.checks)
+
+    def summary(self) -> str:
+        lines = [
+            f"trials: {self.trials}, worker kills (SIGKILL) hit: {self.kills}, "
+            f"armed points not reached: {self.trials - self.kills}",
+            f"rows checked: {self.rows_checked}, lost: {self.lost}, duplicated: "
+            f"{self.duplicated}, failed commands: {len(self.worker_failures)}, "
+            f"{self.seconds:.0f}s",
+            "kill points hit: "
+            + ", ".join(f"{p} x{n}" for p, n in sorted(self.hit_points.items())),
+        ]
+        lines += [f"  seed {c.seed}: {p}" for c in self.checks for p in c.problems]
+        lines += [f"  {f}" for f in self.worker_failures]
+        return "\n".join(lines)
+
+
+def run_soak(
+    directory: Path,
+    trials: int,
+    seed: int,
+    state_stores: Sequence[str | None] = (None,),
+    worker_timeout: float = 3600,
+) -> SoakResult:
+    """Run ``trials`` trials; trial n keeps its state in ``state_stores[n % len]``."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    started = time.monotonic()
+    plans = [
+        make_trial(
+            directory / f"t{seed + n:05d}",
+            seed + n,
+            state_store=state_stores[n % len(state_stores)],
+        )
+        for n in range(trials)
+    ]
+    result = SoakResult(trials)
+    for plan in plans:
+        result.armed_points[plan.crash.point] += 1
+    for _ in range(trials + 1):
+        worker = subprocess.run(
+            [sys.executable, "-m", "tests.soak.worker", str(directory)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=worker_timeout,
+            check=False,
+        )
+        if worker.returncode == -signal.SIGKILL:
+            result.kills += 1
+            continue
+        if worker.returncode != 0:
+            result.worker_failures.append(
+                f"worker exited {worker.returncode}: {worker.stderr[-3000:]}"
+            )
+        break
+    for plan in plans:
+        root = Path(plan.root)
+        if (root / "crash_armed").exists() and not (root / "crash_missed").exists():
+            result.hit_points[plan.crash.point.split(":")[0]] += 1
+        if (root / "progress").exists() and int((root / "progress").read_text()) == len(
+            TrialPlan.load(root).commands
+        ):
+            result.checks.append(check_trial(root))
+        else:
+            result.worker_failures.append(f"trial {root.name} did not finish")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dir", type=Path, default=REPO_ROOT / "var" / "soak")
+    args = parser.parse_args(argv)
+    result = run_soak(args.dir, args.trials, args.seed)
+    print(result.summary())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

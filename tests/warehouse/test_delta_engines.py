@@ -1,0 +1,914 @@
+"""Both Delta engines, embedded (delta-rs log + Spark Parquet) and native (delta-spark), on
+the same assertions: round trips, snapshots, time travel, replace, merge, changes, rows
+added, vacuum with pins, app transactions, commit guards, concurrent writers, schema drift.
+
+The tests' Spark session always has the delta-spark jars (tests/conftest.py), so every test
+taking ``engine`` runs once per engine, with no skips. Concurrent writers are real: a write
+is held mid-way by a Python UDF in its data (:class:`Gate`) while another writer commits.
+The tests after "embedded engine internals" exercise delta-rs-specific recovery paths by
+making delta-rs calls fail; they have no native counterpart (delta-spark writes and commits
+in one JVM call).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from common.errors import (
+    CommitError,
+    ConcurrentModificationError,
+    ConfigError,
+    DeltaTableError,
+    NotAppendOnlyError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    UnsupportedOperationError,
+    UnsupportedTableFeatureError,
+)
+from tests.conftest import REPO_ROOT
+from tests.helpers import assert_same_multiset
+from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, open_engine
+from warehouse.delta.embedded import COMMIT_ID_KEY, EmbeddedDeltaEngine
+from warehouse.spark import DELTA_JARS_ENV
+
+UTC = dt.UTC
+ENGINES = ["embedded", "native"]
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("label", T.StringType()),
+        T.StructField("day", T.DateType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("amount", T.DoubleType()),
+    ]
+)
+
+AWKWARD_ROWS = [
+    (1, "a b", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 0, tzinfo=UTC), 1.5),
+    (2, "x/y:z%", dt.date(2024, 1, 2), dt.datetime(2024, 1, 1, 10, 0, 0, 123456, tzinfo=UTC), 2.0),
+    (3, None, None, None, None),
+    (4, "a+b[1]=c", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 0, tzinfo=UTC), -1.0),
+    (5, "é ü %20", dt.date(1999, 12, 31), dt.datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC), 0.0),
+    (6, "a b", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 0, tzinfo=UTC), 7.25),
+    (7, "it's \\ `q`", dt.date(2024, 1, 3), dt.datetime(2024, 1, 3, tzinfo=UTC), 3.0),
+]
+
+LABELS = [(1, "a", None, None, 1.0), (2, "b", None, None, 2.0)]
+REPLACEMENT = [(9, "a", None, None, 9.0), (10, "a", None, None, 10.0)]
+
+
+def naive(rows: list[tuple]) -> list[tuple]:
+    """Spark returns UTC timestamps as naive datetimes in a UTC session."""
+    return [tuple(plain(v) for v in r) for r in rows]
+
+
+def plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def make_engine(spark: SparkSession, name: str) -> DeltaEngine:
+    """A fresh engine of ``name``; the native one through the product's engine choice."""
+    if name == "native":
+        return open_engine(spark, "native")
+    return EmbeddedDeltaEngine(spark)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest, spark: SparkSession) -> DeltaEngine:
+    """Each test taking this runs once on each engine."""
+    return make_engine(spark, request.param)
+
+
+@pytest.fixture
+def embedded(spark: SparkSession) -> EmbeddedDeltaEngine:
+    return EmbeddedDeltaEngine(spark)
+
+
+class Gate:
+    """Holds a write mid-way, after its transaction started and before it commits.
+
+    :meth:`hold` routes one column of the data through a Python UDF that, on the first
+    row, marks that the write started and then waits until :meth:`run` has let the
+    concurrent action happen. The data is one partition, so one of the session's two cores
+    stays free for the concurrent writer.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.started = directory / "started"
+        self.released = directory / "released"
+
+    def hold(self, frame: DataFrame, column: str = "amount") -> DataFrame:
+        started, released = str(self.started), str(self.released)
+        data_type = frame.schema[column].dataType
+
+        def wait(value: Any) -> Any:
+            import os
+            import time
+
+            open(started, "a").close()
+            deadline = time.monotonic() + 300
+            while not os.path.exists(released):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"gate {released} was never released")
+                time.sleep(0.05)
+            return value
+
+        gate = F.udf(wait, data_type)
+        return frame.coalesce(1).withColumn(column, gate(F.col(column)))
+
+    def run(self, write: Callable[[], Any], concurrent: Callable[[], Any]) -> Any:
+        """Start ``write``; once it is held, run ``concurrent``, release, return its result."""
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(write)
+            deadline = time.monotonic() + 300
+            while not self.started.exists():
+                if future.done():
+                    return future.result()  # finished (or failed) without reaching the gate
+                assert time.monotonic() < deadline, "the held write never started"
+                time.sleep(0.05)
+            try:
+                concurrent()
+            finally:
+                self.released.touch()
+            return future.result()
+
+
+# ---------------------------------------------------------------------- reads and writes
+
+
+@pytest.mark.parametrize("partition_by", [(), ("label",), ("label", "day", "at")])
+def test_round_trip_keeps_awkward_partition_values(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, partition_by)
+    engine.append(path, spark.createDataFrame(AWKWARD_ROWS, SCHEMA))
+
+    assert_same_multiset(engine.read(path), naive(AWKWARD_ROWS))
+    # delta-rs reading the same table on its own is an independent check of the log.
+    independent = DeltaTable(path).to_pyarrow_table().to_pylist()
+    assert_same_multiset(
+        naive([tuple(r[c] for c in SCHEMA.fieldNames()) for r in independent]),
+        naive(AWKWARD_ROWS),
+    )
+
+
+def test_snapshot_lists_live_files_with_counts_and_typed_partition_values(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label", "day", "at"))
+    engine.append(path, spark.createDataFrame(AWKWARD_ROWS, SCHEMA))
+    engine.replace(
+        path,
+        spark.createDataFrame([(8, "a b", None, None, 8.0)], SCHEMA),
+        [PartitionFilter("label", "=", "a b")],
+    )
+    expected = [r for r in naive(AWKWARD_ROWS) if r[1] != "a b"] + [(8, "a b", None, None, 8.0)]
+    snapshot = engine.snapshot(path)
+
+    assert snapshot.version == 2
+    assert snapshot.partition_columns == ("label", "day", "at")
+    assert snapshot.schema.fieldNames() == SCHEMA.fieldNames()
+    assert sum(f.num_records or 0 for f in snapshot.files) == len(expected)
+    assert all(f.size_bytes == os.path.getsize(f.path) for f in snapshot.files)
+    assert snapshot.size_bytes == sum(f.size_bytes for f in snapshot.files)
+    # Every file's rows carry exactly the partition values the snapshot gives for it.
+    for data_file in snapshot.files:
+        values = tuple(plain(data_file.partition_values[c]) for c in ("label", "day", "at"))
+        rows = engine.read_files(snapshot, [data_file]).collect()
+        assert rows and {(r.label, r.day, r.at) for r in rows} == {values}
+        assert len(rows) == data_file.num_records
+    assert_same_multiset(engine.read_files(snapshot, list(snapshot.files)), expected)
+    chosen = [f for f in snapshot.files if f.partition_values["label"] == "x/y:z%"]
+    assert_same_multiset(engine.read_files(snapshot, chosen), [expected[0]])
+
+
+def test_time_travel_survives_appends_replace_and_vacuum(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    first = [(1, "a", None, None, 1.0), (2, "b", None, None, 2.0)]
+    second = [(3, "a", None, None, 3.0)]
+    replacement = [(9, "a", None, None, 9.0)]
+    v1 = engine.append(path, spark.createDataFrame(first, SCHEMA)).table_version
+    v2 = engine.append(path, spark.createDataFrame(second, SCHEMA)).table_version
+    time.sleep(0.3)
+    between = dt.datetime.now(UTC)
+    time.sleep(0.3)
+    v3 = engine.replace(
+        path, spark.createDataFrame(replacement, SCHEMA), [PartitionFilter("label", "=", "a")]
+    ).table_version
+    assert (v1, v2, v3) == (1, 2, 3)
+
+    engine.vacuum(path, retention_hours=0, keep_versions=[v1, v2])
+
+    assert_same_multiset(engine.read(path, version=v1), first)
+    assert_same_multiset(engine.read(path, version=v2), first + second)
+    assert_same_multiset(engine.read(path, timestamp=between), first + second)
+    assert engine.snapshot(path, timestamp=between).version == v2
+    assert_same_multiset(engine.read(path), [first[1], *replacement])
+    with pytest.raises(DeltaTableError, match="version"):
+        engine.read(path, timestamp=dt.datetime(2000, 1, 1, tzinfo=UTC))
+
+
+def test_vacuum_without_pins_drops_old_versions_files(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame([(1, "a", None, None, 1.0)], SCHEMA).coalesce(1))
+    replaced = {f.path for f in engine.snapshot(path).files}
+    engine.replace(
+        path,
+        spark.createDataFrame([(2, "a", None, None, 2.0)], SCHEMA),
+        [PartitionFilter("label", "=", "a")],
+    )
+    deleted = engine.vacuum(path, retention_hours=0)
+    assert len(deleted) == 1
+    assert not any(os.path.exists(p) for p in replaced)
+    assert_same_multiset(engine.read(path), [(2, "a", None, None, 2.0)])
+
+
+def test_replace_predicates_and_rows_outside_them(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    data = spark.createDataFrame([(1, "a", None, None, 5.0)], SCHEMA)
+    with pytest.raises(DeltaTableError, match="outside the replace predicate"):
+        engine.replace(path, data, [PartitionFilter("label", "=", "b")])
+    assert engine.snapshot(path).version == 1
+
+    by_data_column = [PartitionFilter("id", "=", 1)]
+    if engine.name == "embedded":
+        # A file-list engine can replace only whole partitions.
+        with pytest.raises(UnsupportedOperationError, match="native delta-spark engine"):
+            engine.replace(path, data, by_data_column)
+        assert_same_multiset(engine.read(path), LABELS)
+    else:
+        assert engine.replace(path, data, by_data_column).committed
+        assert_same_multiset(engine.read(path), [(1, "a", None, None, 5.0), LABELS[1]])
+
+
+def test_replace_range_of_dates(spark: SparkSession, engine: DeltaEngine, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("day",))
+    days = [dt.date(2024, 1, d) for d in (1, 2, 3, 4)]
+    engine.append(
+        path, spark.createDataFrame([(i, "x", d, None, 0.0) for i, d in enumerate(days)], SCHEMA)
+    )
+    new = [
+        (10, "y", days[1], None, 1.0),
+        (11, "y", days[2], None, 1.0),
+        (12, "y", days[2], None, 2.0),
+    ]
+    outcome = engine.replace(
+        path,
+        spark.createDataFrame(new, SCHEMA),
+        [PartitionFilter("day", ">=", days[1]), PartitionFilter("day", "<", days[3])],
+    )
+    assert outcome.committed and outcome.rows_added == 3 and outcome.files_added >= 2
+    assert_same_multiset(
+        engine.read(path), [(0, "x", days[0], None, 0.0), *new, (3, "x", days[3], None, 0.0)]
+    )
+
+
+def test_merge_upserts_and_deletes_and_feeds_cdf(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "m")
+    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType())])
+    engine.create_table(path, schema, (), {"delta.enableChangeDataFeed": "true"})
+    engine.append(path, spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], schema))
+    flagged = T.StructType([*schema.fields, T.StructField("deleted", T.BooleanType())])
+    changes = spark.createDataFrame([(2, "B", False), (3, None, True), (4, "d", False)], flagged)
+    outcome = engine.merge(path, changes, ["k"], delete_flag="deleted")
+
+    assert outcome.committed and outcome.table_version == 2
+    assert_same_multiset(engine.read(path), [(1, "a"), (2, "B"), (4, "d")])
+    feed = engine.changes(path, 1, outcome.table_version)
+    assert feed.columns == ["k", "v", "_change_type", "_commit_version"]
+    assert_same_multiset(
+        feed,
+        [
+            (2, "b", "update_preimage", 2),
+            (2, "B", "update_postimage", 2),
+            (3, "c", "delete", 2),
+            (4, "d", "insert", 2),
+        ],
+    )
+    assert_same_multiset(
+        engine.changes(path, 0, 1),
+        [(1, "a", "insert", 1), (2, "b", "insert", 1), (3, "c", "insert", 1)],
+    )
+
+
+def test_changes_of_append_only_table_without_cdf(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    batches = [
+        [(1, "a", None, None, 1.0)],
+        [(2, "b", None, None, 2.0), (3, "a", None, None, 3.0)],
+        [(4, "c", None, None, 4.0)],
+    ]
+    for batch in batches:
+        engine.append(path, spark.createDataFrame(batch, SCHEMA))
+    feed = engine.changes(path, 1, 3)
+    assert_same_multiset(
+        feed.select("id", "label", "_change_type", "_commit_version"),
+        [(2, "b", "insert", 2), (3, "a", "insert", 2), (4, "c", "insert", 3)],
+    )
+    assert engine.changes(path, 3, 3).count() == 0
+    engine.replace(
+        path,
+        spark.createDataFrame([(5, "a", None, None, 5.0)], SCHEMA),
+        [PartitionFilter("label", "=", "a")],
+    )
+    with pytest.raises(NotAppendOnlyError, match="enableChangeDataFeed"):
+        engine.changes(path, 3, 4)
+    # A stage reading its input asks for the added rows regardless.
+    assert_same_multiset(
+        engine.changes(path, 3, 4, added_only=True).select("id", "_change_type", "_commit_version"),
+        [(5, "insert", 4)],
+    )
+
+
+def test_rows_added_are_the_live_rows_of_files_added_in_the_range(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    v1 = [(1, "a", None, None, 1.0), (2, "b", None, None, 2.0)]
+    v2 = [(3, "a", None, None, 3.0), (4, "c", None, None, 4.0)]
+    v3 = [(5, "b", None, None, 5.0)]
+    v4 = [(6, "a", None, None, 6.0)]  # replaces partition a: drops rows 1 and 3
+    v5 = [(7, "c", None, None, 7.0)]
+    for rows in (v1, v2, v3):
+        engine.append(path, spark.createDataFrame(rows, SCHEMA))
+    engine.replace(path, spark.createDataFrame(v4, SCHEMA), [PartitionFilter("label", "=", "a")])
+    engine.append(path, spark.createDataFrame(v5, SCHEMA))
+
+    def added(after: int, to: int, skip: tuple[int, ...] = ()) -> DataFrame:
+        frame = engine.rows_added(path, after, to, skip)
+        assert frame.columns == [*SCHEMA.fieldNames(), "_commit_version"]
+        return frame
+
+    assert_same_multiset(
+        added(0, 5),
+        [(*r, 1) for r in v1[1:]] + [(*v2[1], 2)] + [(*v3[0], 3), (*v4[0], 4), (*v5[0], 5)],
+    )
+    assert_same_multiset(added(1, 3), [(*r, 2) for r in v2] + [(*v3[0], 3)])
+    assert_same_multiset(added(1, 5, (3, 4)), [(*v2[1], 2), (*v5[0], 5)])
+    assert added(5, 5).count() == 0
+
+
+def test_arrow_schema_of_created_table_uses_utc_microseconds(
+    engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA)
+    arrow = pa.schema(DeltaTable(path).schema().to_arrow())
+    assert arrow.field("at").type == pa.timestamp("us", tz="UTC")
+    assert engine.create_table(path, SCHEMA) == 0  # the same definition is accepted
+    with pytest.raises(DeltaTableError, match="partitioned by"):
+        engine.create_table(path, SCHEMA, ("label",))
+
+
+def test_missing_table_is_a_clear_error(engine: DeltaEngine, tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    assert not engine.exists(missing)
+    with pytest.raises(TableNotFoundError, match="no Delta table"):
+        engine.snapshot(missing)
+    with pytest.raises(TableNotFoundError, match="no Delta table"):
+        engine.read(missing)
+
+
+# ---------------------------------------------------------------------- commits
+
+
+@pytest.mark.parametrize(
+    "operation", ["append", "replace", "overwrite", "delete_partitions", "merge"]
+)
+def test_app_transaction_commits_once(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path, operation: str
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    data = spark.createDataFrame(REPLACEMENT, SCHEMA)
+    where = [PartitionFilter("label", "=", "a")]
+    writes: dict[str, Callable[[AppTransaction], Any]] = {
+        "append": lambda txn: engine.append(path, data, txn),
+        "replace": lambda txn: engine.replace(path, data, where, txn),
+        "overwrite": lambda txn: engine.overwrite(path, data, txn),
+        "delete_partitions": lambda txn: engine.delete_partitions(path, where, txn),
+        "merge": lambda txn: engine.merge(path, data, ["id"], txn=txn),
+    }
+    expected = {
+        "append": LABELS + REPLACEMENT,
+        "replace": [LABELS[1], *REPLACEMENT],
+        "overwrite": REPLACEMENT,
+        "delete_partitions": [LABELS[1]],
+        "merge": LABELS + REPLACEMENT,
+    }[operation]
+    txn = AppTransaction("pipeline.stage", 7)
+
+    first = writes[operation](txn)
+    again = writes[operation](txn)
+    older = writes[operation](AppTransaction("pipeline.stage", 3))
+
+    assert first.committed and first.table_version == 2
+    assert not again.committed and not older.committed
+    assert again.table_version == older.table_version == 2
+    assert engine.transaction_version(path, "pipeline.stage") == 7
+    assert engine.transaction_version(path, "other") is None
+    assert engine.snapshot(path).version == 2
+    assert_same_multiset(engine.read(path), expected)
+
+
+class LeaseLostError(Exception):
+    """What the pipeline's lease fencing check raises in production."""
+
+
+@pytest.mark.parametrize(
+    "operation", ["append", "replace", "overwrite", "delete_partitions", "merge"]
+)
+def test_commit_guard_runs_before_every_commit_and_can_stop_it(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path, operation: str
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    data = spark.createDataFrame(REPLACEMENT, SCHEMA)
+    where = [PartitionFilter("label", "=", "a")]
+    writes: dict[str, Callable[[], object]] = {
+        "append": lambda: engine.append(path, data),
+        "replace": lambda: engine.replace(path, data, where),
+        "overwrite": lambda: engine.overwrite(path, data),
+        "delete_partitions": lambda: engine.delete_partitions(path, where),
+        "merge": lambda: engine.merge(path, data, ["id"]),
+    }
+    expected = {
+        "append": LABELS + REPLACEMENT,
+        "replace": [LABELS[1], *REPLACEMENT],
+        "overwrite": REPLACEMENT,
+        "delete_partitions": [LABELS[1]],
+        "merge": LABELS + REPLACEMENT,
+    }
+
+    def lost() -> None:
+        raise LeaseLostError("pipeline lease t lost to run r2")
+
+    engine.commit_guard = lost
+    with pytest.raises(LeaseLostError, match="lease t lost"):
+        writes[operation]()
+    assert engine.snapshot(path).version == 1
+    assert_same_multiset(engine.read(path), LABELS)
+
+    calls: list[int] = []
+    engine.commit_guard = lambda: calls.append(engine.snapshot(path).version)
+    writes[operation]()
+    assert calls == [1]
+    assert engine.snapshot(path).version == 2
+    assert_same_multiset(engine.read(path), expected[operation])
+
+
+def test_commit_info_carries_a_commit_id_and_the_commit_metadata(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.commit_metadata = {"runId": "run-42"}
+    data = spark.createDataFrame(AWKWARD_ROWS[:2], SCHEMA)
+    engine.append(path, data, AppTransaction("app", 1))
+    engine.replace(path, data.where("label = 'a b'"), [PartitionFilter("label", "=", "a b")])
+
+    latest, first = engine.history(path, 2)
+    assert (latest["version"], first["version"]) == (2, 1)
+    assert latest["runId"] == first["runId"] == "run-42"
+    assert latest[COMMIT_ID_KEY] and first[COMMIT_ID_KEY]
+    assert latest[COMMIT_ID_KEY] != first[COMMIT_ID_KEY]
+    assert isinstance(latest["timestamp"], int) and latest["timestamp"] >= first["timestamp"]
+
+    engine.commit_metadata = {COMMIT_ID_KEY: "mine"}
+    with pytest.raises(ConfigError, match=re.escape(COMMIT_ID_KEY)):
+        engine.append(path, data)
+    assert engine.snapshot(path).version == 2
+
+
+def test_schema_drift_append_is_refused_with_column_names(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA)
+    drifted = T.StructType(
+        [
+            T.StructField("id", T.StringType()),
+            T.StructField("label", T.StringType()),
+            T.StructField("day", T.DateType()),
+            T.StructField("amount", T.DoubleType()),
+            T.StructField("extra", T.IntegerType()),
+        ]
+    )
+    frame = spark.createDataFrame([("1", "a", None, 1.0, 1)], drifted)
+    for write in (
+        lambda: engine.append(path, frame),
+        lambda: engine.overwrite(path, frame),
+        lambda: engine.merge(path, frame, ["id"]),
+    ):
+        with pytest.raises(SchemaMismatchError) as info:
+            write()
+        message = str(info.value)
+        assert "missing columns: at (timestamp)" in message
+        assert "unexpected columns: extra (int)" in message
+        assert "column id: table has bigint, data has string" in message
+    assert engine.snapshot(path).version == 0
+
+
+# ---------------------------------------------------------------------- concurrent writers
+
+
+def test_replace_refuses_a_concurrent_append_into_its_partition_and_retries_clean(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    concurrent = [(3, "a", None, None, 3.0)]
+    other = make_engine(spark, engine.name)
+    where = [PartitionFilter("label", "=", "a")]
+    gate = Gate(tmp_path / "gate")
+    held = gate.hold(spark.createDataFrame(REPLACEMENT, SCHEMA))
+
+    with pytest.raises(ConcurrentModificationError, match=r"label`? = 'a'.*version 1.*version 2"):
+        gate.run(
+            lambda: engine.replace(path, held, where, AppTransaction("backfill", 1)),
+            lambda: other.append(path, spark.createDataFrame(concurrent, SCHEMA)),
+        )
+
+    assert engine.snapshot(path).version == 2
+    assert engine.transaction_version(path, "backfill") is None
+    assert_same_multiset(engine.read(path), LABELS + concurrent)
+
+    retry = engine.replace(
+        path, spark.createDataFrame(REPLACEMENT, SCHEMA), where, AppTransaction("backfill", 1)
+    )
+    assert retry.committed and retry.table_version == 3
+    assert_same_multiset(engine.read(path), [LABELS[1], *REPLACEMENT])
+
+
+def test_replace_commits_over_a_concurrent_append_into_another_partition(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    concurrent = [(3, "b", None, None, 3.0), (4, "c", None, None, 4.0)]
+    other = make_engine(spark, engine.name)
+    gate = Gate(tmp_path / "gate")
+    held = gate.hold(spark.createDataFrame(REPLACEMENT, SCHEMA))
+
+    outcome = gate.run(
+        lambda: engine.replace(path, held, [PartitionFilter("label", "=", "a")]),
+        lambda: other.append(path, spark.createDataFrame(concurrent, SCHEMA)),
+    )
+
+    assert outcome.committed and outcome.table_version == 3
+    assert outcome.rows_added == len(REPLACEMENT)
+    assert_same_multiset(engine.read(path), [LABELS[1], *concurrent, *REPLACEMENT])
+
+
+def test_overwrite_refuses_a_concurrent_append_anywhere(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    concurrent = [(3, "c", None, None, 3.0)]
+    other = make_engine(spark, engine.name)
+    gate = Gate(tmp_path / "gate")
+    held = gate.hold(spark.createDataFrame(REPLACEMENT, SCHEMA))
+
+    with pytest.raises(ConcurrentModificationError, match="overwrite"):
+        gate.run(
+            lambda: engine.overwrite(path, held),
+            lambda: other.append(path, spark.createDataFrame(concurrent, SCHEMA)),
+        )
+    assert engine.snapshot(path).version == 2
+    assert_same_multiset(engine.read(path), LABELS + concurrent)
+
+
+def test_commit_lost_to_another_writer_of_the_same_app_transaction_is_not_ours(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA)
+    ours, theirs = AWKWARD_ROWS[:2], AWKWARD_ROWS[2:5]
+    other = make_engine(spark, engine.name)
+    txn = AppTransaction("pipeline.stage", 1)
+    gate = Gate(tmp_path / "gate")
+    held = gate.hold(spark.createDataFrame(ours, SCHEMA))
+
+    # Both writers checked the table before either committed; the other one lands first.
+    outcome = gate.run(
+        lambda: engine.append(path, held, txn),
+        lambda: other.append(path, spark.createDataFrame(theirs, SCHEMA), txn),
+    )
+
+    assert not outcome.committed
+    assert outcome.table_version == 1
+    assert engine.transaction_version(path, "pipeline.stage") == 1
+    assert engine.snapshot(path).version == 1
+    assert_same_multiset(engine.read(path), naive(theirs))
+
+
+# ---------------------------------------------------------------------- engine choice
+
+
+def test_engine_choice(spark: SparkSession) -> None:
+    assert open_engine(spark, "embedded").name == "embedded"
+    # The tests' session always has the delta-spark jars: auto picks native.
+    assert open_engine(spark, "auto").name == "native"
+    assert open_engine(spark, "native").name == "native"
+    with pytest.raises(ConfigError, match="must be auto, embedded or native"):
+        open_engine(spark, "turbo")  # type: ignore[arg-type]
+
+
+CHOICE_WITHOUT_JARS = """
+from common.errors import ConfigError
+from warehouse.delta import open_engine
+from warehouse.spark import SparkSettings, build_session, has_delta_jars
+spark = build_session(SparkSettings(app_name="no-jars", master="local[1]"))
+print("jars", has_delta_jars(spark))
+print("auto", open_engine(spark, "auto").name)
+try:
+    open_engine(spark, "native")
+except ConfigError as e:
+    print("native refused:", e)
+"""
+
+
+@pytest.mark.slow
+def test_engine_choice_without_the_jars_is_embedded_and_native_is_refused() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", CHOICE_WITHOUT_JARS],
+        check=False,
+        cwd=REPO_ROOT,
+        env={**os.environ, DELTA_JARS_ENV: ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[:2] == ["jars False", "auto embedded"]
+    assert lines[2].startswith("native refused:") and "not on the Spark classpath" in lines[2]
+
+
+# ---------------------------------------------------------------------- embedded engine internals
+
+
+def test_error_after_commit_landed_is_not_retried_into_a_duplicate(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """delta-rs can raise after its commit landed (a post-commit checkpoint hook)."""
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA)
+    data = spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA)
+    real_commit = DeltaTable.create_write_transaction
+
+    def commit_then_fail(self: DeltaTable, *args: object, **kwargs: object) -> None:
+        real_commit(self, *args, **kwargs)
+        raise OSError("post-commit checkpoint failed")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_fail)
+    first = embedded.append(path, data, AppTransaction("app", 1))
+    assert first.committed
+    monkeypatch.undo()
+    retry = embedded.append(path, data, AppTransaction("app", 1))
+    assert not retry.committed
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:3]))
+
+
+def test_error_before_commit_raises_commit_error(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA)
+
+    def fail(self: DeltaTable, *args: object, **kwargs: object) -> None:
+        raise OSError("storage unavailable")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", fail)
+    with pytest.raises(CommitError, match="did not land"):
+        embedded.append(
+            path, spark.createDataFrame(AWKWARD_ROWS[:1], SCHEMA), AppTransaction("app", 1)
+        )
+    monkeypatch.undo()
+    assert embedded.read(path).count() == 0
+
+
+def _before_first_commit(
+    monkeypatch: pytest.MonkeyPatch, concurrent: Callable[[], object], mode: str | None = None
+) -> None:
+    """Run ``concurrent`` once, inside the first delta-rs commit call (of ``mode``), first.
+
+    That is the latest a concurrent writer can land before this commit: after the data
+    files are written and the removes chosen, before the log entry is written.
+    """
+    real_commit = DeltaTable.create_write_transaction
+    done = False
+
+    def commit(self: DeltaTable, actions: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal done
+        if not done and (mode is None or kwargs.get("mode") == mode):
+            done = True
+            concurrent()
+        real_commit(self, actions, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit)
+
+
+def test_outcome_reports_the_version_of_our_commit_not_a_later_one(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA)
+    other = EmbeddedDeltaEngine(spark)
+    real_commit = DeltaTable.create_write_transaction
+    calls = 0
+
+    def commit_then_another_writer_commits(self: DeltaTable, *args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        real_commit(self, *args, **kwargs)
+        if calls == 1:
+            other.append(path, spark.createDataFrame(AWKWARD_ROWS[3:], SCHEMA))
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_another_writer_commits)
+    outcome = embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA))
+
+    assert outcome.committed and outcome.table_version == 1
+    assert outcome.rows_added == 3 and outcome.files_added >= 1
+    assert embedded.snapshot(path).version == 2
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS))
+
+
+@pytest.mark.parametrize(
+    ("concurrent_label", "conflicts"),
+    [("a", True), ("c", False)],
+)
+def test_delete_partitions_checks_commits_made_inside_its_commit_call(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    concurrent_label: str,
+    conflicts: bool,
+) -> None:
+    """delete_partitions writes no data, so no Gate can hold it: the concurrent commit is
+    made inside delta-rs's commit call instead (delta-spark has no such seam)."""
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA, ("label",))
+    embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    concurrent = [(3, concurrent_label, None, None, 3.0)]
+    other = EmbeddedDeltaEngine(spark)
+    _before_first_commit(
+        monkeypatch,
+        lambda: other.append(path, spark.createDataFrame(concurrent, SCHEMA)),
+        mode="overwrite",
+    )
+    where = [PartitionFilter("label", "=", "a")]
+    if conflicts:
+        with pytest.raises(ConcurrentModificationError, match="delete_partitions"):
+            embedded.delete_partitions(path, where)
+        assert embedded.snapshot(path).version == 2
+        assert_same_multiset(embedded.read(path), LABELS + concurrent)
+    else:
+        embedded.delete_partitions(path, where)
+        assert embedded.snapshot(path).version == 3
+        assert_same_multiset(embedded.read(path), [LABELS[1], *concurrent])
+
+
+def test_reserved_commit_info_keys_are_refused(
+    spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA)
+    embedded.commit_metadata = {"operation": "mine"}
+    with pytest.raises(ConfigError, match="reserved commitInfo keys"):
+        embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:1], SCHEMA))
+    assert embedded.snapshot(path).version == 0
+
+
+def _hand_written_table(root: Path, protocol: dict, configuration: dict) -> str:
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {
+        "type": "struct",
+        "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
+    }
+    actions = [
+        {"protocol": protocol},
+        {
+            "metaData": {
+                "id": "fixture",
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": configuration,
+                "createdTime": 0,
+            }
+        },
+    ]
+    (log / "00000000000000000000.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "configuration", "feature"),
+    [
+        (
+            {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["deletionVectors"],
+                "writerFeatures": ["deletionVectors"],
+            },
+            {"delta.enableDeletionVectors": "true"},
+            "deletionVectors",
+        ),
+        (
+            {"minReaderVersion": 2, "minWriterVersion": 5},
+            {"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "1"},
+            "columnMapping",
+        ),
+        (
+            {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["typeWidening"],
+                "writerFeatures": ["typeWidening"],
+            },
+            {},
+            "typeWidening",
+        ),
+    ],
+)
+def test_embedded_refuses_reader_features_it_cannot_honour(
+    embedded: EmbeddedDeltaEngine, tmp_path: Path, protocol: dict, configuration: dict, feature: str
+) -> None:
+    path = _hand_written_table(tmp_path / "t", protocol, configuration)
+    with pytest.raises(UnsupportedTableFeatureError) as info:
+        embedded.read(path)
+    message = str(info.value)
+    assert f"['{feature}']" in message and "embedded engine cannot read" in message
+    assert "the native engine (delta-spark" in message
+
+
+def test_embedded_reads_tables_whose_reader_features_are_safe(
+    embedded: EmbeddedDeltaEngine, tmp_path: Path
+) -> None:
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["timestampNtz"],
+        "writerFeatures": ["timestampNtz"],
+    }
+    path = _hand_written_table(tmp_path / "t", protocol, {})
+    assert embedded.read(path).count() == 0
