@@ -54,7 +54,7 @@ PACKAGE_LOGGERS = (
     "reports",
 )
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL, EXIT_BUSY = 0, 1, 2, 3, 4, 5
-READ_ONLY_COMMANDS = ("status", "report")
+READ_ONLY_COMMANDS = ("report",)  # status reads without Spark, before any of this
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,20 @@ def _dispatch(args: JobArgs) -> int:
             print(f"wrote {path}")
         return EXIT_OK
 
+    if args.command == "status":
+        from pipeline.status import pipeline_status
+        from warehouse.state_store import StateStore
+
+        store = StateStore(config.warehouse.resolved_state_store())
+        try:
+            status = pipeline_status(config, store)
+        finally:
+            store.dispose()
+        print(json.dumps(status, indent=2, default=str) if args.as_json else _format_status(status))
+        return EXIT_OK
+    if args.stage is not None and args.command == "stage":
+        config.stage(args.stage)  # an unknown stage is a config error before Spark starts
+
     from pipeline.context import open_pipeline
 
     with open_pipeline(config) as pipeline:
@@ -228,10 +242,6 @@ def _dispatch(args: JobArgs) -> int:
 
 def _dispatch_read_only(pipeline: PipelineContext, args: JobArgs) -> int:
     """Commands that only read: they never wait for, or take, the pipeline lease."""
-    if args.command == "status":
-        status = pipeline.runner.status()
-        print(json.dumps(status, indent=2, default=str) if args.as_json else _format_status(status))
-        return EXIT_OK
     from pipeline.run_report import write_run_report
 
     report = write_run_report(pipeline, args.start, args.end, args.out)

@@ -1,7 +1,8 @@
 """Callables the generated DAGs run. Importing this module is cheap: no Spark, no GX.
 
 Each task runs one ``enrich`` subcommand in the worker process with the DAG run's id and
-data interval, and fails the task on any non-zero exit code.
+data interval, and fails the task on any non-zero exit code but 4 (rejected landing files,
+reported in the log; the rest of the run goes ahead).
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ class EnrichTaskError(RuntimeError):
 
 
 def run_enrich(config: str, *argv: str) -> None:
-    from jobs.enrich import main  # Spark and the pipeline load only when the task runs
+    from jobs.enrich import EXIT_PARTIAL, main  # Spark and the pipeline load only when run
 
     code = main(["--config", config, *argv])
+    if code == EXIT_PARTIAL:
+        # Rejected landing files stay in place and are reported on every run until someone
+        # moves them; the other files were loaded, so the run's stages go ahead.
+        logger.error(
+            "enrich %s: done, but landing files were rejected (listed above and in "
+            "`enrich status`); the other files were loaded",
+            " ".join(argv),
+        )
+        return
     if code != 0:
         raise EnrichTaskError(
             f"enrich {' '.join(argv)} exited with code {code}; see the task log above"

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -439,45 +438,3 @@ class PipelineRunner:
             latest.version,
         )
         return latest
-
-    # ------------------------------------------------------------------ status
-
-    def status(self) -> dict[str, Any]:
-        stages = {}
-        for stage in self.config.stages:
-            offset = self.store.offset(stage.name)
-            input_path = self.layout.input_table(self.config, stage.input)
-            latest = (
-                self.engine.snapshot(input_path).version if self.engine.exists(input_path) else 0
-            )
-            stages[stage.name] = {
-                "input": input_path,
-                "consumed_version": offset.input_version,
-                "latest_input_version": latest,
-                "versions_behind": max(0, latest - offset.input_version),
-                "steps": offset.step_seq,
-                "output": self.layout.output(stage.output),
-            }
-        from warehouse.landing import rejected_files_in_place
-
-        streams = {}
-        for name in self.config.streams:
-            statuses = [row.status for row in self.store.landing_files(name)]
-            streams[name] = {
-                "landing": self.config.streams[name].landing,
-                "files_loaded": statuses.count("loaded"),
-                "files_rejected": statuses.count("rejected"),
-                "files_in_flight": statuses.count("registered"),
-                "files_duplicate": statuses.count("duplicate"),
-                "files_missing": statuses.count("missing"),
-                # What an operator has to move away or fix; ingest reports these every run.
-                "rejected_in_place": [
-                    {"path": row.path, "reason": row.error, "rejected_at": row.finished_at}
-                    for row in rejected_files_in_place(self.store, name)
-                ],
-            }
-        runs = [
-            {"run_id": r.run_id, "kind": r.kind, "status": r.status, "error": r.error}
-            for r in self.store.runs(limit=5)
-        ]
-        return {"streams": streams, "stages": stages, "last_runs": runs}

@@ -470,16 +470,7 @@ class StateStore:
     ) -> LandingFile:
         """Add a file to the ledger; a file that is never to load is recorded final at once."""
         with self._session() as session:
-            row = LandingFile(
-                stream=stream,
-                path=path,
-                size_bytes=size_bytes,
-                sha256=sha256,
-                run_id=run_id,
-                status=status,
-                error=error,
-                finished_at=None if status == "registered" else utcnow(),
-            )
+            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error)
             session.add(row)
             session.flush()
             return row
@@ -510,16 +501,7 @@ class StateStore:
             stream, path = old.stream, old.path
             old.path = f"{path} (ledger id {old.id}, being replaced)"
             session.flush()
-            row = LandingFile(
-                stream=stream,
-                path=path,
-                size_bytes=size_bytes,
-                sha256=sha256,
-                run_id=run_id,
-                status=status,
-                error=error,
-                finished_at=None if status == "registered" else utcnow(),
-            )
+            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error)
             session.add(row)
             session.flush()
             session.delete(old)
@@ -715,6 +697,28 @@ class StateStore:
             ):
                 pins.setdefault(row.table_path, []).append(row.version)
             return pins
+
+
+def _landing_row(
+    stream: str,
+    path: str,
+    size_bytes: int,
+    sha256: str,
+    run_id: str,
+    status: str,
+    error: str | None,
+) -> LandingFile:
+    """A new ledger row; a file that is never to load is recorded as finished at once."""
+    return LandingFile(
+        stream=stream,
+        path=path,
+        size_bytes=size_bytes,
+        sha256=sha256,
+        run_id=run_id,
+        status=status,
+        error=error,
+        finished_at=None if status == "registered" else utcnow(),
+    )
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
 from jobs.enrich import EXIT_BUSY, EXIT_CONFIG, EXIT_OK, main
 from pipeline.config import load_config
 from tests.conftest import REPO_ROOT
+from tests.helpers import tiny_pipeline
 from warehouse.lease import LeaseSettings, PipelineLease
 from warehouse.state_store import StateStore
 
@@ -90,3 +94,29 @@ def test_a_second_writer_waits_for_or_is_refused_the_lease(
     threading.Timer(2.0, holder.release).start()
     assert main(["--config", config, "--wait", "60", "ingest", "--run-id", "r1"]) == EXIT_OK
     assert main(["--config", config, "--wait", "-1", "ingest"]) == EXIT_CONFIG
+
+
+def test_status_and_bad_stage_names_answer_without_spark(tmp_path: Path) -> None:
+    # A fresh interpreter: no Spark session may exist when these commands return.
+    script = (
+        "import sys\n"
+        "from jobs.enrich import main\n"
+        "codes = [main(sys.argv[1:3] + ['status', '--json']),"
+        " main(sys.argv[1:3] + ['stage', 'no_such_stage'])]\n"
+        "from pyspark.sql import SparkSession\n"
+        "assert SparkSession.getActiveSession() is None, 'a Spark session was started'\n"
+        "print(codes)\n"
+    )
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(tiny_pipeline(tmp_path, "k", "bigint")))
+    done = subprocess.run(
+        [sys.executable, "-c", script, "--config", str(config)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == f"[{EXIT_OK}, {EXIT_CONFIG}]"
+    assert "no stage named 'no_such_stage'" in done.stderr

@@ -19,6 +19,7 @@ from common.errors import ConfigError
 from pipeline.config import ColumnSpec, StreamConfig, parse_config
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
+from pipeline.status import pipeline_status
 from tests.helpers import assert_same_multiset, tiny_pipeline
 from warehouse import landing
 from warehouse.delta.embedded import EmbeddedDeltaEngine
@@ -542,9 +543,9 @@ def test_status_lists_rejected_files_still_in_place(spark: SparkSession, tmp_pat
     (landing / "drift.json").write_text(json_lines([{"id": 1, "zzz": 2}]))
     store.start_run("r1", "ingest")
     runner.ingest("r1")
-    stream = runner.status()["streams"]["s"]
+    stream = pipeline_status(config, store)["streams"]["s"]
     assert stream["files_rejected"] == 1
     (rejected,) = stream["rejected_in_place"]
     assert rejected["path"] == str(landing / "drift.json") and "zzz" in rejected["reason"]
     (landing / "drift.json").unlink()
-    assert runner.status()["streams"]["s"]["rejected_in_place"] == []
+    assert pipeline_status(config, store)["streams"]["s"]["rejected_in_place"] == []

@@ -1,0 +1,62 @@
+"""``enrich status``: offsets, lag, landing files and the last runs, without starting Spark.
+
+Everything it shows is in the state store or in Delta logs, so it reads the logs with
+delta-rs (any Delta table, whichever engine wrote it) and never builds a Spark session:
+the answer comes in about a second, even while Spark is busy elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deltalake import DeltaTable
+
+from pipeline.config import PipelineConfig
+from pipeline.layout import WarehouseLayout
+from warehouse.landing import rejected_files_in_place
+from warehouse.state_store import StateStore
+
+
+def table_version(path: str) -> int | None:
+    """The latest version of the Delta table at ``path``, or None if there is none."""
+    if not DeltaTable.is_deltatable(path):
+        return None
+    return DeltaTable(path).version()
+
+
+def pipeline_status(config: PipelineConfig, store: StateStore) -> dict[str, Any]:
+    layout = WarehouseLayout.of(config)
+    stages = {}
+    for stage in config.stages:
+        offset = store.offset(stage.name)
+        input_path = layout.input_table(config, stage.input)
+        latest = table_version(input_path) or 0
+        stages[stage.name] = {
+            "input": input_path,
+            "consumed_version": offset.input_version,
+            "latest_input_version": latest,
+            "versions_behind": max(0, latest - offset.input_version),
+            "steps": offset.step_seq,
+            "output": layout.output(stage.output),
+        }
+    streams = {}
+    for name in config.streams:
+        statuses = [row.status for row in store.landing_files(name)]
+        streams[name] = {
+            "landing": config.streams[name].landing,
+            "files_loaded": statuses.count("loaded"),
+            "files_rejected": statuses.count("rejected"),
+            "files_in_flight": statuses.count("registered"),
+            "files_duplicate": statuses.count("duplicate"),
+            "files_missing": statuses.count("missing"),
+            # What an operator has to move away or fix; ingest reports these every run.
+            "rejected_in_place": [
+                {"path": row.path, "reason": row.error, "rejected_at": row.finished_at}
+                for row in rejected_files_in_place(store, name)
+            ],
+        }
+    runs = [
+        {"run_id": r.run_id, "kind": r.kind, "status": r.status, "error": r.error}
+        for r in store.runs(limit=5)
+    ]
+    return {"streams": streams, "stages": stages, "last_runs": runs}
