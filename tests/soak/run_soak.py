@@ -1,6 +1,6 @@
 """Fault-injection soak of the whole pipeline; prints what it killed and what it checked.
 
-    .venv/bin/python -m tests.soak.run_soak --trials 100 --seed 1 [--dir var/soak]
+    .venv/bin/python -m tests.soak.run_soak --trials 100 --seed 1 [--dir var/soak] [--resume]
 
 Makes ``--trials`` seeded trials (see :mod:`tests.soak.trial`), runs them all through one
 worker process (:mod:`tests.soak.worker`), starting it again after every SIGKILL, then
@@ -72,20 +72,29 @@ def run_soak(
     trials: int,
     seed: int,
     state_stores: Sequence[str | None] = (None,),
-    worker_timeout: float = 3600,
+    worker_timeout: float = 3 * 3600,
+    resume: bool = False,
 ) -> SoakResult:
-    """Run ``trials`` trials; trial n keeps its state in ``state_stores[n % len]``."""
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    """Run ``trials`` trials; trial n keeps its state in ``state_stores[n % len]``.
+
+    With ``resume`` the trials already under ``directory`` are continued where they stopped
+    (the worker resumes each at its first unfinished command) instead of made anew.
+    """
     started = time.monotonic()
-    plans = [
-        make_trial(
-            directory / f"t{seed + n:05d}",
-            seed + n,
-            state_store=state_stores[n % len(state_stores)],
-        )
-        for n in range(trials)
-    ]
+    if resume and directory.exists():
+        plans = [TrialPlan.load(p) for p in sorted(directory.iterdir()) if p.name.startswith("t")]
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        plans = [
+            make_trial(
+                directory / f"t{seed + n:05d}",
+                seed + n,
+                state_store=state_stores[n % len(state_stores)],
+            )
+            for n in range(trials)
+        ]
+    trials = len(plans)
     result = SoakResult(trials)
     for plan in plans:
         result.armed_points[plan.crash.point] += 1
@@ -99,7 +108,6 @@ def run_soak(
             check=False,
         )
         if worker.returncode == -signal.SIGKILL:
-            result.kills += 1
             continue
         if worker.returncode != 0:
             result.worker_failures.append(
@@ -116,6 +124,8 @@ def run_soak(
             result.checks.append(check_trial(root))
         else:
             result.worker_failures.append(f"trial {root.name} did not finish")
+    # Counted from the trials' markers, so a resumed soak counts the kills of earlier runs.
+    result.kills = sum(result.hit_points.values())
     result.seconds = time.monotonic() - started
     return result
 
@@ -125,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=REPO_ROOT / "var" / "soak")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the trials already under --dir"
+    )
     args = parser.parse_args(argv)
-    result = run_soak(args.dir, args.trials, args.seed)
+    result = run_soak(args.dir, args.trials, args.seed, resume=args.resume)
     print(result.summary())
     return 0 if result.ok else 1
 

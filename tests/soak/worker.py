@@ -32,7 +32,12 @@ def run_trials(trials_dir: Path) -> int:
         SparkSettings(
             app_name="soak",
             master="local[2]",
-            conf={"spark.sql.shuffle.partitions": "1", "spark.driver.memory": "2g"},
+            # Trials are tiny: adaptive query execution only adds planning work to each job.
+            conf={
+                "spark.sql.shuffle.partitions": "1",
+                "spark.sql.adaptive.enabled": "false",
+                "spark.driver.memory": "2g",
+            },
         )
     )
     for root in sorted(p for p in trials_dir.iterdir() if (p / "plan.json").exists()):
