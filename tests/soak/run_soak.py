@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,11 +75,13 @@ def run_soak(
     state_stores: Sequence[str | None] = (None,),
     worker_timeout: float = 3 * 3600,
     resume: bool = False,
+    workers: int = 1,
 ) -> SoakResult:
     """Run ``trials`` trials; trial n keeps its state in ``state_stores[n % len]``.
 
     With ``resume`` the trials already under ``directory`` are continued where they stopped
     (the worker resumes each at its first unfinished command) instead of made anew.
+    ``workers`` worker processes share the trials (trial i goes to worker i % workers).
     """
     started = time.monotonic()
     if resume and directory.exists():
@@ -98,22 +101,12 @@ def run_soak(
     result = SoakResult(trials)
     for plan in plans:
         result.armed_points[plan.crash.point] += 1
-    for _ in range(trials + 1):
-        worker = subprocess.run(
-            [sys.executable, "-m", "tests.soak.worker", str(directory)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=worker_timeout,
-            check=False,
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        failures = pool.map(
+            lambda shard: _run_worker(directory, shard, workers, trials, worker_timeout),
+            range(workers),
         )
-        if worker.returncode == -signal.SIGKILL:
-            continue
-        if worker.returncode != 0:
-            result.worker_failures.append(
-                f"worker exited {worker.returncode}: {worker.stderr[-3000:]}"
-            )
-        break
+        result.worker_failures += [f for f in failures if f]
     for plan in plans:
         root = Path(plan.root)
         if (root / "crash_armed").exists() and not (root / "crash_missed").exists():
@@ -130,6 +123,27 @@ def run_soak(
     return result
 
 
+def _run_worker(
+    directory: Path, shard: int, shards: int, trials: int, timeout: float
+) -> str | None:
+    """Run one worker over its shard of the trials, again after every SIGKILL."""
+    for _ in range(trials + 1):
+        worker = subprocess.run(
+            [sys.executable, "-m", "tests.soak.worker", str(directory), f"{shard}/{shards}"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if worker.returncode == -signal.SIGKILL:
+            continue
+        if worker.returncode != 0:
+            return f"worker {shard}/{shards} exited {worker.returncode}: {worker.stderr[-3000:]}"
+        return None
+    return f"worker {shard}/{shards} was killed more often than there are trials"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=100)
@@ -138,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume", action="store_true", help="continue the trials already under --dir"
     )
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     args = parser.parse_args(argv)
-    result = run_soak(args.dir, args.trials, args.seed, resume=args.resume)
+    result = run_soak(args.dir, args.trials, args.seed, resume=args.resume, workers=args.workers)
     print(result.summary())
     return 0 if result.ok else 1
 

@@ -1,6 +1,6 @@
 """The soak worker: runs the commands of every trial under a folder, in one Spark session.
 
-    python -m tests.soak.worker TRIALS_DIR
+    python -m tests.soak.worker TRIALS_DIR [SHARD/SHARDS]
 
 Each trial folder holds ``plan.json``; ``progress`` holds how many of its commands
 completed. The worker resumes each trial at its first unfinished command, so after a
@@ -24,7 +24,7 @@ from tests.soak.trial import ALLOWED_EXIT, TrialPlan, deliver
 logger = logging.getLogger("soak.worker")
 
 
-def run_trials(trials_dir: Path) -> int:
+def run_trials(trials_dir: Path, shard: int = 0, shards: int = 1) -> int:
     from jobs import enrich
     from warehouse.spark import SparkSettings, build_session
 
@@ -40,7 +40,8 @@ def run_trials(trials_dir: Path) -> int:
             },
         )
     )
-    for root in sorted(p for p in trials_dir.iterdir() if (p / "plan.json").exists()):
+    roots = sorted(p for p in trials_dir.iterdir() if (p / "plan.json").exists())
+    for root in roots[shard::shards]:
         plan = TrialPlan.load(root)
         progress = root / "progress"
         done = int(progress.read_text()) if progress.exists() else 0
@@ -72,4 +73,5 @@ def run_trials(trials_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_trials(Path(sys.argv[1])))
+    shard, _, shards = (sys.argv[2] if len(sys.argv) > 2 else "0/1").partition("/")
+    sys.exit(run_trials(Path(sys.argv[1]), int(shard), int(shards)))
