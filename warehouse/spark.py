@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ EMBEDDED_DEFAULTS: Mapping[str, str] = {
 DELTA_JARS_ENV = "ENRICH_DELTA_JARS"
 DEFAULT_DELTA_JARS_DIR = Path(__file__).resolve().parent.parent / "var" / "jars"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 DELTA_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.extensions": DELTA_EXTENSION,
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -71,11 +73,16 @@ def delta_jars(directory: Path | None = None) -> list[str]:
     return sorted(str(p) for p in folder.glob("*.jar") if p.is_file())
 
 
-def with_delta_jars(conf: Mapping[str, str], jars: list[str]) -> dict[str, str]:
+def with_delta_jars(
+    conf: Mapping[str, str], jars: list[str], master: str = "local[2]"
+) -> dict[str, str]:
     """``conf`` plus the jars on ``spark.jars`` and Delta's extension and catalog.
 
     Jars and extensions the caller already configured are kept (comma lists are extended);
-    a catalog the caller chose for ``spark_catalog`` is left alone.
+    a catalog the caller chose for ``spark_catalog`` is left alone. On a local master,
+    delta-spark rebuilds a table's state with one task per core instead of its default 50
+    (``spark.databricks.delta.snapshotPartitions``, unless the caller set it): with 50,
+    every snapshot of a small table takes seconds.
     """
     merged = dict(conf)
     if not jars:
@@ -89,7 +96,23 @@ def with_delta_jars(conf: Mapping[str, str], jars: list[str]) -> dict[str, str]:
     merged.setdefault(
         "spark.sql.catalog.spark_catalog", DELTA_SESSION_CONF["spark.sql.catalog.spark_catalog"]
     )
+    cores = _local_cores(master)
+    if cores is not None:
+        merged.setdefault(DELTA_SNAPSHOT_PARTITIONS, str(cores))
     return merged
+
+
+def _local_cores(master: str) -> int | None:
+    """The cores of a ``local``/``local[N]``/``local[*]`` master; None for a cluster."""
+    found = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if found is None:
+        return None
+    cores = found.group(1)
+    if cores is None:
+        return 1
+    if cores == "*":
+        return os.cpu_count() or 1
+    return max(1, int(cores))
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,7 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
     jars = delta_jars()
-    conf = with_delta_jars({**EMBEDDED_DEFAULTS, **settings.conf}, jars)
+    conf = with_delta_jars({**EMBEDDED_DEFAULTS, **settings.conf}, jars, settings.master)
     for key, value in {**conf, **REQUIRED_CONF}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -296,7 +296,7 @@ def check_trial(root: Path) -> TrialCheck:
     expected_bronze = Counter((r["id"], r["k"], r["v"]) for r in good)
     expected_quarantine = Counter(_record_key(line) for line in malformed)
     wh = root / "wh"
-    found = {
+    found: dict[str, Counter[Any]] = {
         "bronze": Counter(_rows_of(wh / "bronze" / "s", ["id", "k", "v"])),
         "quarantine": Counter(
             _record_key(r[0]) for r in _rows_of(wh / "quarantine" / "s", ["record"])

@@ -86,6 +86,7 @@ _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _DML_TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 _DML_TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 _RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+_LISTING_PARALLELISM_CONF = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # Field metadata delta-spark keeps in a table's schema (column mapping ids, physical names):
 # not part of the columns' names or types, so left out of Snapshot.schema.
 _DELTA_FIELD_METADATA_PREFIX = "delta."
@@ -807,11 +808,12 @@ class NativeDeltaEngine:
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
     ) -> list[str]:
         """Delete files no version within the retention needs, and untracked files older
-        than it; return the files deleted.
+        than it (delta-spark's FULL vacuum); return the files deleted.
 
         delta-spark has no list of versions to keep, so the retention is stretched to cover
         every commit after the oldest kept version: the files those commits removed stay,
-        and every kept version stays readable.
+        and every kept version stays readable. delta-spark records the vacuum as two
+        commits (``VACUUM START`` / ``VACUUM END``).
         """
         root = _table_root(path)
         latest = int(self._jsnapshot(root).version())
@@ -833,12 +835,31 @@ class NativeDeltaEngine:
                     )
                     hours = needed
         table = "delta.`" + root.replace("`", "``") + "`"
-        statement = f"VACUUM {table} RETAIN {hours:.6f} HOURS"
-        with self._session_settings({_RETENTION_CHECK_CONF: "false"}):
-            deletable = [str(r[0]) for r in self._spark.sql(f"{statement} DRY RUN").collect()]
-            self._spark.sql(statement).collect()
-        logger.info("vacuumed %s: %d file(s) deleted", root, len(deletable))
-        return deletable
+        before = self._table_files(root)
+        settings = {
+            _RETENTION_CHECK_CONF: "false",
+            # delta-spark lists the table with this many tasks (Spark's default: 10000).
+            _LISTING_PARALLELISM_CONF: str(max(1, self._spark.sparkContext.defaultParallelism)),
+        }
+        with self._session_settings(settings):
+            self._spark.sql(f"VACUUM {table} RETAIN {hours:.6f} HOURS").collect()
+        deleted = sorted(before - self._table_files(root))
+        logger.info("vacuumed %s: %d file(s) deleted", root, len(deleted))
+        return deleted
+
+    def _table_files(self, root: str) -> set[str]:
+        """Every file under the table's root except its log (data, change data, untracked)."""
+        hadoop = self._jvm.org.apache.hadoop.fs.Path(root)
+        filesystem = hadoop.getFileSystem(self._spark._jsc.hadoopConfiguration())
+        base = str(filesystem.makeQualified(hadoop).toUri().getPath()).rstrip("/")
+        found = set()
+        listing = filesystem.listFiles(hadoop, True)
+        while listing.hasNext():
+            location = str(listing.next().getPath().toUri().getPath())
+            relative = location[len(base) :].lstrip("/")
+            if not relative.startswith("_delta_log/"):
+                found.add(location)
+        return found
 
 
 # ---------------------------------------------------------------------- helpers
