@@ -30,7 +30,13 @@ def tiny_pipeline(root: Path, key: str, key_type: str) -> dict[str, Any]:
     """Config keys of a one-stream pipeline: stream ``s`` of (id, ``key``, ts) under ``root``."""
     return {
         "name": "t",
-        "warehouse": {"root": str(root / "wh"), "state_store": f"sqlite:///{root / 'state.db'}"},
+        "warehouse": {
+            "root": str(root / "wh"),
+            "state_store": f"sqlite:///{root / 'state.db'}",
+            # The tests' Spark session carries the delta-spark jars, so `auto` would pick
+            # native; pipeline tests run on the embedded engine unless they say otherwise.
+            "engine": "embedded",
+        },
         "streams": {
             "s": {
                 "landing": str(root / "landing"),

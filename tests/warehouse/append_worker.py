@@ -1,12 +1,15 @@
 """A writer process for crash and concurrency tests: appends id ranges to a Delta table.
 
 Usage: python -m tests.warehouse.append_worker TABLE APP_ID FIRST_ID ROWS BATCHES
-       [--label LABEL] [--barrier DIR:PARTIES]
+       [--engine embedded|native] [--label LABEL] [--barrier DIR:PARTIES] [--hold FILE]
 
-Each batch is committed with app transaction (APP_ID, batch number); its rows are
-(id, LABEL), LABEL defaulting to APP_ID. With ``--barrier``, the commit guard of every batch
-waits until PARTIES workers have reached their commit, so racing commits are made from the
-same table version. Each batch's outcome is printed to stdout as one JSON line.
+Each batch is committed with app transaction (APP_ID, batch number) by the chosen Delta
+engine (embedded by default); its rows are (id, LABEL), LABEL defaulting to APP_ID. With
+``--barrier``, the commit guard of every batch waits until PARTIES workers have reached
+their commit, so racing commits are made from the same table version. With ``--hold``, the
+first batch stops in the middle of writing its data files: the first of its two partitions
+is written, then the second one's task creates FILE and sleeps until the process is killed.
+Each batch's outcome is printed to stdout as one JSON line.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from warehouse.delta import AppTransaction
-from warehouse.delta.embedded import EmbeddedDeltaEngine
+from warehouse.delta import AppTransaction, open_engine
 from warehouse.spark import SparkSettings, build_session
 
 SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("writer", T.StringType())])
@@ -49,6 +53,23 @@ def barrier_guard(spec: str, label: str) -> Callable[[], None]:
     return wait
 
 
+def held_mid_write(data: DataFrame, marker: str) -> DataFrame:
+    """``data`` in two partitions, the second of which never finishes: its task creates
+    ``marker`` and sleeps, after the first partition's file is written (one core)."""
+
+    def hold(value, partition):  # type: ignore[no-untyped-def]  # no hints: a plain UDF
+        if partition == 1:
+            import time
+            from pathlib import Path
+
+            Path(marker).touch()
+            time.sleep(3600)
+        return value
+
+    gate = F.udf(hold, T.StringType())
+    return data.withColumn("writer", gate(F.col("writer"), F.spark_partition_id()))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("table")
@@ -56,20 +77,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("first_id", type=int)
     parser.add_argument("rows", type=int)
     parser.add_argument("batches", type=int)
+    parser.add_argument("--engine", choices=["embedded", "native"], default="embedded")
     parser.add_argument("--label")
     parser.add_argument("--barrier")
+    parser.add_argument("--hold")
     args = parser.parse_args(argv)
     label = args.label or args.app_id
     spark = build_session(
         SparkSettings(app_name=label, master="local[1]", conf={"spark.sql.shuffle.partitions": "1"})
     )
-    engine = EmbeddedDeltaEngine(spark)
+    engine = open_engine(spark, args.engine)
     if args.barrier:
         engine.commit_guard = barrier_guard(args.barrier, label)
     for batch in range(args.batches):
         start = args.first_id + batch * args.rows
         data = spark.createDataFrame([(i, label) for i in range(start, start + args.rows)], SCHEMA)
-        outcome = engine.append(args.table, data.repartition(2), AppTransaction(args.app_id, batch))
+        data = data.repartition(2)
+        if args.hold and batch == 0:
+            data = held_mid_write(data, args.hold)
+        outcome = engine.append(args.table, data, AppTransaction(args.app_id, batch))
         print(json.dumps(dataclasses.asdict(outcome)), flush=True)
     return 0
 

@@ -122,7 +122,7 @@ class Gate:
         started, released = str(self.started), str(self.released)
         data_type = frame.schema[column].dataType
 
-        def wait(value: Any) -> Any:
+        def wait(value):  # type: ignore[no-untyped-def]  # no hints: a plain Python UDF
             import os
             import time
 
@@ -837,9 +837,13 @@ def test_reserved_commit_info_keys_are_refused(
 def _hand_written_table(root: Path, protocol: dict, configuration: dict) -> str:
     log = root / "_delta_log"
     log.mkdir(parents=True)
+    mapped = "delta.columnMapping.mode" in configuration
+    field_metadata = (
+        {"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "col-1"} if mapped else {}
+    )
     schema = {
         "type": "struct",
-        "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
+        "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": field_metadata}],
     }
     actions = [
         {"protocol": protocol},
