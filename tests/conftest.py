@@ -29,7 +29,7 @@ def spark() -> Iterator[SparkSession]:
     would quietly leave the native engine untested, so the fixture refuses to start.
     """
     jars = delta_jars()
-    if not jars and False:  # TEMP(helper issue 18): enabled once var/jars is filled
+    if not jars:
         raise RuntimeError(
             f"no delta-spark jars in {delta_jars_dir()}: run `make jars` (part of `make "
             "setup`), which fetches the versions the Makefile pins with Maven"
