@@ -19,9 +19,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_soak_trials_lose_and_duplicate_nothing(tmp_path: Path, postgres_url: str) -> None:
-    # Seeds 3 and 4 arm crash points that are reached (checked below), so each trial is
-    # killed and rerun; the second keeps its state store in PostgreSQL.
-    result = run_soak(tmp_path / "soak", trials=2, seed=3, state_stores=(None, postgres_url))
+    # Seed 9 (plain join) is killed after the 7th Delta commit of a run, seed 10 (SSBJ)
+    # after the 3rd of the final drain (both checked below); the second trial keeps its
+    # state store in PostgreSQL.
+    result = run_soak(tmp_path / "soak", trials=2, seed=9, state_stores=(None, postgres_url))
     print(result.summary())
     assert result.ok, result.summary()
     assert result.kills == 2, result.summary()
