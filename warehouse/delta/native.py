@@ -385,8 +385,18 @@ class NativeDeltaEngine:
     def transaction_version(self, path: str, app_id: str) -> int | None:
         return self._recorded(self._jsnapshot(_table_root(path)), app_id)
 
-    @staticmethod
-    def _recorded(jsnap: Any, app_id: str) -> int | None:
+    def _recorded(self, jsnap: Any, app_id: str) -> int | None:
+        """The version of ``app_id`` the snapshot records, if any.
+
+        delta-spark's checksum file of a version lists its app transactions; reading them
+        from there spares a state reconstruction (a Spark job) per new version.
+        """
+        known = jsnap.setTransactionsIfKnown()
+        if not known.isEmpty():
+            versions = [
+                int(t.version()) for t in self._java_list(known.get()) if str(t.appId()) == app_id
+            ]
+            return max(versions) if versions else None
         recorded = jsnap.transactions().get(app_id)
         return None if recorded.isEmpty() else int(recorded.get())
 
@@ -526,7 +536,9 @@ class NativeDeltaEngine:
         return writer
 
     def _schema(self, root: str) -> StructType:
-        return self.snapshot(root).schema
+        """The newest version's schema, from the log's metadata alone (no file listing)."""
+        stored = self._jsnapshot(root).schema().json()
+        return _logical_schema(StructType.fromJson(json.loads(stored)))
 
     def append(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
@@ -677,20 +689,11 @@ class NativeDeltaEngine:
         and ``commit_metadata``. The outcome reports the commit carrying that id, never
         merely "the table moved on".
         """
-        base = self._jsnapshot(root)
-        before = int(base.version())
-        if txn is not None:
-            recorded = self._recorded(base, txn.app_id)
-            if recorded is not None and recorded >= txn.version:
-                logger.info(
-                    "skip %s on %s: app %s already at version %s (asked %s)",
-                    operation,
-                    root,
-                    txn.app_id,
-                    recorded,
-                    txn.version,
-                )
-                return CommitOutcome(table_version=before, committed=False)
+        # No look-up of the app transaction here: delta-spark checks txnAppId/txnVersion
+        # itself, inside the same transaction as the write, and skips a recorded one before
+        # writing any data. Checking first as well cost a second read of the version's
+        # checksum (about 2 s a commit on local[2]) and could not close the race anyway.
+        before = int(self._jsnapshot(root).version())
         commit_id = self._new_commit_id()
         user_metadata = json.dumps(
             {**self.commit_metadata, COMMIT_ID_KEY: commit_id}, sort_keys=True
@@ -705,12 +708,11 @@ class NativeDeltaEngine:
         crash_point("delta.after_commit")
         landed = self._find_commit(root, before, commit_id)
         if landed is None:
-            # delta-spark skips a write whose app transaction a concurrent writer recorded
-            # after our check: not our commit.
+            # delta-spark skipped the write: the app transaction was already recorded, by an
+            # earlier attempt of this run or by another writer.
             latest = int(self._jsnapshot(root).version())
-            logger.warning(
-                "%s on %s did not commit: the app transaction %s was recorded by another "
-                "writer (table at version %d)",
+            logger.info(
+                "skip %s on %s: the app transaction %s is already recorded (table at version %d)",
                 operation,
                 root,
                 txn,
@@ -733,13 +735,35 @@ class NativeDeltaEngine:
     def _find_commit(
         self, root: str, after_version: int, commit_id: str
     ) -> tuple[int, Mapping[str, Any]] | None:
-        """(version, history entry) of the commit after ``after_version`` carrying the id."""
+        """(version, commit metrics) of the commit after ``after_version`` carrying the id.
+
+        Reads the commitInfo actions of the newer commits straight from the log (history()
+        would build a DataFrame per call).
+        """
         latest = int(self._jsnapshot(root).version())
         if latest <= after_version:
             return None
-        for entry in self.history(root, latest - after_version):
-            if int(entry["version"]) > after_version and entry.get(COMMIT_ID_KEY) == commit_id:
-                return int(entry["version"]), entry
+        commits = self._log(root).getChanges(after_version + 1, latest, self._none(), False)
+        while commits.hasNext():
+            commit = commits.next()
+            for action in self._java_list(commit._2()):
+                if action.getClass().getSimpleName() != "CommitInfo":
+                    continue
+                tagged = action.userMetadata()
+                if tagged.isEmpty() or _user_metadata(tagged.get()).get(COMMIT_ID_KEY) != commit_id:
+                    continue
+                metrics = action.operationMetrics()
+                entry = {
+                    "operationMetrics": {}
+                    if metrics.isEmpty()
+                    else {
+                        str(k): str(v)
+                        for k, v in self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                            metrics.get()
+                        ).items()
+                    }
+                }
+                return int(commit._1()), entry
         return None
 
     def _recover_or_raise(
