@@ -20,8 +20,8 @@ from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
 from tests.helpers import tiny_pipeline
-from warehouse.delta import AppTransaction, DeltaEngine
-from warehouse.delta.embedded import EmbeddedDeltaEngine
+from warehouse.delta import AppTransaction, DeltaEngine, open_engine
+from warehouse.delta.api import EngineChoice
 from warehouse.state_store import StateStore
 
 MASTER_SCHEMA = T.StructType(
@@ -76,10 +76,11 @@ class SsbjHarness:
         steps: int,
         how: str,
         extra_config: dict[str, Any] | None = None,
+        engine: EngineChoice = "embedded",
     ) -> None:
         self.spark = spark
         self.config = config_for(root, mode, partitions, steps, how, extra_config)
-        self.engine: DeltaEngine = EmbeddedDeltaEngine(spark)
+        self.engine: DeltaEngine = open_engine(spark, engine)
         self.store = StateStore(self.config.warehouse.resolved_state_store())
         self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
         self.context = PipelineContext(self.config, spark, self.engine, self.store, self.runner)

@@ -10,14 +10,16 @@ from pyspark.sql import SparkSession
 
 from tests.helpers import assert_same_multiset
 from tests.joins.ssbj_harness import BASE_TIME, SsbjHarness
+from warehouse.delta.api import EngineChoice
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("engine", ["embedded", "native"])
 def test_backfill_with_tuples_pending_then_live_catch_up(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, engine: EngineChoice
 ) -> None:
-    h = SsbjHarness(spark, tmp_path, "ssbj", 3, 1, "left")
+    h = SsbjHarness(spark, tmp_path, "ssbj", 3, 1, "left", engine=engine)
     h.load_master([(k, s, float(k + s)) for k in range(1, 5) for s in range(k % 3)], files=3)
     h.arrive([(i, i % 6) for i in range(0, 8)])
     h.run()  # batch A: 1 of 3 partitions scanned, its tuples still pending
