@@ -89,8 +89,14 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# Two pytest processes (pytest-xdist), one test file each at a time: most of a Spark test's
+# time is spent waiting on the JVM, py4j and subprocesses, so two files overlap well on two
+# cores. Each process has its own Spark session and PostgreSQL server. PYTEST_WORKERS=0 runs
+# everything in one process; the slowest tests are listed at the end of every run.
+PYTEST_WORKERS ?= 2
+
 unit: setup browser-deps postgres-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 test: lint typecheck unit
 
