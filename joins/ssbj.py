@@ -226,6 +226,17 @@ def cache_rows_for(keys: DataFrame, rows: DataFrame, spec: JoinSpec) -> DataFram
     return present.unionByName(marker_rows).select(*spec.master_columns, EMPTY)
 
 
+def reload_cached_values(cache: DataFrame, master_rows: DataFrame, spec: JoinSpec) -> DataFrame:
+    """The cache's tracked values with their rows read again from a master snapshot.
+
+    The fallback of :func:`apply_master_changes` when the master's commits do not say which
+    rows changed (a master overwritten or compacted without a change data feed): the same
+    entries, complete for the new version, at the cost of one master read.
+    """
+    keys = cache.select(*spec.master_keys).distinct().select(*spec.master_keys_as_stream())
+    return cache_rows_for(keys, master_rows.select(*spec.master_columns), spec)
+
+
 def apply_master_changes(
     cache: DataFrame, changes: DataFrame, change_type: str, spec: JoinSpec
 ) -> DataFrame:

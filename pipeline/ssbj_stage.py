@@ -46,7 +46,7 @@ from pyspark.sql import types as T
 
 from cache.inequality import TupleSizes
 from cache.rcycle import CycleState, StepPosition
-from common.errors import JoinError
+from common.errors import JoinError, NotAppendOnlyError
 from common.faults import crash_point
 from joins import ssbj
 from joins.columns import INTERVAL_START
@@ -424,8 +424,31 @@ class SsbjStage:
             return self._empty_cache(master), False
         if state["cache_version"] == master.version:
             return cache, False
-        changes = self.engine.changes(self.master_path, state["cache_version"], master.version)
-        return ssbj.apply_master_changes(cache, changes, CHANGE_TYPE, self.spec), True
+        return self._entries_at(cache, state["cache_version"], master), True
+
+    def _entries_at(self, entries: DataFrame, version: int, master: Snapshot) -> DataFrame:
+        """Cache entries of master ``version`` brought to the ``master`` snapshot's version.
+
+        From the rows the commits in between changed when the master says (its change data
+        feed, or added files only); otherwise, after an overwrite or a compaction by a
+        writer without the change feed, by reading the entries' values again at the new
+        version. Tuples pinned to older versions are unaffected: they read those versions.
+        """
+        try:
+            changes = self.engine.changes(self.master_path, version, master.version)
+        except NotAppendOnlyError as e:
+            logger.info(
+                "ssbj %s: master %s changed between v%d and v%d without a change feed (%s); "
+                "reading the cached values again at v%d",
+                self.stage.name,
+                self.master_path,
+                version,
+                master.version,
+                e,
+                master.version,
+            )
+            return ssbj.reload_cached_values(entries, self.engine.read_files(master), self.spec)
+        return ssbj.apply_master_changes(entries, changes, CHANGE_TYPE, self.spec)
 
     def _cycle_start(
         self,
@@ -444,10 +467,7 @@ class SsbjStage:
             if marked is not None and collected is not None:
                 entries = ssbj.cache_rows_for(marked, collected.drop(ssbj.STEP), self.spec)
                 if state["switch_version"] != master.version:
-                    changes = self.engine.changes(
-                        self.master_path, state["switch_version"], master.version
-                    )
-                    entries = ssbj.apply_master_changes(entries, changes, CHANGE_TYPE, self.spec)
+                    entries = self._entries_at(entries, state["switch_version"], master)
                 cache = ssbj.without_keys(cache, marked, self.spec).unionByName(entries)
                 changed = True
                 self.engine.overwrite(self.paths["switch"], collected.limit(0), txn("switch-clear"))

@@ -92,12 +92,18 @@ class SsbjHarness:
         self.batch_no = 0
         self.engine.create_table(self.bronze, bronze_schema(self.config.streams["s"]))
 
-    def load_master(self, rows: Sequence[tuple[int, int, float]], files: int) -> None:
-        self.engine.create_table(
-            self.master, MASTER_SCHEMA, (), {"delta.enableChangeDataFeed": "true"}
-        )
+    def load_master(
+        self, rows: Sequence[tuple[int, int, float]], files: int, change_feed: bool = True
+    ) -> None:
+        properties = {"delta.enableChangeDataFeed": "true"} if change_feed else {}
+        self.engine.create_table(self.master, MASTER_SCHEMA, (), properties)
         frame = self.spark.createDataFrame(list(rows), MASTER_SCHEMA)
         self.engine.append(self.master, frame.repartition(files))
+
+    def refresh_master(self, rows: Sequence[tuple[int, int, float]]) -> None:
+        """Overwrite the master with its new content, as another writer's full refresh."""
+        frame = self.spark.createDataFrame(list(rows), MASTER_SCHEMA)
+        self.engine.overwrite(self.master, frame.repartition(2))
 
     def update_master(
         self, upserts: Sequence[tuple[int, int, float]], deletes: Sequence[tuple[int, int]]

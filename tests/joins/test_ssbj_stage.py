@@ -111,6 +111,37 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     assert len(h.output()) == 8 * (3 * 1 + 1 * 6)
 
 
+def test_master_overwritten_without_change_feed_refreshes_the_cache(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A full refresh of a master without a change feed: the stage keeps joining.
+
+    Keys 1, 6 and 7 (no rows yet) are cached before the refresh; the refresh changes the
+    rows of keys 1 and 5, drops key 6 and adds key 7. Tuples pinned before the refresh
+    join the old rows, later ones the new rows, cache hits included.
+    """
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
+    before = [(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)], (6, 0, 6.0)]
+    h.load_master(before, files=2, change_feed=False)
+    next_id = 0
+
+    def arrive_and_run(runs: int) -> None:
+        nonlocal next_id
+        for _ in range(runs):
+            keys = [1, 1, 1, 5, 6, 7]
+            h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
+            next_id += len(keys)
+            h.run()
+
+    arrive_and_run(6)  # past the phase-out: keys 1, 6 and 7 (no rows) are in the cache
+    assert {r.mk for r in h.engine.read(h.paths_of("cache")).collect()} == {1, 6, 7}
+    h.refresh_master([(1, 0, 100.0), (1, 1, 101.0), *[(5, s, 50.0) for s in range(3)], (7, 0, 7.0)])
+    arrive_and_run(2)
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle("inner"))
+    assert h.metric_sum("cache_hits") > 0
+
+
 def test_meshjoin_mode_never_caches(spark: SparkSession, tmp_path: Path) -> None:
     h = SsbjHarness(spark, tmp_path, "meshjoin", 2, 2, "left")
     h.load_master([(1, 0, 1.0)], files=1)
