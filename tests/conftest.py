@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.helpers import TEST_SPARK_CONF
 from tests.postgres import PostgresServer
 from warehouse.spark import SparkSettings, build_session, delta_jars, delta_jars_dir, has_delta_jars
 
@@ -39,11 +40,9 @@ def spark() -> Iterator[SparkSession]:
             app_name="tests",
             master="local[2]",
             conf={
+                **TEST_SPARK_CONF,
                 "spark.sql.shuffle.partitions": "2",
-                "spark.default.parallelism": "2",
-                "spark.ui.enabled": "false",
                 "spark.driver.memory": "2g",
-                "spark.sql.adaptive.enabled": "false",
             },
         )
     )

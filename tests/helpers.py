@@ -9,6 +9,19 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+# Settings of every Spark session the tests start, in-process or in a child process. Test
+# tables hold tens of rows: compiling generated code for every new query plan costs more
+# than evaluating it interpreted (two SSBJ stage tests: 90 s with codegen, 78 s without),
+# and adaptive execution only adds planning work. Production sessions keep both.
+TEST_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 
 def row_multiset(rows: Iterable[Any]) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(r) for r in rows)

@@ -213,11 +213,10 @@ def run_scenario(h: SsbjHarness) -> None:
 
 
 def main(argv: list[str]) -> int:
+    from tests.helpers import TEST_SPARK_CONF
     from warehouse.spark import SparkSettings, build_session
 
-    spark = build_session(
-        SparkSettings(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"})
-    )
+    spark = build_session(SparkSettings(master="local[1]", conf=TEST_SPARK_CONF))
     run_scenario(SsbjHarness(spark, Path(argv[0]), "ssbj", 2, 1, "left"))
     return 0
 

@@ -204,11 +204,10 @@ def quarantined_second_batch(
 
 def main(argv: list[str]) -> int:
     """Child process of the crash test: one run of the first batch, then validate."""
+    from tests.helpers import TEST_SPARK_CONF
     from warehouse.spark import SparkSettings, build_session
 
-    spark = build_session(
-        SparkSettings(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"})
-    )
+    spark = build_session(SparkSettings(master="local[1]", conf=TEST_SPARK_CONF))
     h = quality_harness(spark, Path(argv[0]))
     arrive_and_run(h, FIRST_BATCH, "r1")
     return validate(h, "r1")

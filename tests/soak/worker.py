@@ -26,18 +26,14 @@ logger = logging.getLogger("soak.worker")
 
 def run_trials(trials_dir: Path, shard: int = 0, shards: int = 1) -> int:
     from jobs import enrich
+    from tests.helpers import TEST_SPARK_CONF
     from warehouse.spark import SparkSettings, build_session
 
     build_session(
         SparkSettings(
             app_name="soak",
             master="local[2]",
-            # Trials are tiny: adaptive query execution only adds planning work to each job.
-            conf={
-                "spark.sql.shuffle.partitions": "1",
-                "spark.sql.adaptive.enabled": "false",
-                "spark.driver.memory": "2g",
-            },
+            conf={**TEST_SPARK_CONF, "spark.driver.memory": "2g"},
         )
     )
     roots = sorted(p for p in trials_dir.iterdir() if (p / "plan.json").exists())

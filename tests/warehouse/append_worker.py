@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from tests.helpers import TEST_SPARK_CONF
 from warehouse.delta import AppTransaction, open_engine
 from warehouse.spark import SparkSettings, build_session
 
@@ -83,9 +84,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold")
     args = parser.parse_args(argv)
     label = args.label or args.app_id
-    spark = build_session(
-        SparkSettings(app_name=label, master="local[1]", conf={"spark.sql.shuffle.partitions": "1"})
-    )
+    spark = build_session(SparkSettings(app_name=label, master="local[1]", conf=TEST_SPARK_CONF))
     engine = open_engine(spark, args.engine)
     if args.barrier:
         engine.commit_guard = barrier_guard(args.barrier, label)
