@@ -9,13 +9,18 @@ cycle, from 0). The cycle's state is ``rc mod 3``:
   switching buffer over the whole cycle;
 - 0 phase-out: at its first step, move the complete switching buffer into the cache.
 
-Cache eviction runs at the first step of every cycle with ``rc mod 10 == 0`` (line 8).
+Cache eviction runs at the first step of every cycle with ``rc mod E == 0`` (line 8, where
+the paper fixes E = 10). E is ``operator.eviction_cycles``; the eviction inequality divides
+f_count by the same E (line 45), because f_count is counted over the E cycles since the
+last eviction pass. One parameter for both keeps them from disagreeing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from cache.inequality import EVICTION_PERIOD_CYCLES
 
 
 class CycleState(Enum):
@@ -30,11 +35,13 @@ class StepPosition:
 
     step: int
     partitions: int
+    eviction_cycles: int = EVICTION_PERIOD_CYCLES
 
     def __post_init__(self) -> None:
-        if self.step < 0 or self.partitions < 1:
+        if self.step < 0 or self.partitions < 1 or self.eviction_cycles < 1:
             raise ValueError(
-                f"need step >= 0 and k >= 1, got step={self.step}, k={self.partitions}"
+                "need step >= 0, k >= 1 and an eviction period >= 1 cycle, got "
+                f"step={self.step}, k={self.partitions}, period={self.eviction_cycles}"
             )
 
     @property
@@ -58,7 +65,7 @@ class StepPosition:
 
     @property
     def evicts(self) -> bool:
-        return self.starts_cycle and self.cycle % 10 == 0
+        return self.starts_cycle and self.cycle % self.eviction_cycles == 0
 
     def expiring_entry_step(self) -> int | None:
         """Tuples that entered at this step have now met all k partitions after this step."""

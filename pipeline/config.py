@@ -172,7 +172,24 @@ class SsbjParams(Strict):
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")
     steps_per_run: int = Field(default=1, ge=1)
     switch_factor: float = Field(default=1.0, gt=0, description="s_f of the cache inequality")
-    eviction_cycles: int = Field(default=10, ge=1)
+    eviction_cycles: int = Field(
+        default=10,
+        ge=1,
+        description=(
+            "E: the cache is evicted at the start of every E-th R-cycle, from hits counted "
+            "over those E cycles (Algorithm 1 lines 8 and 45 use E = 10)"
+        ),
+    )
+    memory_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "M: the operator's memory budget in bytes (Eq. 1: disk buffer + H_R + H_S). Each "
+            "step admits only the input versions whose tuples fit beside the cache and the "
+            "pending chunks; the rest waits in the input table. Unset: every step takes all "
+            "new input"
+        ),
+    )
     scount_estimator: Literal["extrapolated", "paper"] = Field(
         default="extrapolated",
         description=(

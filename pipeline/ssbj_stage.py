@@ -45,8 +45,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cache.inequality import TupleSizes
+from cache.intake import Admission, OperatorMemory, admit, chunk_capacity
 from cache.rcycle import CycleState, StepPosition
-from common.errors import JoinError, NotAppendOnlyError
+from common.errors import ConfigError, JoinError, NotAppendOnlyError
 from common.faults import crash_point
 from joins import ssbj
 from joins.columns import INTERVAL_START
@@ -83,6 +84,9 @@ class SsbjStepReport:
     output_version: int | None = None
     seconds: float = 0.0
     state: str = ""
+    state_bytes: float = 0.0  # Eq. 1 at the end of the step: (b + h_R)·v_R + |H_S|·v_S
+    memory_bytes: int | None = None  # the budget M, when one is set
+    backlog_rows: int = 0  # input rows left waiting for a later step by the budget
 
     def as_metrics(self) -> dict[str, float]:
         values: dict[str, float] = {
@@ -98,6 +102,8 @@ class SsbjStepReport:
             "master_bytes_read": self.master_bytes_read,
             "master_version": self.master_version,
             "step_seconds": self.seconds,
+            "state_bytes": self.state_bytes,
+            "backlog_rows": self.backlog_rows,
             # Conservation view: every tuple in is served by the cache or waits in H_S.
             "tuples_matched": self.cache_hits - self.cache_hits_unmatched,
             "tuples_unmatched": self.cache_hits_unmatched,
@@ -105,6 +111,8 @@ class SsbjStepReport:
         }
         if self.output_version is not None:
             values["output_version"] = self.output_version
+        if self.memory_bytes is not None:
+            values["memory_bytes"] = self.memory_bytes
         return values
 
 
@@ -146,9 +154,12 @@ class SsbjStage:
     # ------------------------------------------------------------------ public API
 
     def run(self, run_id: str, drain: bool = False) -> list[SsbjStepReport]:
+        # Under a memory budget the backlog enters a step at a time, so every step takes
+        # the input that fits; otherwise the run's first step takes all of it.
+        budgeted = self.params.memory_bytes is not None
         reports = [self.step(run_id, take_input=True)]
         for _ in range(self.params.steps_per_run - 1):
-            reports.append(self.step(run_id, take_input=False))
+            reports.append(self.step(run_id, take_input=budgeted))
         if drain:
             while self.pending_rows() > 0:
                 reports.append(self.step(run_id, take_input=False))
@@ -195,7 +206,11 @@ class SsbjStage:
                     "pending; run `enrich drain` first"
                 )
             state["partitions"], state["cycle_base"] = self.params.partitions, state["next_step"]
-        return StepPosition(state["next_step"] - state["cycle_base"], state["partitions"])
+        return StepPosition(
+            state["next_step"] - state["cycle_base"],
+            state["partitions"],
+            self.params.eviction_cycles,
+        )
 
     def _plan(self, state: dict[str, Any], take_input: bool) -> dict[str, Any]:
         step = state["next_step"]
@@ -206,11 +221,17 @@ class SsbjStage:
         input_to = offset.input_version
         if take_input and self.engine.exists(self.input_path):
             input_to = self.engine.snapshot(self.input_path).version
+        master = self.engine.snapshot(self.master_path)
+        backlog = 0
+        if self.params.memory_bytes is not None and input_to > offset.input_version:
+            admission = self._admit(state, offset.input_version, input_to, master)
+            input_to, backlog = admission.to_version, admission.backlog_rows
         plan = {
             "step": step,
             "input_from": offset.input_version,
             "input_to": input_to,
-            "master_version": self.engine.snapshot(self.master_path).version,
+            "backlog_rows": backlog,
+            "master_version": master.version,
             "tables": {
                 t: self.engine.snapshot(p).version
                 for t, p in self.paths.items()
@@ -222,6 +243,78 @@ class SsbjStage:
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state, plan))
         self.store.save_operator_state(self.stage.name, state)
         return dict(plan)
+
+    def _admit(
+        self, state: dict[str, Any], offset: int, latest: int, master: Snapshot
+    ) -> Admission:
+        """The input versions this step takes under ``operator.memory_bytes`` (Eq. 1)."""
+        budget = self.params.memory_bytes
+        assert budget is not None
+        step = state["next_step"]
+        sizes = self._sizes(state, self._input_rows(offset, latest), master)
+        k = self.params.partitions
+        memory = OperatorMemory(
+            disk_buffer_rows=_rows(master.files) / k,
+            cache_rows=self._table_rows("cache") if self.use_cache else 0,
+            pending_rows=self._table_rows("pending", exclude_entry_step=step - k + 1),
+        )
+        disk_buffer = memory.disk_buffer_rows * sizes.master_bytes
+        if disk_buffer > budget:
+            raise ConfigError(
+                f"stages[{self.stage.name}].operator.memory_bytes: {budget} bytes cannot hold "
+                f"even the disk buffer, one master partition of {memory.disk_buffer_rows:.0f} "
+                f"rows x {sizes.master_bytes:.0f} B = {disk_buffer:.0f} bytes; raise "
+                "memory_bytes or operator.partitions"
+            )
+        capacity = chunk_capacity(budget, memory, sizes)
+        miss_rate = float(state.get("miss_rate", 1.0)) if self.use_cache else 1.0
+        admission = admit(
+            offset,
+            self.engine.rows_by_version(self.input_path, offset, latest),
+            capacity,
+            miss_rate,
+            nothing_pending=memory.pending_rows == 0,
+        )
+        log = logger.warning if admission.forced else logger.info
+        log(
+            "ssbj %s step %d: memory %d B holds %d new H_S tuples beside b=%.0f, H_R=%d, "
+            "H_S=%d rows; admitting input v%d..v%d (%d rows, miss rate %.2f%s), %d rows wait",
+            self.stage.name,
+            step,
+            budget,
+            capacity,
+            memory.disk_buffer_rows,
+            memory.cache_rows,
+            memory.pending_rows,
+            offset + 1,
+            admission.to_version,
+            admission.admitted_rows,
+            miss_rate,
+            ", one version beyond the budget so the stage progresses" if admission.forced else "",
+            admission.backlog_rows,
+        )
+        return admission
+
+    def _table_rows(self, table: str, exclude_entry_step: int | None = None) -> int:
+        """Rows of an operator table from its file statistics (no data is read)."""
+        if not self.engine.exists(self.paths[table]):
+            return 0
+        files = self.engine.snapshot(self.paths[table]).files
+        return _rows(
+            f
+            for f in files
+            if exclude_entry_step is None
+            or f.partition_values.get(ssbj.ENTRY_STEP) != exclude_entry_step
+        )
+
+    def _state_bytes(
+        self, state: dict[str, Any], master: Snapshot, pending: int, cache: int
+    ) -> float:
+        sizes = state.get("sizes")
+        if not sizes:
+            return 0.0
+        memory = OperatorMemory(_rows(master.files) / self.params.partitions, cache, pending)
+        return memory.bytes(TupleSizes(sizes["stream"], sizes["master"]))
 
     def _pins(
         self, state: dict[str, Any], plan: dict[str, Any] | None = None
@@ -258,7 +351,12 @@ class SsbjStage:
         version = plan["master_version"]
         master = self.engine.snapshot(self.master_path, version)
         report = SsbjStepReport(
-            self.stage.name, step, master_version=version, state=position.state.value
+            self.stage.name,
+            step,
+            master_version=version,
+            state=position.state.value,
+            memory_bytes=self.params.memory_bytes,
+            backlog_rows=int(plan.get("backlog_rows", 0)),
         )
         txn = lambda table: AppTransaction(f"ssbj.{self.stage.name}.{table}", step)  # noqa: E731
 
@@ -349,12 +447,26 @@ class SsbjStage:
             cache_snapshot = self.engine.snapshot(self.paths["cache"])
             report.cache_rows = sum(f.num_records or 0 for f in cache_snapshot.files)
             report.cache_bytes = cache_snapshot.size_bytes
+        if report.tuples_in:
+            state["miss_rate"] = report.entered_pending / report.tuples_in
+        report.state_bytes = self._state_bytes(
+            state, master, report.pending_rows, report.cache_rows if self.use_cache else 0
+        )
         report.seconds = time.monotonic() - started
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
         for frame in (new_rows, pending, hits):
             frame.unpersist()
+        if report.memory_bytes is not None and report.state_bytes > report.memory_bytes:
+            logger.warning(
+                "ssbj %s step %d: state %.0f B exceeds memory_bytes %d B (the cache grew, or "
+                "more tuples missed it than the last step's miss rate predicted)",
+                self.stage.name,
+                step,
+                report.state_bytes,
+                report.memory_bytes,
+            )
         logger.info(
             "ssbj %s step %d (%s, partition %d/%d): %d in, %d cache hits, %d to H_S, %d expired, "
             "%d out; H_S %d rows, H_R %d rows; master v%d (cache was v%s) %.1fs",
@@ -659,3 +771,7 @@ class SsbjStage:
 
     def _write_cache(self, cache: DataFrame, txn: AppTransaction) -> None:
         self._overwrite("cache", cache, txn)
+
+
+def _rows(files: Iterable[Any]) -> int:
+    return sum(f.num_records or 0 for f in files)

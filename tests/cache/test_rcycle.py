@@ -33,3 +33,9 @@ def test_states_cycle_incrementing_switching_phase_out(k: int) -> None:
 def test_eviction_runs_at_the_start_of_every_tenth_cycle(k: int) -> None:
     evicting = [s for s in range(25 * k) if StepPosition(s, k).evicts]
     assert evicting == [9 * k, 19 * k]  # cycles 10 and 20 (cycles count from 1)
+
+
+@given(st.integers(min_value=1, max_value=6), st.integers(min_value=1, max_value=12))
+def test_eviction_period_is_the_configured_number_of_cycles(k: int, period: int) -> None:
+    evicting = [s for s in range(3 * period * k) if StepPosition(s, k, period).evicts]
+    assert evicting == [(c - 1) * k for c in (period, 2 * period, 3 * period)]

@@ -42,6 +42,7 @@ def config_for(
     steps: int,
     how: str,
     extra: dict[str, Any] | None = None,
+    operator: dict[str, Any] | None = None,
 ) -> PipelineConfig:
     return parse_config(
         (extra or {})
@@ -59,7 +60,8 @@ def config_for(
                     "join_on": {"k": "mk"},
                     "join": how,
                     "output": "out",
-                    "operator": {"mode": mode, "partitions": partitions, "steps_per_run": steps},
+                    "operator": {"mode": mode, "partitions": partitions, "steps_per_run": steps}
+                    | (operator or {}),
                 }
             ],
         }
@@ -77,9 +79,10 @@ class SsbjHarness:
         how: str,
         extra_config: dict[str, Any] | None = None,
         engine: EngineChoice = "embedded",
+        operator: dict[str, Any] | None = None,
     ) -> None:
         self.spark = spark
-        self.config = config_for(root, mode, partitions, steps, how, extra_config)
+        self.config = config_for(root, mode, partitions, steps, how, extra_config, operator)
         self.engine: DeltaEngine = open_engine(spark, engine)
         self.store = StateStore(self.config.warehouse.resolved_state_store())
         self.runner = PipelineRunner(self.config, spark, self.engine, self.store)

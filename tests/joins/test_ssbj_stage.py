@@ -189,3 +189,44 @@ def test_switch_rule_in_spark_mirrors_the_python_rule(spark: SparkSession, estim
         if should_switch_into_cache(n, rows, sizes):
             expected.add(key)
     assert chosen == expected
+
+
+def test_memory_budget_admits_the_backlog_a_chunk_at_a_time(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """operator.memory_bytes = M (Eq. 1): every step's state fits M, the rest waits.
+
+    MESHJOIN mode, so every admitted tuple enters H_S (miss rate 1) and the admission is
+    exact: with b = 4 master rows per partition, M leaves room for 6 pending tuples, and
+    input versions of 3 tuples are taken two at a time.
+    """
+    master = [(k, s, float(k + s)) for k in range(1, 5) for s in range(2)]
+    probe = SsbjHarness(spark, tmp_path / "probe", "meshjoin", 2, 1, "inner")
+    probe.load_master(master, files=1)
+    probe.arrive([(0, 1), (1, 2), (2, 3)])
+    probe.run()
+    sizes = probe.measured_sizes()  # v_S and v_R as the stage measures them
+    budget = int(4 * sizes.master_bytes + 6.5 * sizes.stream_bytes)
+
+    h = SsbjHarness(
+        spark, tmp_path / "run", "meshjoin", 2, 1, "inner", operator={"memory_bytes": budget}
+    )
+    h.load_master(master, files=1)
+    for batch in range(5):
+        h.arrive([(batch * 3 + i, 1 + (batch + i) % 5) for i in range(3)])
+    h.run()
+    stage = h.runner.ssbj_stage(h.config.stage("enrich"))
+    assert stage.pending_rows() == 6
+    assert h.store.offset("enrich").input_version == 2  # bronze v1 and v2 of v1..v5
+    for run in range(6):
+        h.run(f"more{run}")
+    h.drain()
+    assert h.store.offset("enrich").input_version == 5
+    assert_same_multiset(h.output(), h.oracle("inner"))
+    by_name: dict[str, list[float]] = {}
+    for m in h.store.metrics():
+        by_name.setdefault(m.name, []).append(m.value)
+    assert max(by_name["state_bytes"]) <= budget
+    assert max(by_name["pending_rows"]) == 6
+    assert by_name["backlog_rows"][:3] == [9, 3, 0]
+    assert set(by_name["memory_bytes"]) == {budget}

@@ -189,6 +189,16 @@ class DeltaEngine(Protocol):
         """
         ...
 
+    def rows_by_version(
+        self, path: str, after_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        """``(version, rows of the data files it added)`` for each version in ``(after, to]``.
+
+        From the log's file statistics alone (no data is read): what a consumer that admits
+        input a version at a time needs to size its intake.
+        """
+        ...
+
     def transaction_version(self, path: str, app_id: str) -> int | None: ...
 
     def vacuum(

@@ -341,6 +341,15 @@ class EmbeddedDeltaEngine:
         schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
         return _union_or_empty(self._spark, parts, schema)
 
+    def rows_by_version(
+        self, path: str, after_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        root = _table_root(path)
+        return [
+            (version, sum(f.num_records or 0 for f in added))
+            for version, added, _ in self._file_changes(root, after_version, to_version)
+        ]
+
     def _file_changes(
         self, root: str, after_version: int, to_version: int
     ) -> Iterator[tuple[int, list[DataFile], set[str]]]:

@@ -498,6 +498,17 @@ class NativeDeltaEngine:
         ]
         return _union_or_empty(self._spark, parts, schema)
 
+    def rows_by_version(
+        self, path: str, after_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        root = _table_root(path)
+        counts = dict.fromkeys(range(after_version + 1, to_version + 1), 0)
+        for version, added, _ in self._commits(root, after_version, to_version):
+            for add in added:  # a java.util.List, iterable through py4j
+                stats = add.stats()
+                counts[version] += int(json.loads(stats).get("numRecords", 0)) if stats else 0
+        return sorted(counts.items())
+
     def _commits(
         self, root: str, after_version: int, to_version: int
     ) -> Iterator[tuple[int, Any, list[str]]]:
