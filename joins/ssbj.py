@@ -11,6 +11,7 @@ transforms and writes the results. Here:
   instrumentation and the cache inequality (lines 28–36, 42–51) in Spark expressions; they
   mirror ``cache.inequality`` (a property test checks that they agree).
 - :func:`apply_master_changes` keeps cached rows at the master version in force.
+- :func:`scan_rows` assigns master rows to the k partitions of the cyclic scan.
 
 Every enriched row has the input's columns, then the master's projected columns, then the
 master version column; unmatched rows of left joins carry nulls there, like the baseline.
@@ -36,6 +37,7 @@ EMPTY = "_empty"
 STEP = "_step"
 KIND = "_kind"
 COUNT = "_count"
+SCAN_PART = "_scan_part"
 HIT, MASTER_ROWS = "hit", "master_rows"
 OPERATOR_COLUMNS = (ENTRY_STEP, PENDING_ID, PINNED_VERSION, INPUT_VERSION)
 
@@ -63,6 +65,19 @@ class JoinSpec:
         """Stream key columns renamed to the master's key names."""
         pairs = zip(self.stream_keys, self.master_keys, strict=True)
         return [F.col(s).alias(m) for s, m in pairs]
+
+
+def scan_rows(master_rows: DataFrame, spec: JoinSpec, partitions: int) -> DataFrame:
+    """Projected master rows with their scan partition ``hash(row) mod k`` (MESHJOIN's R_p).
+
+    A hash of the whole row, not of the join key: partition sizes stay within a few percent
+    of |R|/k for any key skew (a key's rows spread over partitions, as in MESHJOIN, where a
+    pending tuple meets every partition anyway). Deterministic, so a rerun recomputes the
+    same partitions.
+    """
+    columns = [F.col(c) for c in spec.master_columns]
+    part = F.pmod(F.xxhash64(*columns), F.lit(partitions)).cast(T.IntegerType())
+    return master_rows.select(*columns, part.alias(SCAN_PART))
 
 
 def _on(spec: JoinSpec) -> Column:

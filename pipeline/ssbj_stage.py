@@ -11,6 +11,9 @@ Operator state lives in Delta tables under ``_operators/<stage>/``:
              a value without master rows has one ``_empty`` marker row
 ``switch``   the switching buffer s_B, partitioned by step
 ``marked``   the values chosen for switching at the start of the switching cycle
+``scan``     the operator's copy of the master for the cyclic scan, partitioned by
+             ``_scan_part`` = hash(row) mod k, so partition p of every version holds |R|/k
+             rows however the master's writer laid out its files (see :meth:`_scan_versions`)
 
 and small controller state (step counter, versions, chunk pins) in the state store.
 
@@ -63,6 +66,8 @@ from warehouse.state_store import StateStore
 logger = logging.getLogger(__name__)
 
 TABLES = ("pending", "matched", "stats", "cache", "switch", "marked")
+SCAN_TABLE = "scan"
+OWNED_TABLES = (*TABLES, SCAN_TABLE)
 
 
 @dataclass
@@ -141,6 +146,7 @@ class SsbjStage:
         self.output_path = output_path
         self.input_path = input_path
         self.paths = {t: layout.operator_state(stage.name, t) for t in TABLES}
+        self.scan_path = layout.operator_state(stage.name, SCAN_TABLE)
         self.spec = ssbj.JoinSpec(
             stream_keys=tuple(stage.join_on),
             master_keys=tuple(stage.join_on.values()),
@@ -238,11 +244,77 @@ class SsbjStage:
                 if self.engine.exists(p)
             },
         }
+        needed = {int(v) for v in state["chunks"].values()} | {master.version}
+        plan["scan"] = self._scan_versions(state, master, needed)
         state["plan"] = plan
         # Pins first: a crash before the plan is saved leaves pins the next plan replaces.
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state, plan))
         self.store.save_operator_state(self.stage.name, state)
         return dict(plan)
+
+    def _scan_versions(
+        self, state: dict[str, Any], master: Snapshot, needed: set[int]
+    ) -> dict[str, int]:
+        """Scan-copy versions of the master versions ``needed``, syncing the copy to ``master``.
+
+        The copy follows the master forward one sync per new master version, each an
+        idempotent commit (app transaction ``(scan.k<k>, master version + 1)``), so the
+        table itself says which master version it last copied even after a crash. An
+        append-only change (every earlier file still live with its rows) appends the new
+        files' rows; anything else rewrites the copy from the new snapshot. Versions the
+        copy never held (state from before the copy existed) map to -1: their partitions
+        are read from the master's files instead.
+        """
+        k = self.params.partitions
+        mapping = {
+            int(v): int(t)
+            for v, t in state.get("scan", {}).items()
+            if state.get("scan_partitions") == k
+        }
+        app = f"ssbj.{self.stage.name}.scan.k{k}"
+        synced = (
+            self.engine.transaction_version(self.scan_path, app)
+            if self.engine.exists(self.scan_path)
+            else None
+        )
+        if synced is not None and synced - 1 == master.version:
+            mapping.setdefault(master.version, self.engine.snapshot(self.scan_path).version)
+        elif synced is None or synced - 1 < master.version:
+            mapping[master.version] = self._sync_scan(
+                master, synced, AppTransaction(app, master.version + 1)
+            )
+        state["scan"] = {str(v): mapping.get(v, -1) for v in sorted(needed)}
+        state["scan_partitions"] = k
+        return dict(state["scan"])
+
+    def _sync_scan(self, master: Snapshot, synced: int | None, txn: AppTransaction) -> int:
+        """Bring the scan copy to ``master``; returns the copy's table version."""
+        k = self.params.partitions
+        previous = (
+            self.engine.snapshot(self.master_path, synced - 1) if synced is not None else None
+        )
+        now = {f.path: f.num_records for f in master.files}
+        appended = previous is not None and all(
+            now.get(f.path, -1) == f.num_records for f in previous.files
+        )
+        if previous is not None and appended:
+            known = {f.path for f in previous.files}
+            new_files = [f for f in master.files if f.path not in known]
+            rows = ssbj.scan_rows(self.engine.read_files(master, new_files), self.spec, k)
+            outcome = self.engine.append(self.scan_path, rows, txn)
+        else:
+            rows = ssbj.scan_rows(self.engine.read_files(master), self.spec, k)
+            self.engine.create_table(self.scan_path, rows.schema, (ssbj.SCAN_PART,))
+            outcome = self.engine.overwrite(self.scan_path, rows, txn)
+        logger.info(
+            "ssbj %s: scan copy of master v%d at v%d (%s, k=%d)",
+            self.stage.name,
+            master.version,
+            outcome.table_version,
+            "appended" if appended else "rewritten",
+            k,
+        )
+        return outcome.table_version
 
     def _admit(
         self, state: dict[str, Any], offset: int, latest: int, master: Snapshot
@@ -332,6 +404,9 @@ class SsbjStage:
             pins.update({self.paths[t]: [int(v)] for t, v in plan["tables"].items()})
             pins[self.input_path] = input_versions(plan["input_from"], plan["input_to"])
         pins[self.master_path] = master
+        scan = [int(v) for v in state.get("scan", {}).values() if int(v) >= 0]
+        if scan:
+            pins[self.scan_path] = scan
         return union_pins(pins)
 
     def _read(self, table: str, plan: dict[str, Any]) -> DataFrame | None:
@@ -388,7 +463,7 @@ class SsbjStage:
             self._mark_for_switching(state, plan, position, pending, cache, master, sizes, txn)
 
         disk_output, matched_now, bytes_read, partition_at = self._disk_phase(
-            pending, chunks, position, master
+            pending, chunks, position, master, plan["scan"]
         )
         report.master_bytes_read = bytes_read
         expiring_step = step - position.partitions + 1
@@ -654,12 +729,20 @@ class SsbjStage:
             return served, new_rows, counts
         return ssbj.probe_cache(new_rows, cache, self.spec, version)
 
-    def _partition(self, snapshot: Snapshot, index: int, parts: int) -> tuple[DataFrame, int]:
-        groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
-        chosen = [f for f in snapshot.files if f.path in set(groups[index])]
-        return self.engine.read_files(snapshot, chosen).select(*self.spec.master_columns), sum(
-            f.size_bytes for f in chosen
-        )
+    def _partition(
+        self, snapshot: Snapshot, index: int, parts: int, scan: dict[str, int]
+    ) -> tuple[DataFrame, int]:
+        """Partition ``index`` of k of a master version: its rows and the bytes read."""
+        scan_version = scan.get(str(snapshot.version), -1)
+        if scan_version >= 0:
+            copy = self.engine.snapshot(self.scan_path, scan_version)
+            chosen = [f for f in copy.files if f.partition_values.get(ssbj.SCAN_PART) == index]
+            rows = self.engine.read_files(copy, chosen)
+        else:  # a version pinned before the scan copy existed: split its files by bytes
+            groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
+            chosen = [f for f in snapshot.files if f.path in set(groups[index])]
+            rows = self.engine.read_files(snapshot, chosen)
+        return rows.select(*self.spec.master_columns), sum(f.size_bytes for f in chosen)
 
     def _disk_phase(
         self,
@@ -667,6 +750,7 @@ class SsbjStage:
         chunks: dict[str, int],
         position: StepPosition,
         master: Snapshot,
+        scan: dict[str, int],
     ) -> tuple[DataFrame, DataFrame, int, dict[int, DataFrame]]:
         outputs: list[DataFrame] = []
         matched: list[DataFrame] = []
@@ -678,7 +762,7 @@ class SsbjStage:
                 if pinned == master.version
                 else self.engine.snapshot(self.master_path, pinned)
             )
-            rows, size = self._partition(snapshot, position.partition, position.partitions)
+            rows, size = self._partition(snapshot, position.partition, position.partitions, scan)
             partitions[pinned] = rows
             bytes_read += size
             mine = pending.where(F.col(ssbj.PINNED_VERSION) == pinned)
@@ -686,7 +770,7 @@ class SsbjStage:
             if self.spec.how == "left":
                 matched.append(ssbj.matched_ids(mine, rows, self.spec))
         if master.version not in partitions and self.use_cache:
-            rows, size = self._partition(master, position.partition, position.partitions)
+            rows, size = self._partition(master, position.partition, position.partitions, scan)
             partitions[master.version] = rows
         empty_out = ssbj.enriched(
             pending.limit(0), self._empty_cache(master).drop(ssbj.EMPTY), self.spec, F.lit(0)

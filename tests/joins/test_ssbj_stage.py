@@ -230,3 +230,16 @@ def test_memory_budget_admits_the_backlog_a_chunk_at_a_time(
     assert max(by_name["pending_rows"]) == 6
     assert by_name["backlog_rows"][:3] == [9, 3, 0]
     assert set(by_name["memory_bytes"]) == {budget}
+
+
+def test_scan_partitions_hold_a_kth_of_the_rows_whatever_the_file_layout(
+    spark: SparkSession,
+) -> None:
+    """hash(row) mod k: within 5% of |R|/k for a skewed many-to-many master."""
+    spec = ssbj.JoinSpec(("k",), ("mk",), ("mk", "v"), "m", "inner")
+    rows = [(i % 7 if i % 3 else i, i) for i in range(10_000)]  # key 0..6 hold 2/3 of rows
+    master = spark.createDataFrame(rows, "mk bigint, v bigint").coalesce(1)
+    parts = ssbj.scan_rows(master, spec, 4).groupBy(ssbj.SCAN_PART).count().collect()
+    sizes = sorted(r["count"] for r in parts)
+    assert len(sizes) == 4 and sum(sizes) == 10_000
+    assert max(abs(n - 2_500) for n in sizes) <= 125

@@ -384,6 +384,10 @@ def test_rows_added_are_the_live_rows_of_files_added_in_the_range(
     assert_same_multiset(added(1, 3), [(*r, 2) for r in v2] + [(*v3[0], 3)])
     assert_same_multiset(added(1, 5, (3, 4)), [(*v2[1], 2), (*v5[0], 5)])
     assert added(5, 5).count() == 0
+    # the same ranges from the log's statistics alone: rows each version's files added
+    assert engine.rows_by_version(path, 0, 5) == [(1, 2), (2, 2), (3, 1), (4, 1), (5, 1)]
+    assert engine.rows_by_version(path, 3, 4) == [(4, 1)]
+    assert engine.rows_by_version(path, 5, 5) == []
 
 
 def test_arrow_schema_of_created_table_uses_utc_microseconds(
