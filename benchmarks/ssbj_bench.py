@@ -2,6 +2,17 @@
 
     python -m benchmarks.ssbj_bench [--scale 1] [--batch 20000] [--partitions 4]
                                     [--steps 20] [--zipf 0 0.5 1 1.5] [--masters customer partsupp]
+    python -m benchmarks.ssbj_bench --experiment memory [--memory-share 0.3]
+                                    [--memory-partitions 5] [--backlog 150000] [--commit 1000]
+
+``--experiment memory`` is the paper's Fig. 5 setting: both operators get the same memory
+budget M (``operator.memory_bytes``, a share of the master's |R|·v_R bytes), the stream is a
+backlog in bronze (commits of ``--commit`` tuples), and each step admits what fits in M
+(Eq. 1). The operator, not the arrival rate, bounds throughput, so the service rate ratio
+SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate between the
+two operators over the same backlog; the first 3 R-cycles are warm-up.
+
+The default experiment (``rate``) gives every operator the same w per step:
 
 For each master (customer: one-to-many on custkey; partsupp: many-to-many on partkey,
 4 suppliers per part) and each Zipf skew z of the stream's join key, the same stream
@@ -36,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
 from pipeline.config import parse_config
@@ -248,6 +260,124 @@ def render(results: Sequence[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def memory_config(root: Path, master: str, partitions: int, budget: int) -> dict:
+    config = build_config(root, master, partitions)
+    config["stages"] = [
+        {**stage, "operator": {**stage["operator"], "memory_bytes": budget}}
+        for stage in config["stages"]
+        if stage["name"] in MEMORY_MODES
+    ]
+    return config
+
+
+MEMORY_MODES = ("meshjoin", "ssbj")
+
+
+def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+    """Equal memory M for MESHJOIN and SSBJ over one backlog; service rate and state."""
+    from deltalake import write_deltalake
+
+    from pipeline.row_bytes import measured_row_bytes
+
+    spec = MASTERS[master]
+    root = Path(tempfile.mkdtemp(prefix=f"ssbj-mem-{master}-z{z}-"))
+    table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
+    schema = arrow_to_spark(table.schema)
+    frame = spark.createDataFrame(table, schema)
+    v_r = measured_row_bytes(frame) or 1.0
+    budget = int(args.memory_share * table.num_rows * v_r)
+    k = args.memory_partitions
+    config = parse_config(memory_config(root, master, k, budget))
+    engine = EmbeddedDeltaEngine(spark)
+    store = StateStore(config.warehouse.resolved_state_store())
+    runner = PipelineRunner(config, spark, engine, store)
+    layout = WarehouseLayout.of(config)
+    master_path = layout.master(config, "m")
+    engine.create_table(master_path, schema, (), {"delta.enableChangeDataFeed": "true"})
+    # One file, as delta-rs and many small writers lay a dimension out: the scan copy must
+    # still give every step |R|/k rows.
+    engine.append(master_path, frame.coalesce(1))
+    keys = np.unique(table.column(spec["key"]).to_numpy())
+    rng = np.random.default_rng(42)
+    sampler = ZipfSampler(keys, z, rng)
+    bronze = layout.bronze("s")
+    engine.create_table(bronze, bronze_schema(config.streams["s"]))
+    arrow_schema = DeltaTable(bronze).schema().to_arrow()
+    for start in range(0, args.backlog, args.commit):
+        n = min(args.commit, args.backlog - start)
+        batch = pa.table(
+            {
+                "sid": pa.array(np.arange(start, start + n), pa.int64()),
+                spec["stream_key"]: pa.array(sampler.draw(n), pa.int64()),
+                "payload": pa.array(rng.random(n)),
+                "ts": pa.array([dt.datetime(2024, 1, 1)] * n, pa.timestamp("us", tz="UTC")),
+                "_source_file": pa.array([f"bench-{start}"] * n),
+                "_batch_id": pa.array([start] * n, pa.int64()),
+            }
+        )
+        write_deltalake(bronze, batch.cast(pa.schema(arrow_schema)), mode="append")
+    warmup = 3 * k
+    steps = warmup + args.memory_measured_cycles * k
+    timings: dict[str, list[float]] = {m: [] for m in MEMORY_MODES}
+    for step in range(steps):
+        for mode in MEMORY_MODES:
+            started = time.perf_counter()
+            runner.run_stage_step(config.stage(mode), f"step{step}")
+            if step >= warmup:
+                timings[mode].append(time.perf_counter() - started)
+        logger.info("memory %s z=%s step %d/%d done", master, z, step + 1, steps)
+    metrics: dict[str, dict[int, dict[str, float]]] = {}
+    for metric in store.metrics():
+        metrics.setdefault(metric.stage, {}).setdefault(metric.step, {})[metric.name] = metric.value
+    result: dict = {"master": master, "z": z, "budget": budget, "k": k, "rows": table.num_rows}
+    for mode in MEMORY_MODES:
+        measured = [v for step, v in sorted(metrics[mode].items()) if step > warmup]
+        tuples = sum(s.get("tuples_in", 0) for s in measured)
+        result[mode] = {
+            "rate": tuples / sum(timings[mode]),
+            "tuples_per_step": tuples / len(measured),
+            "seconds": statistics.mean(timings[mode]),
+            "state_max": max(s.get("state_bytes", 0) for s in measured),
+            "state_mean": statistics.mean(s.get("state_bytes", 0) for s in measured),
+            "cache_share": sum(s.get("cache_hits", 0) for s in measured) / max(1, tuples),
+            "bytes_read": statistics.mean(s.get("master_bytes_read", 0) for s in measured),
+            "bytes_read_max": max(s.get("master_bytes_read", 0) for s in measured),
+        }
+    store.dispose()
+    return result
+
+
+def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
+    lines = [
+        f"TPC-H SF{args.scale:g}, equal memory M = {args.memory_share:g} x |R|·v_R for both "
+        f"operators, k={args.memory_partitions}, backlog {args.backlog:,} tuples in commits of "
+        f"{args.commit:,}, {args.memory_measured_cycles} measured R-cycle(s) after 3 warm-up "
+        "cycles, master written as one file, local[2] on 2 cores",
+        "",
+        "| master | z | M (MB) | mode | tuples/step | step s | service rate (tuples/s) | state max / M | cache share | master MB read/step (mean, max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for mode in MEMORY_MODES:
+            m = r[mode]
+            lines.append(
+                f"| {r['master']} | {r['z']:g} | {r['budget'] / 1e6:.2f} | {mode} | "
+                f"{m['tuples_per_step']:,.0f} | {m['seconds']:.2f} | {m['rate']:,.0f} | "
+                f"{m['state_max'] / r['budget']:.2f} | {m['cache_share']:.0%} | "
+                f"{m['bytes_read'] / 1e6:.2f}, {m['bytes_read_max'] / 1e6:.2f} |"
+            )
+    lines += [
+        "",
+        "| master | z | service rate SSBJ / MESHJOIN at equal M |",
+        "|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['master']} | {r['z']:g} | {r['ssbj']['rate'] / r['meshjoin']['rate']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
@@ -258,7 +388,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--masters", nargs="+", default=["customer", "partsupp"], choices=list(MASTERS)
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ssbj.md"))
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--experiment", choices=["rate", "memory"], default="rate")
+    parser.add_argument("--memory-share", type=float, default=0.3)
+    parser.add_argument("--memory-partitions", type=int, default=5)
+    parser.add_argument("--memory-measured-cycles", type=int, default=1)
+    parser.add_argument("--backlog", type=int, default=150_000)
+    parser.add_argument("--commit", type=int, default=1_000)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("warehouse", "pipeline", "py4j"):
@@ -267,8 +403,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         SparkSettings(app_name="ssbj-bench", conf={"spark.sql.shuffle.partitions": "4"})
     )
     tpch = generate_tpch(args.scale, Path("var/bench"))
-    results = [run_case(spark, tpch, m, z, args) for m in args.masters for z in args.zipf]
-    table = render(results, args)
+    if args.experiment == "memory":
+        results = [
+            run_memory_case(spark, tpch, m, z, args) for m in args.masters for z in args.zipf
+        ]
+        table = render_memory(results, args)
+    else:
+        results = [run_case(spark, tpch, m, z, args) for m in args.masters for z in args.zipf]
+        table = render(results, args)
+    args.out = args.out or Path(f"benchmarks/results/ssbj-{args.experiment}.md")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(table + "\n")
     print(table)

@@ -67,6 +67,7 @@ logger = logging.getLogger(__name__)
 
 TABLES = ("pending", "matched", "stats", "cache", "switch", "marked")
 SCAN_TABLE = "scan"
+ADMISSION_HORIZON_VERSIONS = 256
 OWNED_TABLES = (*TABLES, SCAN_TABLE)
 
 
@@ -340,9 +341,12 @@ class SsbjStage:
             )
         capacity = chunk_capacity(budget, memory, sizes)
         miss_rate = float(state.get("miss_rate", 1.0)) if self.use_cache else 1.0
+        # Look a bounded number of versions ahead: each costs a log read, and a step rarely
+        # has room for more (a longer backlog is admitted over the following steps).
+        horizon = min(latest, offset + ADMISSION_HORIZON_VERSIONS)
         admission = admit(
             offset,
-            self.engine.rows_by_version(self.input_path, offset, latest),
+            self.engine.rows_by_version(self.input_path, offset, horizon),
             capacity,
             miss_rate,
             nothing_pending=memory.pending_rows == 0,
@@ -404,7 +408,14 @@ class SsbjStage:
             pins.update({self.paths[t]: [int(v)] for t, v in plan["tables"].items()})
             pins[self.input_path] = input_versions(plan["input_from"], plan["input_to"])
         pins[self.master_path] = master
-        scan = [int(v) for v in state.get("scan", {}).values() if int(v) >= 0]
+        # The scan copy is read for the chunks' versions, the switching buffer's and the
+        # plan's (the cache follows the master's own changes, not the copy).
+        scanned = {int(v) for v in state["chunks"].values()}
+        scanned.update(int(v) for v in (state["switch_version"],) if v is not None)
+        if plan is not None:
+            scanned.add(int(plan["master_version"]))
+        mapping = {int(v): int(t) for v, t in state.get("scan", {}).items()}
+        scan = sorted({mapping[v] for v in scanned if mapping.get(v, -1) >= 0})
         if scan:
             pins[self.scan_path] = scan
         return union_pins(pins)

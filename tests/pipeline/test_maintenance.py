@@ -74,7 +74,8 @@ def test_maintain_keeps_the_master_version_pending_tuples_are_pinned_to(
 ) -> None:
     h = pending_on_v1
     master_key = table_key(h.master)
-    assert h.store.pins_of(HOLDER) == {master_key: [1]}
+    # the operator's scan copy of master v1: created at v0, the copy committed as v1
+    assert h.store.pins_of(HOLDER) == {master_key: [1], table_key(h.paths_of("scan")): [1]}
 
     results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
 
@@ -91,14 +92,18 @@ def test_without_the_pins_the_same_maintain_breaks_the_pending_tuples_read(
     pending_on_v1: SsbjHarness,
 ) -> None:
     h = pending_on_v1
+    h.arrive(BATCH_B)
+    h.runner.run_stage_step(h.config.stage("enrich"), "r2")  # the scan copy follows to v2
     h.store.set_pins(HOLDER, {})
 
     results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
 
-    assert results[h.master].kept_versions == ()
+    scan = h.paths_of("scan")
+    assert results[h.master].kept_versions == results[scan].kept_versions == ()
     assert results[h.master].deleted_files == 3  # every file of v1
-    with pytest.raises(AnalysisException, match=rf"PATH_NOT_FOUND.*{re.escape(h.master)}/"):
-        h.runner.run_stage_step(h.config.stage("enrich"), "r2")
+    assert results[scan].deleted_files > 0  # the copy of v1, which batch A still reads
+    with pytest.raises(AnalysisException, match=rf"PATH_NOT_FOUND.*{re.escape(scan)}/"):
+        h.runner.run_stage_step(h.config.stage("enrich"), "r3")
 
 
 def test_an_open_plan_is_pinned_until_its_step_completes(
@@ -121,8 +126,10 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
         h.runner.run_stage_step(stage, "r2")  # step 1 planned at master v2, then killed
     monkeypatch.undo()
 
+    scan = table_key(h.paths_of("scan"))
     assert h.store.pins_of(HOLDER) == {
         table_key(h.master): [1, 2],  # batch A's version and the plan's
+        scan: [1, 2],  # the scan copy of each: v1 copied, v2 rewritten before the plan
         table_key(pending): [pending_version],  # the operator table as the plan saw it
         table_key(h.bronze): list(range(consumed + 1, arrived + 1)),  # the plan's input
     }
@@ -132,7 +139,8 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
     assert results[h.master].kept_versions == (1, 2)
 
     h.runner.run_stage_step(stage, "r2")  # the rerun of step 1 completes
-    assert h.store.pins_of(HOLDER) == {table_key(h.master): [1, 2]}  # chunks A and B only
+    # chunks A and B only
+    assert h.store.pins_of(HOLDER) == {table_key(h.master): [1, 2], scan: [1, 2]}
     h.drain()
     assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1) + expected_join(BATCH_B, V2, 2))
     assert h.store.pins_of(HOLDER) == {}
