@@ -7,10 +7,14 @@ the cache H_R and the disk-phase hash table H_S:
 
 where b is the rows of one master partition, h_R the cached master rows, and H_S holds
 R_t/b = k chunks of w_S tuples each (the queue pointers of the paper are folded into v_S
-here; the pending tuple's bookkeeping columns travel with it). Algorithm 1 line 10 adapts w
-from M; like the paper's own MESHJOIN variant (Section 3.1) we size each chunk "at the
-moment it is created": the step's free memory is M minus the disk buffer, H_R, and the H_S
-tuples that stay after this step's oldest chunk expires, and the new chunk may fill it.
+here; the pending tuple's bookkeeping columns travel with it). Solved for the chunk:
+
+    w_S = (M - (b + h_R)·v_R) / (k·v_S)
+
+Algorithm 1 line 10 adapts w from M; like the paper's own MESHJOIN variant (Section 3.1) we
+size each chunk "at the moment it is created", from the H_R in force at that step, and
+never beyond the memory actually free after this step's oldest chunk expires (a cache that
+grew since the older chunks entered leaves less room).
 
 The stream is admitted in whole input versions (a version is one commit of the input
 table; partial versions would need a row order the input does not have). Only the misses
@@ -60,10 +64,16 @@ class Admission:
     forced: bool = False  # one version admitted beyond the capacity, to make progress
 
 
-def chunk_capacity(budget_bytes: int, memory: OperatorMemory, sizes: TupleSizes) -> int:
-    """w_S: how many new pending tuples fit in M beside everything else (never negative)."""
-    free = budget_bytes - memory.bytes(sizes)
-    return max(0, math.floor(free / sizes.stream_bytes))
+def chunk_capacity(
+    budget_bytes: int, memory: OperatorMemory, sizes: TupleSizes, partitions: int
+) -> int:
+    """w_S of Eq. 1 for this step, capped by the H_S room still free (never negative)."""
+    if partitions < 1:
+        raise ValueError(f"need k >= 1 partitions, got {partitions}")
+    master_bytes = (memory.disk_buffer_rows + memory.cache_rows) * sizes.master_bytes
+    queue_rows = (budget_bytes - master_bytes) / sizes.stream_bytes  # k·w_S
+    free_rows = queue_rows - memory.pending_rows
+    return max(0, math.floor(min(queue_rows / partitions, free_rows)))
 
 
 def admit(

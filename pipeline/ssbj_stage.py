@@ -339,7 +339,7 @@ class SsbjStage:
                 f"rows x {sizes.master_bytes:.0f} B = {disk_buffer:.0f} bytes; raise "
                 "memory_bytes or operator.partitions"
             )
-        capacity = chunk_capacity(budget, memory, sizes)
+        capacity = chunk_capacity(budget, memory, sizes, k)
         miss_rate = float(state.get("miss_rate", 1.0)) if self.use_cache else 1.0
         # Look a bounded number of versions ahead: each costs a log read, and a step rarely
         # has room for more (a longer backlog is admitted over the following steps).

@@ -49,10 +49,31 @@ def test_cache_hits_let_more_tuples_in_at_the_same_memory() -> None:
 def test_capacity_is_eq_1_solved_for_the_new_chunk() -> None:
     sizes = TupleSizes(stream_bytes=10.0, master_bytes=40.0)
     memory = OperatorMemory(disk_buffer_rows=100, cache_rows=50, pending_rows=30)
-    # M - (b + h_R)·v_R - H_S·v_S = 10_000 - 6_000 - 300
-    assert chunk_capacity(10_000, memory, sizes) == 370
-    assert chunk_capacity(5_000, memory, sizes) == 0
+    # k·w_S = (M - (b + h_R)·v_R) / v_S = (10_000 - 6_000) / 10 = 400 rows of H_S
+    assert chunk_capacity(10_000, memory, sizes, partitions=4) == 100  # one of k chunks
+    assert chunk_capacity(10_000, memory, sizes, partitions=1) == 370  # 30 still pending
+    assert chunk_capacity(5_000, memory, sizes, partitions=1) == 0
     assert memory.bytes(sizes, new_pending=370) == 10_000
+    with pytest.raises(ValueError, match="k >= 1"):
+        chunk_capacity(10_000, memory, sizes, partitions=0)
+
+
+@given(
+    st.integers(0, 10_000),
+    st.integers(0, 500),
+    st.integers(0, 500),
+    st.integers(0, 500),
+    st.integers(1, 16),
+)
+def test_an_admitted_chunk_keeps_the_state_within_the_budget(
+    budget: int, b: int, h_r: int, pending: int, k: int
+) -> None:
+    sizes = TupleSizes(stream_bytes=7.0, master_bytes=13.0)
+    memory = OperatorMemory(b, h_r, pending)
+    w = chunk_capacity(budget, memory, sizes, k)
+    assert w >= 0
+    if w > 0:
+        assert memory.bytes(sizes, new_pending=w) <= budget
 
 
 def test_rejects_versions_at_or_before_the_offset_and_bad_rates() -> None:
