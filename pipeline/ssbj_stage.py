@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -59,7 +59,7 @@ from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
-from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
+from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.embedded import CHANGE_TYPE
 from warehouse.state_store import StateStore
 
@@ -447,7 +447,6 @@ class SsbjStage:
         txn = lambda table: AppTransaction(f"ssbj.{self.stage.name}.{table}", step)  # noqa: E731
 
         new_rows = self._suppressed(self._new_rows(plan), state).cache()
-        report.tuples_in = new_rows.count()
         sizes = self._sizes(state, new_rows, master)
 
         cache, cache_changed = self._cache_at(state, plan, master)
@@ -459,6 +458,14 @@ class SsbjStage:
             cache_changed = cache_changed or cycle_changed
 
         served, misses, hits = self._cache_phase(new_rows, cache, version)
+        # Counts for the report ride on the writes (observed metrics), not extra jobs.
+        hit_total = _Observed(hits, F.sum(ssbj.COUNT))
+        hits = hit_total.frame
+        served_unmatched = _Observed(
+            served, F.sum(F.when(F.col(self.spec.version).isNull(), 1).otherwise(0))
+        )
+        if self.spec.how == "left":
+            served = served_unmatched.frame
         chunk = (
             misses.withColumn(ssbj.ENTRY_STEP, F.lit(step).cast(T.LongType()))
             .withColumn(ssbj.PENDING_ID, F.monotonically_increasing_id())
@@ -483,13 +490,6 @@ class SsbjStage:
         output = served.unionByName(disk_output)
         if unmatched is not None:
             output = output.unionByName(unmatched)
-        hits = hits.cache()
-        hit_total = hits.agg(F.sum(ssbj.COUNT)).first()
-        report.cache_hits = int(hit_total[0] or 0) if hit_total else 0
-        report.entered_pending = report.tuples_in - report.cache_hits
-        if self.spec.how == "left" and report.cache_hits:
-            report.cache_hits_unmatched = served.where(F.col(self.spec.version).isNull()).count()
-
         self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
         outcome = self.engine.append(
             self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
@@ -497,8 +497,19 @@ class SsbjStage:
         if outcome.committed:
             report.output_version = outcome.table_version
             report.output_rows = outcome.rows_added
+        if self.spec.how == "left":
+            report.cache_hits_unmatched = served_unmatched.value(outcome.committed)
         crash_point("ssbj.after_output")
-        self._write_stats(position, plan, pending, hits, partition_at, state, txn)
+        stats_written = self._write_stats(position, plan, pending, hits, partition_at, state, txn)
+        report.cache_hits = hit_total.value(stats_written) if self.use_cache else 0
+        # The chunk's rows, from the pending table's file statistics: no job, and the same
+        # answer when a rerun finds the chunk already committed.
+        report.entered_pending = sum(
+            f.num_records or 0
+            for f in self.engine.snapshot(self.paths["pending"]).files
+            if f.partition_values.get(ssbj.ENTRY_STEP) == step
+        )
+        report.tuples_in = report.entered_pending + report.cache_hits
         if self.spec.how == "left":
             self._append_keyed("matched", matched_now, (ssbj.ENTRY_STEP,), txn("matched"))
         crash_point("ssbj.after_stats")
@@ -542,7 +553,7 @@ class SsbjStage:
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
-        for frame in (new_rows, pending, hits):
+        for frame in (new_rows, pending):
             frame.unpersist()
         if report.memory_bytes is not None and report.state_bytes > report.memory_bytes:
             logger.warning(
@@ -668,8 +679,8 @@ class SsbjStage:
                     entries = self._entries_at(entries, state["switch_version"], master)
                 cache = ssbj.without_keys(cache, marked, self.spec).unionByName(entries)
                 changed = True
-                self.engine.overwrite(self.paths["switch"], collected.limit(0), txn("switch-clear"))
-                self.engine.overwrite(self.paths["marked"], marked.limit(0), txn("marked-clear"))
+                for table, frame in (("switch", collected), ("marked", marked)):
+                    self.engine.overwrite(self.paths[table], frame.limit(0), txn(f"{table}-clear"))
             state["switch_version"] = None
         if position.evicts:
             stats = self._read("stats", plan)
@@ -818,9 +829,11 @@ class SsbjStage:
         partitions: dict[int, DataFrame],
         state: dict[str, Any],
         txn: Any,
-    ) -> None:
+    ) -> bool:
+        """Append this step's counters (and switching-buffer rows); True if the hits were
+        written by this call (False when a rerun found them committed)."""
         if not self.use_cache:
-            return
+            return False
         step = plan["step"]
         frames = [hits.withColumn(ssbj.KIND, F.lit(ssbj.HIT))]
         current = partitions.get(plan["master_version"])
@@ -834,7 +847,7 @@ class SsbjStage:
         stats = stats.withColumn(ssbj.STEP, F.lit(step).cast(T.LongType())).withColumn(
             ssbj.COUNT, F.col(ssbj.COUNT).cast(T.LongType())
         )
-        self._append_keyed("stats", stats, (ssbj.STEP,), txn("stats"))
+        written = self._append_keyed("stats", stats, (ssbj.STEP,), txn("stats")).committed
         if position.state is CycleState.SWITCHING and state["switch_version"] is not None:
             marked = self._read(
                 "marked", {"tables": {**plan["tables"], **self._fresh(("marked",))}}
@@ -846,6 +859,7 @@ class SsbjStage:
                     ssbj.STEP, F.lit(step).cast(T.LongType())
                 )
                 self._append_keyed("switch", rows, (ssbj.STEP,), txn("switch"))
+        return written
 
     def _fresh(self, tables: tuple[str, ...]) -> dict[str, int]:
         return {
@@ -856,9 +870,9 @@ class SsbjStage:
 
     def _append_keyed(
         self, table: str, frame: DataFrame, partition_by: tuple[str, ...], txn: AppTransaction
-    ) -> None:
+    ) -> CommitOutcome:
         self.engine.create_table(self.paths[table], frame.schema, partition_by)
-        self.engine.append(self.paths[table], frame, txn)
+        return self.engine.append(self.paths[table], frame, txn)
 
     def _overwrite(self, table: str, frame: DataFrame, txn: AppTransaction) -> None:
         self.engine.create_table(self.paths[table], frame.schema)
@@ -870,3 +884,25 @@ class SsbjStage:
 
 def _rows(files: Iterable[Any]) -> int:
     return sum(f.num_records or 0 for f in files)
+
+
+class _Observed:
+    """One aggregate of a frame, observed while a write computes the frame.
+
+    Read it with :meth:`value` after the write: from the observation when the write ran,
+    otherwise (a rerun that found the write committed) by one aggregation job.
+    """
+
+    def __init__(self, frame: DataFrame, aggregate: Column) -> None:
+        self._source = frame
+        self._aggregate = aggregate
+        self._observation = Observation()
+        self.frame = frame.observe(self._observation, aggregate.alias("value"))
+
+    def value(self, computed: bool) -> int:
+        if computed:
+            result = self._observation.get.get("value")
+        else:
+            row = self._source.agg(self._aggregate.alias("value")).first()
+            result = row["value"] if row else None
+        return int(result or 0)
