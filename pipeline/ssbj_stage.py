@@ -324,7 +324,12 @@ class SsbjStage:
         budget = self.params.memory_bytes
         assert budget is not None
         step = state["next_step"]
-        sizes = self._sizes(state, self._input_rows(offset, latest), master)
+        # Look a bounded number of versions ahead: each costs a log read, and a step rarely
+        # has room for more (a longer backlog is admitted over the following steps).
+        horizon = min(latest, offset + ADMISSION_HORIZON_VERSIONS)
+        sizes = self._known_sizes(state)
+        if sizes is None:  # the first step: sample the next input (a DataFrame per version)
+            sizes = self._sizes(state, self._input_rows(offset, min(horizon, offset + 8)), master)
         k = self.params.partitions
         memory = OperatorMemory(
             disk_buffer_rows=_rows(master.files) / k,
@@ -341,9 +346,6 @@ class SsbjStage:
             )
         capacity = chunk_capacity(budget, memory, sizes, k)
         miss_rate = float(state.get("miss_rate", 1.0)) if self.use_cache else 1.0
-        # Look a bounded number of versions ahead: each costs a log read, and a step rarely
-        # has room for more (a longer backlog is admitted over the following steps).
-        horizon = min(latest, offset + ADMISSION_HORIZON_VERSIONS)
         admission = admit(
             offset,
             self.engine.rows_by_version(self.input_path, offset, horizon),
@@ -601,10 +603,17 @@ class SsbjStage:
             frame = frame.where(~covered)
         return frame
 
-    def _sizes(self, state: dict[str, Any], rows: DataFrame, master: Snapshot) -> TupleSizes:
-        """v_S and v_R measured as Arrow bytes of sampled projected rows, once per stage."""
+    @staticmethod
+    def _known_sizes(state: dict[str, Any]) -> TupleSizes | None:
         if state.get("sizes"):
             return TupleSizes(state["sizes"]["stream"], state["sizes"]["master"])
+        return None
+
+    def _sizes(self, state: dict[str, Any], rows: DataFrame, master: Snapshot) -> TupleSizes:
+        """v_S and v_R measured as Arrow bytes of sampled projected rows, once per stage."""
+        known = self._known_sizes(state)
+        if known is not None:
+            return known
         stream_bytes = measured_row_bytes(rows.drop(*ssbj.OPERATOR_COLUMNS))
         master_bytes = measured_row_bytes(
             self.engine.read_files(master).select(*self.spec.master_columns)
