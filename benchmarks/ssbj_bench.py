@@ -4,6 +4,7 @@
                                     [--steps 20] [--zipf 0 0.5 1 1.5] [--masters customer partsupp]
     python -m benchmarks.ssbj_bench --experiment memory [--memory-share 0.3]
                                     [--memory-partitions 5] [--backlog 150000] [--commit 1000]
+    python -m benchmarks.ssbj_bench --experiment anatomy [--batch 20000] [--partitions 4]
 
 ``--experiment memory`` is the paper's Fig. 5 setting: both operators get the same memory
 budget M (``operator.memory_bytes``, a share of the master's |R|·v_R bytes), the stream is a
@@ -11,6 +12,10 @@ backlog in bronze (commits of ``--commit`` tuples), and each step admits what fi
 (Eq. 1). The operator, not the arrival rate, bounds throughput, so the service rate ratio
 SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate between the
 two operators over the same backlog; the first 3 R-cycles are warm-up.
+
+``--experiment anatomy`` counts, per step of each mode, the Spark jobs (a job group per
+step, read from the status tracker) and the Delta commits (versions added to the output and
+to every operator table), with new input and without (an idle step), and their wall time.
 
 The default experiment (``rate``) gives every operator the same w per step:
 
@@ -47,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
 from pipeline.config import parse_config
@@ -275,8 +280,6 @@ MEMORY_MODES = ("meshjoin", "ssbj")
 
 def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
     """Equal memory M for MESHJOIN and SSBJ over one backlog; service rate and state."""
-    from deltalake import write_deltalake
-
     from pipeline.row_bytes import measured_row_bytes
 
     spec = MASTERS[master]
@@ -378,6 +381,100 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _table_versions(root: Path) -> int:
+    """Sum of the versions of every Delta table under ``root`` (+1 each: version 0 counts)."""
+    total = 0
+    for log in root.rglob("_delta_log"):
+        versions = [int(p.name.split(".")[0]) for p in log.glob("*.json")]
+        total += max(versions) + 1 if versions else 0
+    return total
+
+
+def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Jobs, commits and seconds per step for every mode, with input and idle."""
+    spec = MASTERS[master]
+    root = Path(tempfile.mkdtemp(prefix=f"ssbj-anatomy-{master}-"))
+    config = parse_config(build_config(root, master, args.partitions))
+    engine = EmbeddedDeltaEngine(spark)
+    store = StateStore(config.warehouse.resolved_state_store())
+    runner = PipelineRunner(config, spark, engine, store)
+    layout = WarehouseLayout.of(config)
+    table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
+    schema = arrow_to_spark(table.schema)
+    master_path = layout.master(config, "m")
+    engine.create_table(master_path, schema, (), {"delta.enableChangeDataFeed": "true"})
+    engine.append(master_path, spark.createDataFrame(table, schema).coalesce(1))
+    sampler = ZipfSampler(
+        np.unique(table.column(spec["key"]).to_numpy()), 1.0, np.random.default_rng(7)
+    )
+    bronze = layout.bronze("s")
+    engine.create_table(bronze, bronze_schema(config.streams["s"]))
+    arrow_schema = DeltaTable(bronze).schema().to_arrow()
+    tracker = spark.sparkContext.statusTracker()
+    rows: list[dict] = []
+    warm = 3 * args.partitions
+    for step in range(warm + 2 * args.partitions):
+        idle = step >= warm + args.partitions  # the last cycle: no new input
+        if not idle:
+            n = args.batch
+            batch = pa.table(
+                {
+                    "sid": pa.array(np.arange(step * n, (step + 1) * n), pa.int64()),
+                    spec["stream_key"]: pa.array(sampler.draw(n), pa.int64()),
+                    "payload": pa.array(np.zeros(n)),
+                    "ts": pa.array([dt.datetime(2024, 1, 1)] * n, pa.timestamp("us", tz="UTC")),
+                    "_source_file": pa.array([f"a-{step}"] * n),
+                    "_batch_id": pa.array([step] * n, pa.int64()),
+                }
+            )
+            write_deltalake(bronze, batch.cast(pa.schema(arrow_schema)), mode="append")
+        for mode in MODES:
+            stage_tables = Path(layout.operator_state(mode, "x")).parent
+            output = Path(layout.output(f"out_{mode}"))
+            before = _table_versions(stage_tables) + _table_versions(output)
+            group = f"{mode}-{step}"
+            spark.sparkContext.setJobGroup(group, group)
+            started = time.perf_counter()
+            runner.run_stage_step(config.stage(mode), f"a{step}")
+            seconds = time.perf_counter() - started
+            if step >= warm:
+                rows.append(
+                    {
+                        "mode": mode,
+                        "idle": idle,
+                        "seconds": seconds,
+                        "jobs": len(tracker.getJobIdsForGroup(group)),
+                        "commits": _table_versions(stage_tables) + _table_versions(output) - before,
+                    }
+                )
+        logger.info("anatomy %s step %d done", master, step + 1)
+    spark.sparkContext.setJobGroup("", "")
+    store.dispose()
+    return rows
+
+
+def render_anatomy(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
+    lines = [
+        f"TPC-H SF{args.scale:g}, w={args.batch} tuples/step (z = 1), k={args.partitions}; "
+        f"means over one R-cycle with input and one without, after {3 * args.partitions} "
+        "warm-up steps; local[2] on 2 cores",
+        "",
+        "| master | mode | input | step s | Spark jobs/step | Delta commits/step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for master, rows in results.items():
+        for mode in MODES:
+            for idle in (False, True):
+                picked = [r for r in rows if r["mode"] == mode and r["idle"] == idle]
+                lines.append(
+                    f"| {master} | {mode} | {'none' if idle else 'w'} | "
+                    f"{statistics.mean(r['seconds'] for r in picked):.2f} | "
+                    f"{statistics.mean(r['jobs'] for r in picked):.1f} | "
+                    f"{statistics.mean(r['commits'] for r in picked):.2f} |"
+                )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
@@ -389,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--masters", nargs="+", default=["customer", "partsupp"], choices=list(MASTERS)
     )
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--experiment", choices=["rate", "memory"], default="rate")
+    parser.add_argument("--experiment", choices=["rate", "memory", "anatomy"], default="rate")
     parser.add_argument("--memory-share", type=float, default=0.3)
     parser.add_argument("--memory-partitions", type=int, default=5)
     parser.add_argument("--memory-measured-cycles", type=int, default=1)
@@ -403,7 +500,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         SparkSettings(app_name="ssbj-bench", conf={"spark.sql.shuffle.partitions": "4"})
     )
     tpch = generate_tpch(args.scale, Path("var/bench"))
-    if args.experiment == "memory":
+    if args.experiment == "anatomy":
+        table = render_anatomy(
+            {m: run_anatomy_case(spark, tpch, m, args) for m in args.masters}, args
+        )
+    elif args.experiment == "memory":
         results = [
             run_memory_case(spark, tpch, m, z, args) for m in args.masters for z in args.zipf
         ]
