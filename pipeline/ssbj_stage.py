@@ -173,9 +173,7 @@ class SsbjStage:
         return reports
 
     def pending_rows(self) -> int:
-        if not self.engine.exists(self.paths["pending"]):
-            return 0
-        return sum(f.num_records or 0 for f in self.engine.snapshot(self.paths["pending"]).files)
+        return self._table_rows("pending")
 
     def record_backfill(self, start: Any, end: Any, input_version: int) -> None:
         """Suppress later live output for tuples a backfill already joined."""
@@ -385,6 +383,11 @@ class SsbjStage:
             or f.partition_values.get(ssbj.ENTRY_STEP) != exclude_entry_step
         )
 
+    def _chunk_rows(self, entry_step: int) -> int:
+        """Rows of one H_S chunk, from the pending table's file statistics."""
+        files = self.engine.snapshot(self.paths["pending"]).files
+        return _rows(f for f in files if f.partition_values.get(ssbj.ENTRY_STEP) == entry_step)
+
     def _state_bytes(
         self, state: dict[str, Any], master: Snapshot, pending: int, cache: int
     ) -> float:
@@ -463,10 +466,11 @@ class SsbjStage:
         # Counts for the report ride on the writes (observed metrics), not extra jobs.
         hit_total = _Observed(hits, F.sum(ssbj.COUNT))
         hits = hit_total.frame
-        served_unmatched = _Observed(
-            served, F.sum(F.when(F.col(self.spec.version).isNull(), 1).otherwise(0))
-        )
+        served_unmatched = None
         if self.spec.how == "left":
+            served_unmatched = _Observed(
+                served, F.sum(F.when(F.col(self.spec.version).isNull(), 1).otherwise(0))
+            )
             served = served_unmatched.frame
         chunk = (
             misses.withColumn(ssbj.ENTRY_STEP, F.lit(step).cast(T.LongType()))
@@ -499,18 +503,14 @@ class SsbjStage:
         if outcome.committed:
             report.output_version = outcome.table_version
             report.output_rows = outcome.rows_added
-        if self.spec.how == "left":
+        if served_unmatched is not None:
             report.cache_hits_unmatched = served_unmatched.value(outcome.committed)
         crash_point("ssbj.after_output")
         stats_written = self._write_stats(position, plan, pending, hits, partition_at, state, txn)
         report.cache_hits = hit_total.value(stats_written) if self.use_cache else 0
         # The chunk's rows, from the pending table's file statistics: no job, and the same
         # answer when a rerun finds the chunk already committed.
-        report.entered_pending = sum(
-            f.num_records or 0
-            for f in self.engine.snapshot(self.paths["pending"]).files
-            if f.partition_values.get(ssbj.ENTRY_STEP) == step
-        )
+        report.entered_pending = self._chunk_rows(step)
         report.tuples_in = report.entered_pending + report.cache_hits
         if self.spec.how == "left":
             self._append_keyed("matched", matched_now, (ssbj.ENTRY_STEP,), txn("matched"))
@@ -520,11 +520,7 @@ class SsbjStage:
         crash_point("ssbj.after_cache")
         if str(expiring_step) in chunks:
             where = [PartitionFilter(ssbj.ENTRY_STEP, "=", expiring_step)]
-            report.expired = sum(
-                f.num_records or 0
-                for f in self.engine.snapshot(self.paths["pending"]).files
-                if f.partition_values.get(ssbj.ENTRY_STEP) == expiring_step
-            )
+            report.expired = self._chunk_rows(expiring_step)
             self.engine.delete_partitions(self.paths["pending"], where, txn("expire"))
             if self.spec.how == "left" and self.engine.exists(self.paths["matched"]):
                 self.engine.delete_partitions(self.paths["matched"], where, txn("expire"))
