@@ -47,15 +47,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import DataFrame
 
 from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
-from pipeline.config import parse_config
+from pipeline.config import PipelineConfig, parse_config
 from pipeline.demo_data import ZipfSampler, _plain, generate_tpch
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
@@ -83,6 +85,7 @@ MASTERS = {
     },
 }
 MODES = ("plain", "meshjoin", "ssbj_paper", "ssbj")
+MEMORY_MODES = ("meshjoin", "ssbj")
 OPERATORS = {
     "plain": {"mode": "baseline"},
     "meshjoin": {"mode": "meshjoin"},
@@ -129,57 +132,96 @@ def build_config(root: Path, master: str, partitions: int) -> dict:
     }
 
 
+@dataclass
+class Case:
+    """One benchmark warehouse: its pipeline, engine, state store and paths."""
+
+    config: PipelineConfig
+    engine: EmbeddedDeltaEngine
+    store: StateStore
+    runner: PipelineRunner
+    layout: WarehouseLayout
+
+    @classmethod
+    def open(cls, spark, config: dict) -> Case:  # type: ignore[no-untyped-def]
+        parsed = parse_config(config)
+        engine = EmbeddedDeltaEngine(spark)
+        store = StateStore(parsed.warehouse.resolved_state_store())
+        return cls(
+            parsed,
+            engine,
+            store,
+            PipelineRunner(parsed, spark, engine, store),
+            WarehouseLayout.of(parsed),
+        )
+
+    def load_master(self, frame: DataFrame) -> str:
+        path = self.layout.master(self.config, "m")
+        self.engine.create_table(path, frame.schema, (), {"delta.enableChangeDataFeed": "true"})
+        self.engine.append(path, frame)
+        return path
+
+    def create_bronze(self) -> str:
+        bronze = self.layout.bronze("s")
+        self.engine.create_table(bronze, bronze_schema(self.config.streams["s"]))
+        return bronze
+
+    def metrics(self) -> dict[str, dict[int, dict[str, float]]]:
+        """Recorded metrics by stage, step and name."""
+        by_stage: dict[str, dict[int, dict[str, float]]] = {}
+        for metric in self.store.metrics():
+            by_stage.setdefault(metric.stage, {}).setdefault(metric.step, {})[metric.name] = (
+                metric.value
+            )
+        return by_stage
+
+
+def stream_batch(
+    spec: dict, first_sid: int, keys: np.ndarray, payload: np.ndarray, batch_id: int
+) -> pa.Table:
+    """Bronze rows of one stream commit: ids from ``first_sid``, the sampled join keys."""
+    n = len(keys)
+    return pa.table(
+        {
+            "sid": pa.array(np.arange(first_sid, first_sid + n), pa.int64()),
+            spec["stream_key"]: pa.array(keys, pa.int64()),
+            "payload": pa.array(payload),
+            "ts": pa.array([dt.datetime(2024, 1, 1)] * n, pa.timestamp("us", tz="UTC")),
+            "_source_file": pa.array([f"bench-{batch_id}"] * n),
+            "_batch_id": pa.array([batch_id] * n, pa.int64()),
+        }
+    )
+
+
 def run_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
     spec = MASTERS[master]
     root = Path(tempfile.mkdtemp(prefix=f"ssbj-{master}-z{z}-"))
-    config = parse_config(build_config(root, master, args.partitions))
-    engine = EmbeddedDeltaEngine(spark)
-    store = StateStore(config.warehouse.resolved_state_store())
-    runner = PipelineRunner(config, spark, engine, store)
-    layout = WarehouseLayout.of(config)
+    case = Case.open(spark, build_config(root, master, args.partitions))
     table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
-    master_path = layout.master(config, "m")
-    schema = arrow_to_spark(table.schema)
-    engine.create_table(master_path, schema, (), {"delta.enableChangeDataFeed": "true"})
-    engine.append(
-        master_path, spark.createDataFrame(table, schema).repartition(4 * args.partitions)
-    )
-    master_bytes = engine.snapshot(master_path).size_bytes
+    frame = spark.createDataFrame(table, arrow_to_spark(table.schema))
+    master_path = case.load_master(frame.repartition(4 * args.partitions))
+    master_bytes = case.engine.snapshot(master_path).size_bytes
     keys = np.unique(table.column(spec["key"]).to_numpy())
     rng = np.random.default_rng(42)
     sampler = ZipfSampler(keys, z, rng)  # one ranking: the same keys stay hot in every batch
-    bronze = layout.bronze("s")
-    engine.create_table(bronze, bronze_schema(config.streams["s"]))
-    stream_schema = bronze_schema(config.streams["s"])
+    bronze = case.create_bronze()
+    stream_schema = bronze_schema(case.config.streams["s"])
     warmup = 3 * args.partitions
     timings: dict[str, list[float]] = {m: [] for m in MODES}
     for step in range(args.steps):
         sampled = sampler.draw(args.batch)
-        batch = pa.table(
-            {
-                "sid": pa.array(np.arange(step * args.batch, (step + 1) * args.batch), pa.int64()),
-                spec["stream_key"]: pa.array(sampled, pa.int64()),
-                "payload": pa.array(rng.random(args.batch)),
-                "ts": pa.array(
-                    [dt.datetime(2024, 1, 1)] * args.batch, pa.timestamp("us", tz="UTC")
-                ),
-                "_source_file": pa.array([f"bench-{step}"] * args.batch),
-                "_batch_id": pa.array([step] * args.batch, pa.int64()),
-            }
-        )
-        engine.append(
+        batch = stream_batch(spec, step * args.batch, sampled, rng.random(args.batch), step)
+        case.engine.append(
             bronze, spark.createDataFrame(batch, stream_schema), AppTransaction("bench", step)
         )
         for mode in MODES:
             started = time.perf_counter()
-            runner.run_stage_step(config.stage(mode), f"step{step}")
+            case.runner.run_stage_step(case.config.stage(mode), f"step{step}")
             if step >= warmup:
                 timings[mode].append(time.perf_counter() - started)
         logger.info("%s z=%s step %d/%d done", master, z, step + 1, args.steps)
     result = {"master": master, "z": z, "master_bytes": master_bytes, "root": str(root)}
-    metrics: dict[str, dict[int, dict[str, float]]] = {}
-    for metric in store.metrics():
-        metrics.setdefault(metric.stage, {}).setdefault(metric.step, {})[metric.name] = metric.value
+    metrics = case.metrics()
     measured_steps = args.steps - warmup
     for mode in MODES:
         steps = [values for step, values in sorted(metrics[mode].items()) if step > warmup]
@@ -218,7 +260,7 @@ def run_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace)
         }
     except ValueError:
         result["cost_model"] = None
-    store.dispose()
+    case.store.dispose()
     return result
 
 
@@ -275,9 +317,6 @@ def memory_config(root: Path, master: str, partitions: int, budget: int) -> dict
     return config
 
 
-MEMORY_MODES = ("meshjoin", "ssbj")
-
-
 def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
     """Equal memory M for MESHJOIN and SSBJ over one backlog; service rate and state."""
     from pipeline.row_bytes import measured_row_bytes
@@ -290,48 +329,30 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     v_r = measured_row_bytes(frame) or 1.0
     budget = int(args.memory_share * table.num_rows * v_r)
     k = args.memory_partitions
-    config = parse_config(memory_config(root, master, k, budget))
-    engine = EmbeddedDeltaEngine(spark)
-    store = StateStore(config.warehouse.resolved_state_store())
-    runner = PipelineRunner(config, spark, engine, store)
-    layout = WarehouseLayout.of(config)
-    master_path = layout.master(config, "m")
-    engine.create_table(master_path, schema, (), {"delta.enableChangeDataFeed": "true"})
+    case = Case.open(spark, memory_config(root, master, k, budget))
     # One file, as delta-rs and many small writers lay a dimension out: the scan copy must
     # still give every step |R|/k rows.
-    engine.append(master_path, frame.coalesce(1))
+    case.load_master(frame.coalesce(1))
     keys = np.unique(table.column(spec["key"]).to_numpy())
     rng = np.random.default_rng(42)
     sampler = ZipfSampler(keys, z, rng)
-    bronze = layout.bronze("s")
-    engine.create_table(bronze, bronze_schema(config.streams["s"]))
-    arrow_schema = DeltaTable(bronze).schema().to_arrow()
+    bronze = case.create_bronze()
+    arrow_schema = pa.schema(DeltaTable(bronze).schema().to_arrow())
     for start in range(0, args.backlog, args.commit):
         n = min(args.commit, args.backlog - start)
-        batch = pa.table(
-            {
-                "sid": pa.array(np.arange(start, start + n), pa.int64()),
-                spec["stream_key"]: pa.array(sampler.draw(n), pa.int64()),
-                "payload": pa.array(rng.random(n)),
-                "ts": pa.array([dt.datetime(2024, 1, 1)] * n, pa.timestamp("us", tz="UTC")),
-                "_source_file": pa.array([f"bench-{start}"] * n),
-                "_batch_id": pa.array([start] * n, pa.int64()),
-            }
-        )
-        write_deltalake(bronze, batch.cast(pa.schema(arrow_schema)), mode="append")
+        batch = stream_batch(spec, start, sampler.draw(n), rng.random(n), start)
+        write_deltalake(bronze, batch.cast(arrow_schema), mode="append")
     warmup = 3 * k
     steps = warmup + args.memory_measured_cycles * k
     timings: dict[str, list[float]] = {m: [] for m in MEMORY_MODES}
     for step in range(steps):
         for mode in MEMORY_MODES:
             started = time.perf_counter()
-            runner.run_stage_step(config.stage(mode), f"step{step}")
+            case.runner.run_stage_step(case.config.stage(mode), f"step{step}")
             if step >= warmup:
                 timings[mode].append(time.perf_counter() - started)
         logger.info("memory %s z=%s step %d/%d done", master, z, step + 1, steps)
-    metrics: dict[str, dict[int, dict[str, float]]] = {}
-    for metric in store.metrics():
-        metrics.setdefault(metric.stage, {}).setdefault(metric.step, {})[metric.name] = metric.value
+    metrics = case.metrics()
     result: dict = {"master": master, "z": z, "budget": budget, "k": k, "rows": table.num_rows}
     for mode in MEMORY_MODES:
         measured = [v for step, v in sorted(metrics[mode].items()) if step > warmup]
@@ -346,7 +367,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
             "bytes_read": statistics.mean(s.get("master_bytes_read", 0) for s in measured),
             "bytes_read_max": max(s.get("master_bytes_read", 0) for s in measured),
         }
-    store.dispose()
+    case.store.dispose()
     return result
 
 
@@ -394,22 +415,15 @@ def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -
     """Jobs, commits and seconds per step for every mode, with input and idle."""
     spec = MASTERS[master]
     root = Path(tempfile.mkdtemp(prefix=f"ssbj-anatomy-{master}-"))
-    config = parse_config(build_config(root, master, args.partitions))
-    engine = EmbeddedDeltaEngine(spark)
-    store = StateStore(config.warehouse.resolved_state_store())
-    runner = PipelineRunner(config, spark, engine, store)
-    layout = WarehouseLayout.of(config)
+    case = Case.open(spark, build_config(root, master, args.partitions))
+    layout = case.layout
     table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
-    schema = arrow_to_spark(table.schema)
-    master_path = layout.master(config, "m")
-    engine.create_table(master_path, schema, (), {"delta.enableChangeDataFeed": "true"})
-    engine.append(master_path, spark.createDataFrame(table, schema).coalesce(1))
+    case.load_master(spark.createDataFrame(table, arrow_to_spark(table.schema)).coalesce(1))
     sampler = ZipfSampler(
         np.unique(table.column(spec["key"]).to_numpy()), 1.0, np.random.default_rng(7)
     )
-    bronze = layout.bronze("s")
-    engine.create_table(bronze, bronze_schema(config.streams["s"]))
-    arrow_schema = DeltaTable(bronze).schema().to_arrow()
+    bronze = case.create_bronze()
+    arrow_schema = pa.schema(DeltaTable(bronze).schema().to_arrow())
     tracker = spark.sparkContext.statusTracker()
     rows: list[dict] = []
     warm = 3 * args.partitions
@@ -417,17 +431,8 @@ def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -
         idle = step >= warm + args.partitions  # the last cycle: no new input
         if not idle:
             n = args.batch
-            batch = pa.table(
-                {
-                    "sid": pa.array(np.arange(step * n, (step + 1) * n), pa.int64()),
-                    spec["stream_key"]: pa.array(sampler.draw(n), pa.int64()),
-                    "payload": pa.array(np.zeros(n)),
-                    "ts": pa.array([dt.datetime(2024, 1, 1)] * n, pa.timestamp("us", tz="UTC")),
-                    "_source_file": pa.array([f"a-{step}"] * n),
-                    "_batch_id": pa.array([step] * n, pa.int64()),
-                }
-            )
-            write_deltalake(bronze, batch.cast(pa.schema(arrow_schema)), mode="append")
+            batch = stream_batch(spec, step * n, sampler.draw(n), np.zeros(n), step)
+            write_deltalake(bronze, batch.cast(arrow_schema), mode="append")
         for mode in MODES:
             stage_tables = Path(layout.operator_state(mode, "x")).parent
             output = Path(layout.output(f"out_{mode}"))
@@ -435,7 +440,7 @@ def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -
             group = f"{mode}-{step}"
             spark.sparkContext.setJobGroup(group, group)
             started = time.perf_counter()
-            runner.run_stage_step(config.stage(mode), f"a{step}")
+            case.runner.run_stage_step(case.config.stage(mode), f"a{step}")
             seconds = time.perf_counter() - started
             if step >= warm:
                 rows.append(
@@ -449,7 +454,7 @@ def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -
                 )
         logger.info("anatomy %s step %d done", master, step + 1)
     spark.sparkContext.setJobGroup("", "")
-    store.dispose()
+    case.store.dispose()
     return rows
 
 
