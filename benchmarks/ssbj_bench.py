@@ -396,9 +396,13 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
         "|---|---|---|",
     ]
     for r in results:
-        lines.append(
-            f"| {r['master']} | {r['z']:g} | {r['ssbj']['rate'] / r['meshjoin']['rate']:.2f}x |"
+        ssbj_rate, mesh_rate = r["ssbj"]["rate"], r["meshjoin"]["rate"]
+        ratio = (
+            f"{ssbj_rate / mesh_rate:.2f}x"
+            if ssbj_rate and mesh_rate
+            else "void: a mode had no input in the measured steps (raise --backlog)"
         )
+        lines.append(f"| {r['master']} | {r['z']:g} | {ratio} |")
     return "\n".join(lines)
 
 
