@@ -30,7 +30,7 @@ PG_INITDB   := /usr/lib/postgresql/*/bin/initdb
 DELTA_JARS_DIR := var/jars
 DELTA_JARS     := io.delta:delta-spark_4.1_2.13:4.4.0 io.delta:delta-storage:4.4.0
 
-.PHONY: setup jars browser-deps postgres-deps demo test lint typecheck unit bench clean
+.PHONY: setup jars browser-deps postgres-deps demo spark-server test lint typecheck unit bench clean
 
 setup: $(STAMP) jars
 
@@ -81,6 +81,12 @@ $(DOCS_ASSETS)/.fetched:
 
 demo: setup
 	$(PY) -m pipeline.demo_run
+
+# A warm Spark Connect server for commands whose config sets spark.remote (or SPARK_REMOTE);
+# runs in the foreground until Ctrl-C. CONFIG picks the master, settings and address.
+CONFIG ?= configs/demo.yaml
+spark-server: setup
+	$(VENV)/bin/enrich --config $(CONFIG) spark-server
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -14,6 +14,9 @@
     enrich [--config FILE] generate-dag --out FILE   (and quality_report_<name>.py beside it)
     enrich [--config FILE] maintain [--retention-hours H]   vacuum every table, keeping
                                                   the versions the pipeline pins
+    enrich [--config FILE] spark-server [--host H --port P --log FILE]
+                                                  run a Spark Connect server in the
+                                                  foreground (spark.remote points at it)
 
 Every command that writes holds the pipeline's lease while it runs (one writer at a time);
 ``--wait SECONDS`` waits that long for another run's lease.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING
 from common.errors import ConfigError, EnrichmentError, ValidationFailedError
 
 if TYPE_CHECKING:
+    from pipeline.config import PipelineConfig
     from pipeline.context import PipelineContext
 
 logger = logging.getLogger("enrich")
@@ -76,6 +81,9 @@ class JobArgs:
     publish: bool = False
     retention_hours: float | None = None
     wait_seconds: float = 0.0
+    host: str | None = None
+    port: int | None = None
+    log: Path | None = None
 
 
 def _timestamp(text: str) -> datetime:
@@ -144,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="override warehouse.vacuum_retention_hours for this run",
     )
+    server = commands.add_parser(
+        "spark-server",
+        help="run a Spark Connect server in the foreground for commands with spark.remote",
+    )
+    server.add_argument("--host", default=None, help="default: spark.remote's, else 127.0.0.1")
+    server.add_argument(
+        "--port", type=int, default=None, help="default: spark.remote's, else 15002"
+    )
+    server.add_argument("--log", type=Path, default=None, help="the server's log file")
     return parser
 
 
@@ -170,6 +187,9 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         publish=getattr(ns, "publish", False),
         retention_hours=getattr(ns, "retention_hours", None),
         wait_seconds=ns.wait,
+        host=getattr(ns, "host", None),
+        port=getattr(ns, "port", None),
+        log=getattr(ns, "log", None),
     )
     return args, ns.log_level
 
@@ -217,6 +237,8 @@ def _dispatch(args: JobArgs) -> int:
             print(f"wrote {path}")
         return EXIT_OK
 
+    if args.command == "spark-server":
+        return _serve_spark(config, args)
     if args.command == "status":
         from pipeline.status import pipeline_status
         from warehouse.state_store import StateStore
@@ -270,6 +292,48 @@ def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
     if args.command == "maintain":
         return pipeline.execute(args.command, args.run_id, echo=print)
     return pipeline.execute(args.command, args.run_id, args.start, args.end, args.stage)
+
+
+def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
+    """Run a Spark Connect server with the config's master and settings until stopped."""
+    from warehouse.connect_server import (
+        DEFAULT_HOST,
+        DEFAULT_PORT,
+        ConnectServer,
+        ConnectServerSettings,
+        RemoteAddress,
+        parse_remote,
+    )
+
+    configured = (
+        parse_remote(config.spark.remote)
+        if config.spark.remote
+        else RemoteAddress(DEFAULT_HOST, DEFAULT_PORT)
+    )
+    if args.port is not None and not 0 < args.port < 65536:
+        raise ConfigError(f"--port must be a TCP port (1-65535), got {args.port}")
+    address = RemoteAddress(args.host or configured.host, args.port or configured.port)
+    settings = ConnectServerSettings(
+        address=address,
+        master=config.spark.master,
+        conf=config.spark.conf,
+        app_name=f"enrich-{config.name}-connect",
+        log_file=args.log,
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    with ConnectServer(settings) as server:
+        print(f"Spark Connect server at {server.url} (log {server.log_path}); Ctrl-C stops it")
+        print(f"point commands at it: `spark.remote: {server.url}` or SPARK_REMOTE={server.url}")
+        try:
+            code = server.wait()
+        except KeyboardInterrupt:
+            return EXIT_OK
+    logger.error("the Spark Connect server exited with code %s", code)
+    return EXIT_ERROR
 
 
 def _format_status(status: dict[str, object]) -> str:

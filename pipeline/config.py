@@ -113,6 +113,23 @@ class WarehouseConfig(Strict):
 class SparkConfig(Strict):
     master: str = "local[2]"
     conf: dict[str, str] = Field(default_factory=dict)
+    remote: str | None = Field(
+        default=None,
+        description=(
+            "a Spark Connect server, sc://host:port: every command connects to it instead of "
+            "starting Spark in-process (start one with `enrich spark-server`); "
+            "SPARK_REMOTE sets it when the key is absent"
+        ),
+    )
+
+    @field_validator("remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            from warehouse.connect_server import parse_remote
+
+            parse_remote(value)  # a ValueError names what is wrong with the URL
+        return value
 
 
 class ScheduleConfig(Strict):

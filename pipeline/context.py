@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 
@@ -140,11 +140,12 @@ def open_pipeline(
     config: PipelineConfig, spark: SparkSession | None = None
 ) -> Iterator[PipelineContext]:
     """Assemble the pipeline; the Spark session is reused if one is active."""
-    session = spark or build_session(
-        SparkSettings(
-            app_name=f"enrich-{config.name}", master=config.spark.master, conf=config.spark.conf
-        )
+    settings = SparkSettings(
+        app_name=f"enrich-{config.name}", master=config.spark.master, conf=config.spark.conf
     )
+    if config.spark.remote is not None:  # else SparkSettings falls back to SPARK_REMOTE
+        settings = replace(settings, remote=config.spark.remote)
+    session = spark or build_session(settings)
     engine = open_engine(session, config.warehouse.engine)
     store = StateStore(config.warehouse.resolved_state_store())
     try:

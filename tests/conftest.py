@@ -44,6 +44,7 @@ def spark() -> Iterator[SparkSession]:
                 "spark.sql.shuffle.partitions": "2",
                 "spark.driver.memory": "2g",
             },
+            remote=None,  # in-process even if SPARK_REMOTE is exported
         )
     )
     if jars and not has_delta_jars(session):

@@ -20,8 +20,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from pyspark.sql import SparkSession
+
+from common.errors import ConfigError
+from warehouse.connect_server import SparkServerError
 
 logger = logging.getLogger(__name__)
 
@@ -120,17 +124,27 @@ class SparkSettings:
     """Where Spark runs and which extra settings it gets.
 
     ``master`` defaults to an embedded ``local[2]``; point it at ``spark://host:7077`` (or set
-    ``SPARK_MASTER``) to scale out without changing any job code.
+    ``SPARK_MASTER``) to scale out without changing any job code. ``remote``
+    (``sc://host:port``, or ``SPARK_REMOTE``) connects to a running Spark Connect server
+    instead, and then ``master`` and the static settings are the server's.
     """
 
     app_name: str = "enrichment"
     master: str = field(default_factory=lambda: os.environ.get("SPARK_MASTER", "local[2]"))
     conf: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = field(default_factory=lambda: os.environ.get("SPARK_REMOTE") or None)
+
+
+def is_connect(session: Any) -> bool:
+    """True for a Spark Connect client session (it has no JVM on this side)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Return the active session, or build one with the product's required settings."""
     settings = settings or SparkSettings()
+    if settings.remote:
+        return _connect_session(settings, settings.remote)
     # Python workers must run this interpreter (its packages: pyarrow, numpy), not whatever
     # "python3" is first on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -154,12 +168,72 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     return session
 
 
+def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
+    """A Spark Connect session to ``remote`` with the product's session settings.
+
+    Runtime SQL settings are set per session; static ones (``spark.hadoop.*``, memory, jars)
+    are the server's, so a server started without the required ones is reported once.
+    """
+    from pyspark.errors import PySparkException
+
+    from warehouse.connect_server import parse_remote, port_answers
+
+    address = parse_remote(remote)
+    # The client retries an unreachable server for minutes; a closed port is known at once.
+    if not port_answers(address, timeout=2.0):
+        raise SparkServerError(
+            f"no Spark Connect server answers at {address.url}; start one with "
+            "`enrich spark-server` (or `make spark-server`), or remove spark.remote / "
+            "SPARK_REMOTE to run Spark in-process"
+        )
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        raise ConfigError(
+            f"spark.remote is {address.url}, but this process already runs an in-process Spark "
+            "session; pyspark allows one kind per process, so run the command in a process "
+            "of its own"
+        )
+    try:
+        session = SparkSession.builder.remote(address.url).appName(settings.app_name).getOrCreate()
+        for key, value in {**settings.conf, **REQUIRED_CONF}.items():
+            if key.startswith("spark.sql.") and not _is_static_sql(key):
+                session.conf.set(key, value)
+        missing = {
+            key: value
+            for key, value in REQUIRED_CONF.items()
+            if key.startswith("spark.hadoop.") and session.conf.get(key, None) != value
+        }
+    except PySparkException as e:
+        raise SparkServerError(
+            f"cannot use the Spark Connect server at {address.url}: {e}; start one with "
+            "`enrich spark-server` (or `make spark-server`)"
+        ) from e
+    if missing:
+        logger.warning(
+            "the Spark Connect server at %s was started without %s: Spark may leave "
+            "checksum and _SUCCESS files in table folders (`enrich spark-server` sets them)",
+            address.url,
+            ", ".join(f"{k}={v}" for k, v in missing.items()),
+        )
+    logger.info("spark connect session %s at %s", session.version, address.url)
+    return cast(SparkSession, session)
+
+
+def _is_static_sql(key: str) -> bool:
+    return key in ("spark.sql.extensions", "spark.sql.warehouse.dir") or key.startswith(
+        "spark.sql.catalog."
+    )
+
+
 def has_delta_jars(session: SparkSession) -> bool:
     """True when the delta-spark JVM classes are on the driver's classpath.
 
     Jars on ``spark.jars`` live in Spark's own class loader, not in the JVM's system one, so
     the lookup goes through Spark's (``Class.forName`` alone would miss them).
     """
+    if is_connect(session):
+        return False  # no JVM on this side; over Connect the embedded engine writes Delta
     jvm = session._jvm
     if jvm is None:
         return False

@@ -1,4 +1,4 @@
-"""The demo pipeline on each Delta engine, and every table it writes equal across the two.
+"""The demo pipeline on each Delta engine and over Spark Connect: every table it writes equal.
 
 The demo config (configs/demo.yaml) trimmed to its orders stream: the SSBJ stage
 orders_customer feeding the A-DSP stage orders_promotions, both with their quality gates.
@@ -9,13 +9,23 @@ that interval (which replaces its silver partitions, audits and publishes them).
 table the pipeline owns (masters, bronze, silver, gold, quarantine) is read back with
 delta-rs on its own, an engine-independent reader, and compared as a multiset across the
 engines.
+
+A third run uses the embedded engine through a Spark Connect server started on loopback by
+``enrich spark-server``: every command runs in its own process and connects to that warm
+server, as the DAG's tasks do with ``spark.remote``. Its tables must equal the in-process
+runs' tables too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
+import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +68,20 @@ def table_rows(path: str, folder: Path) -> tuple[list[str], list[tuple]]:
     ]
 
 
-def run_pipeline(engine: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Run the demo on ``engine`` under ``folder``; the rows of every table it owns."""
+def run_pipeline(
+    engine: str, folder: Path, monkeypatch: pytest.MonkeyPatch, remote: str | None = None
+) -> dict[str, Any]:
+    """Run the demo on ``engine`` under ``folder``; the rows of every table it owns.
+
+    With ``remote`` each command is a child process connected to that Spark Connect server.
+    """
     folder.mkdir(parents=True)
     monkeypatch.chdir(folder)  # the demo config's relative paths now land in folder
     raw = yaml.safe_load(CONFIG.read_text())
     raw["warehouse"]["engine"] = engine
+    if remote is not None:
+        raw["spark"]["remote"] = remote
+        engine = f"{engine} over Connect"
     raw["expectations_dir"] = str(REPO_ROOT / "expectations")
     del raw["streams"]["lineitem"], raw["masters"]["partsupp"], raw["quality"][LINEITEM]
     raw["stages"] = [s for s in raw["stages"] if s["output"] != LINEITEM]
@@ -73,7 +91,17 @@ def run_pipeline(engine: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
     def step(*args: str) -> None:
         started = time.monotonic()
-        assert enrich([*base, *args]) == 0, f"{engine}: enrich {' '.join(args)} failed"
+        if remote is None:
+            assert enrich([*base, *args]) == 0, f"{engine}: enrich {' '.join(args)} failed"
+        else:
+            done = subprocess.run(
+                [sys.executable, "-m", "jobs.enrich", *base, *args],
+                cwd=folder,
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, f"{engine}: enrich {args}: {done.stderr[-3000:]}"
         print(f"{engine}: enrich {args[0]} {time.monotonic() - started:.1f}s")
 
     demo = ["demo-data", "--scale", SCALE, "--intervals", str(INTERVALS)]
@@ -106,22 +134,74 @@ def run_pipeline(engine: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> 
     }
 
 
-def test_demo_pipeline_writes_the_same_tables_on_both_engines(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def port_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``enrich spark-server`` on a free loopback port, as an operator would run it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    config = tmp_path / "server.yaml"
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["spark"]["conf"] = {**raw["spark"]["conf"], "spark.driver.memory": "1g"}
+    config.write_text(yaml.safe_dump(raw))
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "jobs.enrich", "--config", str(config), "spark-server"),
+            *("--port", str(port), "--log", str(tmp_path / "server.log")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while not port_answers(port):
+        assert server.poll() is None, f"enrich spark-server exited: {server.communicate()[0]}"
+        assert time.monotonic() < deadline, "enrich spark-server did not listen within 180s"
+        time.sleep(0.5)
+    try:
+        yield server, f"sc://127.0.0.1:{port}"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_demo_pipeline_writes_the_same_tables_on_both_engines_and_over_connect(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_server: tuple[subprocess.Popen[str], str],
 ) -> None:
+    server, url = spark_server
     results = {
         engine: run_pipeline(engine, tmp_path / engine, monkeypatch)
         for engine in ("embedded", "native")
     }
-    embedded, native = results["embedded"], results["native"]
+    results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url)
+    embedded = results["embedded"]
 
-    assert sorted(embedded) == sorted(native)
     for name in ("bronze orders", "gold orders_customer", "gold orders_enriched"):
         assert embedded[name][1], f"{name} is empty: the comparison would prove nothing"
-    for name in sorted(embedded):
-        columns, rows = embedded[name]
-        assert native[name][0] == columns, name
-        try:
-            assert_same_multiset(native[name][1], rows)
-        except AssertionError as e:
-            raise AssertionError(f"{name} differs between the engines: {e}") from e
+    for other in ("native", "connect"):
+        assert sorted(results[other]) == sorted(embedded), other
+        for name in sorted(embedded):
+            columns, rows = embedded[name]
+            assert results[other][name][0] == columns, f"{other}: {name}"
+            try:
+                assert_same_multiset(results[other][name][1], rows)
+            except AssertionError as e:
+                raise AssertionError(f"{name} differs between embedded and {other}: {e}") from e
+
+    # The operator's way to stop the server: SIGTERM, a clean exit, the port closed.
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=60) == 0, server.communicate()[0]
+    assert not port_answers(int(url.rsplit(":", 1)[1]))

@@ -245,10 +245,16 @@ def live_rows_added(
 
 def open_engine(session: SparkSession, choice: EngineChoice = "auto") -> DeltaEngine:
     """Return the engine for ``choice``; ``auto`` prefers native delta-spark when present."""
-    from warehouse.spark import has_delta_jars
+    from warehouse.spark import has_delta_jars, is_connect
 
     if choice not in ("auto", "embedded", "native"):
         raise ConfigError(f"delta engine must be auto, embedded or native, got {choice!r}")
+    if choice == "native" and is_connect(session):
+        raise ConfigError(
+            "warehouse.engine: native drives delta-spark's JVM classes from the driver, which a "
+            "Spark Connect client does not have; use engine 'auto' or 'embedded' with "
+            "spark.remote (they write Delta with delta-rs and Spark's Parquet writer)"
+        )
     native_available = has_delta_jars(session)
     if choice == "native" and not native_available:
         raise ConfigError(

@@ -622,7 +622,7 @@ class EmbeddedDeltaEngine:
     def _write_files(self, root: str, data: DataFrame, partitions: list[str]) -> _Written:
         prefix = uuid.uuid4().hex[:20]
         staging = f"{root.rstrip('/')}/{prefix}"
-        writer = data.write.mode("errorifexists")
+        writer = data.write.mode("error")  # "errorifexists" is not a Connect mode
         if partitions:
             writer = writer.partitionBy(*partitions)
         writer.parquet(staging)

@@ -1,0 +1,243 @@
+"""A Spark Connect server the pipeline's commands share: one warm JVM instead of one per task.
+
+Spark 4 ships the server in pyspark's own jars (``spark-connect_2.13``); it is started with
+``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``. The command
+built here gives it what :func:`warehouse.spark.build_session` gives an in-process session:
+
+- the settings every job relies on (``REQUIRED_CONF``: UTC, INT64 timestamps, the raw local
+  file system, no ``_SUCCESS`` markers); the ``spark.hadoop.*`` ones are static, so a client
+  cannot set them later and they must be on the server's command line;
+- the embedded defaults and the config's ``spark.conf``, and the delta-spark jars when
+  ``make jars`` fetched them;
+- Python workers running this interpreter, so the UDF code (``joins``, ``cache``) imports
+  as it does in-process.
+
+``ConnectServer`` starts it on a loopback (or given) address, waits until the port answers,
+and stops the whole process group on exit. ``enrich spark-server`` runs it in the foreground.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import urlsplit
+
+from common.errors import EnrichmentError
+
+logger = logging.getLogger(__name__)
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 15002
+START_TIMEOUT_SECONDS = 180.0
+STOP_TIMEOUT_SECONDS = 30.0
+LOG_TAIL_LINES = 30
+
+
+class SparkServerError(EnrichmentError):
+    """The Spark Connect server did not start, or stopped while it was needed."""
+
+
+@dataclass(frozen=True)
+class RemoteAddress:
+    """Where a Spark Connect server listens, parsed from ``sc://host:port``."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+
+def parse_remote(url: str) -> RemoteAddress:
+    """``sc://host[:port][/;params]`` -> its address; ValueError naming what is wrong.
+
+    The port defaults to Spark Connect's 15002, as in pyspark's own client.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "sc":
+        raise ValueError(f"expected a Spark Connect URL sc://host:port, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"expected a port number in {url!r}: {e}") from e
+    if not parts.hostname:
+        raise ValueError(f"expected a host in the Spark Connect URL {url!r}")
+    return RemoteAddress(parts.hostname, DEFAULT_PORT if port is None else port)
+
+
+@dataclass(frozen=True)
+class ConnectServerSettings:
+    """How to run the server: its address, Spark master, extra settings and log file."""
+
+    address: RemoteAddress = field(
+        default_factory=lambda: RemoteAddress(DEFAULT_HOST, DEFAULT_PORT)
+    )
+    master: str = "local[2]"
+    conf: Mapping[str, str] = field(default_factory=dict)
+    app_name: str = "enrich-connect"
+    log_file: Path | None = None
+
+
+def spark_submit() -> Path:
+    """pyspark's own ``spark-submit`` script (the pip package ships Spark's launcher)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise SparkServerError("pyspark is not installed in this interpreter")
+    script = Path(spec.origin).parent / "bin" / "spark-submit"
+    if not script.is_file():
+        raise SparkServerError(f"expected pyspark's launcher at {script}; it is missing")
+    return script
+
+
+def server_command(settings: ConnectServerSettings) -> list[str]:
+    """The ``spark-submit`` command line that runs the server with the product's settings."""
+    from warehouse.spark import EMBEDDED_DEFAULTS, REQUIRED_CONF, delta_jars, with_delta_jars
+
+    conf = with_delta_jars({**EMBEDDED_DEFAULTS, **settings.conf}, delta_jars(), settings.master)
+    conf.update(REQUIRED_CONF)
+    conf["spark.connect.grpc.binding.address"] = settings.address.host
+    conf["spark.connect.grpc.binding.port"] = str(settings.address.port)
+    command = [
+        str(spark_submit()),
+        "--class",
+        SERVER_CLASS,
+        "--name",
+        settings.app_name,
+        "--master",
+        settings.master,
+    ]
+    for key, value in sorted(conf.items()):
+        command += ["--conf", f"{key}={value}"]
+    return [*command, "spark-internal"]
+
+
+def port_answers(address: RemoteAddress, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections at ``address``."""
+    try:
+        with socket.create_connection((address.host, address.port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class ConnectServer:
+    """A Spark Connect server process; a context manager that starts and stops it.
+
+    Start-up fails loudly: a port already taken, a server that exits, or one that does not
+    answer within ``START_TIMEOUT_SECONDS`` raise :class:`SparkServerError` with the tail of
+    its log.
+    """
+
+    def __init__(self, settings: ConnectServerSettings) -> None:
+        self.settings = settings
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_path = settings.log_file
+
+    @property
+    def url(self) -> str:
+        return self.settings.address.url
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._log_path
+
+    def start(self, timeout: float = START_TIMEOUT_SECONDS) -> ConnectServer:
+        address = self.settings.address
+        if port_answers(address):
+            raise SparkServerError(
+                f"cannot start a Spark Connect server on {address.host}:{address.port}: "
+                "something already listens there (another server? use it with "
+                f"spark.remote: {address.url}, or pick another port)"
+            )
+        command = server_command(self.settings)
+        if self._log_path is None:
+            self._log_path = Path(os.environ.get("TMPDIR", "/tmp")) / (
+                f"enrich-connect-{address.port}.log"
+            )
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        env.pop("SPARK_REMOTE", None)  # the server itself runs classic Spark
+        logger.info("starting Spark Connect server on %s (log %s)", address.url, self._log_path)
+        with open(self._log_path, "wb") as log:
+            # Its own process group: stop() ends the launcher and the JVM it forks together.
+            self._process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        started = time.monotonic()
+        while not port_answers(address):
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self._process = None
+                raise SparkServerError(
+                    f"the Spark Connect server exited with code {code} before it listened on "
+                    f"{address.url}; its log {self._log_path} ends with:\n{self.log_tail()}"
+                )
+            if time.monotonic() - started > timeout:
+                self.stop()
+                raise SparkServerError(
+                    f"the Spark Connect server did not listen on {address.url} within "
+                    f"{timeout:.0f}s; its log {self._log_path} ends with:\n{self.log_tail()}"
+                )
+            time.sleep(0.25)
+        logger.info(
+            "Spark Connect server listening on %s after %.1fs",
+            address.url,
+            time.monotonic() - started,
+        )
+        return self
+
+    def wait(self) -> int:
+        """Block until the server exits; its exit code."""
+        if self._process is None:
+            raise SparkServerError("the Spark Connect server was not started")
+        return self._process.wait()
+
+    def stop(self) -> None:
+        """Stop the server's process group: SIGTERM, then SIGKILL after a grace period."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            logger.warning("Spark Connect server ignored SIGTERM; killing it")
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        except ProcessLookupError:
+            pass  # it exited between poll() and the signal
+        logger.info("Spark Connect server on %s stopped", self.url)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return "(no log)"
+        text = self._log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def __enter__(self) -> ConnectServer:
+        return self if self._process is not None else self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
