@@ -50,6 +50,7 @@ from pyspark.sql import types as T
 
 from common.errors import BackfillIncompleteError, ConfigError, ValidationFailedError
 from common.faults import crash_point
+from common.phase_clock import optional_phase
 from joins.columns import INTERVAL_START
 from joins.ssbj import ENTRY_STEP
 from pipeline.config import EquiStage, QualityConfig, ThetaStage
@@ -513,12 +514,13 @@ class AuditPublisher:
         from quality.suites import load_suite
 
         directory = Path(self.config.expectations_dir)
-        return [
-            self.gate.validate(
-                table, load_suite(directory, name, quality), staged, run_id, views=views
-            )
-            for name in quality.suites
-        ]
+        with optional_phase(self.engine.clock, "validate"):  # GX's start-up included
+            return [
+                self.gate.validate(
+                    table, load_suite(directory, name, quality), staged, run_id, views=views
+                )
+                for name in quality.suites
+            ]
 
     def _publish(self, table: str, rows: DataFrame, txn: AppTransaction) -> int:
         path = self.layout.published(table)

@@ -8,6 +8,7 @@ succeeded and, if not, why.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -17,10 +18,12 @@ from functools import cached_property
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, EnrichmentError
+from common.phase_clock import PhaseClock
 from pipeline.audit import AuditPublisher
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
+from reports.series import TASK_PREFIX
 from warehouse.delta import DeltaEngine, open_engine
 from warehouse.lease import LeaseSettings, PipelineLease
 from warehouse.spark import SparkSettings, build_session
@@ -29,6 +32,7 @@ from warehouse.state_store import StateStore
 logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_PARTIAL = 0, 4
+SESSION_PHASE = "session_start"
 
 
 @dataclass
@@ -38,6 +42,8 @@ class PipelineContext:
     engine: DeltaEngine
     store: StateStore
     runner: PipelineRunner
+    session_seconds: float = 0.0
+    """How long building (or joining) the Spark session took, charged to the first task."""
 
     @property
     def layout(self) -> WarehouseLayout:
@@ -78,8 +84,13 @@ class PipelineContext:
         """
         kind = {"backfill": "backfill", "drain": "drain"}.get(command, "scheduled")
         # One ledger row per task of a run; metrics stay keyed by the run id itself.
-        ledger_id = f"{run_id}/{command}" + (f".{stage}" if stage else "")
+        task = f"{command}" + (f".{stage}" if stage else "")
+        ledger_id = f"{run_id}/{task}"
         self.store.start_run(ledger_id, kind, start, end)
+        clock = PhaseClock()
+        clock.add(SESSION_PHASE, self.session_seconds)
+        self.session_seconds = 0.0  # a second command in this process joined a warm session
+        self.engine.clock = clock
         try:
             code = self._execute(command, run_id, start, end, stage, echo)
         except EnrichmentError as e:
@@ -88,8 +99,24 @@ class PipelineContext:
         except Exception as e:
             self.store.finish_run(ledger_id, error=f"unexpected {type(e).__name__}: {e}")
             raise
+        finally:
+            self.engine.clock = None
+            self._record_timings(run_id, task, clock)
         self.store.finish_run(ledger_id, error=None if code == EXIT_OK else f"exit code {code}")
         return code
+
+    def _record_timings(self, run_id: str, task: str, clock: PhaseClock) -> None:
+        """Seconds per phase of this task, as ``task.<task>`` metrics of the run."""
+        seconds = {f"seconds.{phase}": value for phase, value in clock.seconds().items()}
+        seconds["seconds.total"] = sum(seconds.values())  # the same instant as the phases
+        logger.info(
+            "task %s of run %s took %.1fs: %s",
+            task,
+            run_id,
+            seconds["seconds.total"],
+            ", ".join(f"{k.removeprefix('seconds.')} {v:.1f}s" for k, v in sorted(seconds.items())),
+        )
+        self.store.record_metrics(run_id, f"{TASK_PREFIX}{task}", 0, seconds)
 
     def _execute(
         self,
@@ -145,12 +172,19 @@ def open_pipeline(
     )
     if config.spark.remote is not None:  # else SparkSettings falls back to SPARK_REMOTE
         settings = replace(settings, remote=config.spark.remote)
+    started = time.perf_counter()
     session = spark or build_session(settings)
+    session_seconds = time.perf_counter() - started
     engine = open_engine(session, config.warehouse.engine)
     store = StateStore(config.warehouse.resolved_state_store())
     try:
         yield PipelineContext(
-            config, session, engine, store, PipelineRunner(config, session, engine, store)
+            config,
+            session,
+            engine,
+            store,
+            PipelineRunner(config, session, engine, store),
+            session_seconds,
         )
     finally:
         store.dispose()

@@ -14,9 +14,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reports.series import RunPoint, stage_series
+from reports.series import RunPoint, phase_series, stage_series
 
-PLOT_IDS = ("cache-hit-rate", "pending-state", "master-bytes", "rows", "validation")
+PLOT_IDS = (
+    "cache-hit-rate",
+    "pending-state",
+    "master-bytes",
+    "rows",
+    "validation",
+    "task-seconds",
+)
 
 
 def _svg(figure: Any) -> str:
@@ -58,6 +65,29 @@ def _line_plot(
         return _svg(figure)
     finally:
         plt.close(figure)
+
+
+TIMED_RUNS = 5  # the task-timing table shows the latest runs; the plot shows them all
+
+
+def _task_table(points: Sequence[RunPoint]) -> list[str]:
+    """One row per task of the latest runs: seconds in total and per phase."""
+    phases = sorted({p for point in points for t in point.task_seconds.values() for p in t})
+    phases = [p for p in phases if p != "total"]
+    rows = [(p.run_id, task, t) for p in points for task, t in sorted(p.task_seconds.items())]
+    out = [f"<h2>Task timings (latest {len(points)} run(s))</h2>"]
+    if not rows:
+        return [*out, "<p>No task timings recorded in this range.</p>"]
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in phases)
+    out.append(f"<table id='task-timings'><tr><th>run</th><th>task</th><th>total</th>{head}</tr>")
+    for run_id, task, seconds in rows:
+        cells = "".join(f"<td>{seconds.get(p, 0.0):.1f}</td>" for p in phases)
+        out.append(
+            f"<tr><td>{html.escape(run_id)}</td><td>{html.escape(task)}</td>"
+            f"<td>{seconds.get('total', 0.0):.1f}</td>{cells}</tr>"
+        )
+    out.append("</table>")
+    return out
 
 
 def render_report(
@@ -106,6 +136,13 @@ def render_report(
             "batches",
             bars=True,
         ),
+        "task-seconds": _line_plot(
+            "Where each run's time went (seconds, all tasks)",
+            labels,
+            phase_series(points),
+            "seconds",
+            bars=True,
+        ),
     }
     window = f"{start.isoformat() if start else 'beginning'} to {end.isoformat() if end else 'now'}"
     failing_runs = [p for p in points if p.batches_failed]
@@ -118,6 +155,7 @@ def render_report(
         body.append("<p class='empty'>No runs in this range.</p>")
     for plot_id, svg in plots.items():
         body.append(f"<section class='plot' id='{plot_id}'>{svg}</section>")
+    body.extend(_task_table(points[-TIMED_RUNS:]))
     body.append("<h2>Failed validations</h2>")
     if failing_runs:
         body.append("<ul>")

@@ -6,6 +6,7 @@ Pure functions over plain records: the metrics every step and audit records
 - cache hit rate per SSBJ stage: cache hits over tuples in, over the run's steps;
 - pending-state size per SSBJ stage: H_S rows and bytes after the run's last step;
 - master bytes read per stage, summed over the run's steps;
+- seconds per task and phase (session start, write, commit, validate, other);
 - rows in (loaded by ingestion), out (written by stages), quarantined (by ingestion and
   by the audit);
 - validation: batches that passed and failed their suites.
@@ -65,6 +66,11 @@ class RunPoint:
     batches_passed: int = 0
     batches_failed: int = 0
     failed_tables: list[str] = field(default_factory=list)
+    task_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``{task: {phase: seconds}}`` for each task of the run (``total`` included)."""
+
+
+TASK_PREFIX = "task."  # metrics of a task's timings: stage "task.<command>[.<stage>]"
 
 
 def _aware(moment: datetime) -> datetime:
@@ -104,6 +110,8 @@ def _reduce(run_id: str, at: datetime, records: list[MetricRecord]) -> RunPoint:
     tuples: dict[str, float] = defaultdict(float)
     last_step: dict[str, int] = {}
     for (stage, step), values in sorted(by_step.items()):
+        if stage.startswith(TASK_PREFIX):
+            continue  # summed record by record below: a retried task records twice
         if stage.startswith("ingest."):
             point.rows_in += values.get("records_loaded", 0.0)
             point.rows_quarantined += values.get("records_quarantined", 0.0)
@@ -128,6 +136,11 @@ def _reduce(run_id: str, at: datetime, records: list[MetricRecord]) -> RunPoint:
                 point.pending_bytes[stage] = values.get("pending_bytes", 0.0)
     for stage, total in tuples.items():
         point.cache_hit_rate[stage] = hits[stage] / total if total else 0.0
+    for m in records:
+        if m.stage.startswith(TASK_PREFIX) and m.name.startswith("seconds."):
+            phases = point.task_seconds.setdefault(m.stage.removeprefix(TASK_PREFIX), {})
+            phase = m.name.removeprefix("seconds.")
+            phases[phase] = phases.get(phase, 0.0) + m.value
     return point
 
 
@@ -135,3 +148,13 @@ def stage_series(points: list[RunPoint], attribute: str) -> Mapping[str, list[fl
     """``{stage: [value per run]}`` for a per-stage attribute; None where a run lacks it."""
     stages = sorted({s for p in points for s in getattr(p, attribute)})
     return {s: [getattr(p, attribute).get(s) for p in points] for s in stages}
+
+
+def phase_series(points: list[RunPoint]) -> Mapping[str, list[float | None]]:
+    """``{phase: [seconds per run, summed over the run's tasks]}``, ``total`` left out."""
+    phases = sorted(
+        {ph for p in points for t in p.task_seconds.values() for ph in t if ph != "total"}
+    )
+    return {
+        ph: [sum(t.get(ph, 0.0) for t in p.task_seconds.values()) for p in points] for ph in phases
+    }

@@ -71,7 +71,17 @@ def test_run_status_and_report(
     report = Path(printed.split(" (")[0])
     assert printed.strip().endswith("(1 run(s))")
     html = report.read_text()
-    assert html.count("<svg") == 5 and "Run report: demo" in html
+    assert html.count("<svg") == 6 and "Run report: demo" in html
+    # The ingest task's timings: the phases it went through add up to its wall time.
+    store = StateStore(load_config(Path(config)).warehouse.resolved_state_store())
+    try:
+        timed = {m.name: m.value for m in store.metrics("r1") if m.stage == "task.ingest"}
+    finally:
+        store.dispose()
+    assert timed["seconds.total"] > 0 and timed["seconds.write"] > 0, timed
+    phases = sum(v for k, v in timed.items() if k != "seconds.total")
+    assert phases == pytest.approx(timed["seconds.total"], rel=1e-6)
+    assert "<td>r1</td><td>ingest</td>" in html.split("id='task-timings'>", 1)[1]
 
 
 def test_a_second_writer_waits_for_or_is_refused_the_lease(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from reports.html_report import PLOT_IDS, render_report
-from reports.series import run_points, stage_series
+from reports.series import phase_series, run_points, stage_series
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -47,6 +47,12 @@ def metrics() -> list[M]:
         M("b", "ingest.orders", 0, "records_loaded", 10),
         M("b", "quality.out", 4, "batch_failed", 0),
         M("adhoc", "s1", 3, "output_rows", 5, recorded_at=datetime(2026, 1, 2, tzinfo=UTC)),
+        M("a", "task.run", 0, "seconds.session_start", 4.0),
+        M("a", "task.run", 0, "seconds.write", 2.5),
+        M("a", "task.run", 0, "seconds.total", 7.0),
+        M("a", "task.validate", 0, "seconds.validate", 3.0),
+        M("a", "task.validate", 0, "seconds.total", 3.5),
+        M("a", "task.validate", 0, "seconds.total", 1.5),  # a retried task's second attempt
     ]
 
 
@@ -63,6 +69,16 @@ def test_one_point_per_run_with_rates_sums_and_last_pending() -> None:
     assert (a.rows_in, a.rows_out, a.rows_quarantined) == (100, 80, 82)
     assert (a.batches_failed, a.failed_tables, b.batches_passed) == (1, ["out"], 1)
     assert stage_series(points, "pending_rows") == {"s1": [20, None, None]}
+    # Task timings are their own series, never a stage's.
+    assert a.task_seconds == {
+        "run": {"session_start": 4.0, "write": 2.5, "total": 7.0},
+        "validate": {"validate": 3.0, "total": 5.0},
+    }
+    assert phase_series(points) == {
+        "session_start": [4.0, 0.0, 0.0],
+        "validate": [3.0, 0.0, 0.0],
+        "write": [2.5, 0.0, 0.0],
+    }
 
 
 def test_range_selects_runs_by_data_interval() -> None:
@@ -79,4 +95,6 @@ def test_rendered_report_has_every_plot_as_inline_svg() -> None:
         section = html.split(f"id='{plot_id}'>", 1)[1].split("</section>", 1)[0]
         assert section.startswith("<svg") and "<path" in section
     assert "x: 3 of 9 row(s) failed" in html
+    timings = html.split("id='task-timings'>", 1)[1].split("</table>", 1)[0]
+    assert "<td>a</td><td>validate</td><td>5.0</td>" in timings
     assert not re.search(r"(src|href)=['\"]https?:", html), "the report loads nothing from outside"

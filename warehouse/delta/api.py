@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from common.errors import ConfigError
+from common.phase_clock import PhaseClock
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -113,6 +114,9 @@ class DeltaEngine(Protocol):
     nothing is committed and the error propagates (the lease fencing check goes here)."""
     commit_metadata: Mapping[str, str]
     """Extra entries recorded with every commit (e.g. the run id), for audit."""
+    clock: PhaseClock | None
+    """When set, the time of file writes (``write``) and log commits (``commit``) is charged
+    to these phases, for the per-task timings of the run report."""
 
     def exists(self, path: str) -> bool: ...
 

@@ -63,6 +63,7 @@ from common.errors import (
     UnsupportedOperationError,
 )
 from common.faults import crash_point
+from common.phase_clock import PhaseClock, optional_phase
 from warehouse.delta.api import AppTransaction, CommitOutcome, DataFile, PartitionFilter, Snapshot
 from warehouse.delta.features import require_readable
 from warehouse.delta.layout import (
@@ -124,6 +125,7 @@ class EmbeddedDeltaEngine:
         self.commit_guard: Callable[[], None] | None = commit_guard
         # Extra commitInfo entries of every commit (the pipeline's run id, say).
         self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
+        self.clock: PhaseClock | None = None
 
     # ------------------------------------------------------------------ table handles
 
@@ -550,7 +552,8 @@ class EmbeddedDeltaEngine:
             builder = builder.when_matched_update(values).when_not_matched_insert(values)
         self._check_commit_guard()
         try:
-            metrics = builder.execute()
+            with optional_phase(self.clock, "commit"):  # delta-rs merges and commits in one
+                metrics = builder.execute()
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
             return self._recover_or_raise(root, base_version, commit_id, txn, e, _Written((), 0))
         logger.info("merged into %s: %s", root, metrics)
@@ -625,7 +628,8 @@ class EmbeddedDeltaEngine:
         writer = data.write.mode("error")  # "errorifexists" is not a Connect mode
         if partitions:
             writer = writer.partitionBy(*partitions)
-        writer.parquet(staging)
+        with optional_phase(self.clock, "write"):  # the plan's read and join run here too
+            writer.parquet(staging)
         filesystem, base = (
             pafs.FileSystem.from_uri(staging)
             if "://" in staging
@@ -675,13 +679,16 @@ class EmbeddedDeltaEngine:
         crash_point("delta.before_commit")
         self._check_commit_guard()
         try:
-            table.create_write_transaction(
-                list(written.adds),
-                mode="append",
-                schema=spark_to_arrow(schema),
-                partition_by=partitions or None,
-                commit_properties=self._commit_properties(txn, commit_id, self._max_commit_retries),
-            )
+            with optional_phase(self.clock, "commit"):
+                table.create_write_transaction(
+                    list(written.adds),
+                    mode="append",
+                    schema=spark_to_arrow(schema),
+                    partition_by=partitions or None,
+                    commit_properties=self._commit_properties(
+                        txn, commit_id, self._max_commit_retries
+                    ),
+                )
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
             return self._recover_or_raise(root, base_version, commit_id, txn, e, written)
         crash_point("delta.after_commit")
@@ -729,14 +736,15 @@ class EmbeddedDeltaEngine:
             crash_point("delta.before_commit")
             self._check_commit_guard()
             try:
-                current.create_write_transaction(
-                    list(written.adds),
-                    mode="overwrite",
-                    schema=spark_to_arrow(schema),
-                    partition_by=partitions or None,
-                    partition_filters=filters,
-                    commit_properties=self._commit_properties(txn, commit_id, 0),
-                )
+                with optional_phase(self.clock, "commit"):
+                    current.create_write_transaction(
+                        list(written.adds),
+                        mode="overwrite",
+                        schema=spark_to_arrow(schema),
+                        partition_by=partitions or None,
+                        partition_filters=filters,
+                        commit_properties=self._commit_properties(txn, commit_id, 0),
+                    )
             except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
                 latest = self._open(root)
                 if self._find_commit(latest, attempt_version, commit_id) is None and (

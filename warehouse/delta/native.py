@@ -70,6 +70,7 @@ from common.errors import (
     TableNotFoundError,
 )
 from common.faults import crash_point
+from common.phase_clock import PhaseClock, optional_phase
 from warehouse.delta.api import AppTransaction, CommitOutcome, DataFile, PartitionFilter, Snapshot
 from warehouse.delta.layout import delta_partition_literal
 from warehouse.delta.schema import require_same_definition, require_same_schema
@@ -148,6 +149,7 @@ class NativeDeltaEngine:
         self.commit_guard: Callable[[], None] | None = commit_guard
         # Extra entries of every commit's userMetadata JSON (the pipeline's run id, say).
         self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
+        self.clock: PhaseClock | None = None
         # Snapshots are immutable per (table, table id, version): built once each.
         self._pinned: OrderedDict[tuple[str, str, int], _Pinned] = OrderedDict()
 
@@ -713,7 +715,8 @@ class NativeDeltaEngine:
             self.commit_guard()
         crash_point("delta.before_commit")
         try:
-            save(user_metadata)
+            with optional_phase(self.clock, "write"):  # delta-spark writes and commits in one
+                save(user_metadata)
         except _JVM_ERRORS as e:
             return self._recover_or_raise(root, before, commit_id, txn, operation, scope, e)
         crash_point("delta.after_commit")
