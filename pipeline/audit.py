@@ -114,6 +114,12 @@ class AuditPublisher:
             self._gate = QualityGate(self.layout.gx_project())
         return self._gate
 
+    def _update_docs(self) -> None:
+        """Render this command's validation results into Data Docs: one site build."""
+        if self._gate is not None:
+            with optional_phase(self.engine.clock, "validate"):
+                self._gate.update_docs()
+
     # ------------------------------------------------------------------ live runs
 
     def audit_run(
@@ -131,6 +137,7 @@ class AuditPublisher:
             if audit.action == QUARANTINED:
                 quarantined.add(table)
             audits.append(audit)
+        self._update_docs()
         self._raise_for(run_id, audits)
         return audits
 
@@ -262,6 +269,7 @@ class AuditPublisher:
             if audit.action == QUARANTINED:
                 quarantined.add(table)
             audits.append(audit)
+        self._update_docs()
         self._raise_for(run_id, audits)
         return audits
 

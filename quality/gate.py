@@ -2,11 +2,15 @@
 
 One file-backed GX project per warehouse (``<root>/_quality/gx``): suites, validation
 definitions and checkpoints are saved there, every run's validation results go to GX's
-validation-results store, and the Checkpoint's ``UpdateDataDocsAction`` refreshes the Data
-Docs site (``gx/uncommitted/data_docs/local_site/index.html``).
+validation-results store, and the Data Docs site
+(``gx/uncommitted/data_docs/local_site/index.html``) shows them.
 
 Each output table is a Spark dataframe asset; the staged batch is handed over as the
 ``dataframe`` batch parameter, so GX validates exactly the rows that would be published.
+
+Data Docs are rendered once per command, not once per validation: ``update_docs`` builds
+the pages of the results validated since the last call, and the site index, in one pass
+(the index lists every stored result, so building it per table multiplied the work).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class QualityGate:
         # Task logs get one line per validation from us, not a progress bar per metric.
         self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
+        self._undocumented: list[Any] = []  # result and suite identifiers not yet rendered
 
     def validate(
         self,
@@ -55,13 +60,15 @@ class QualityGate:
         run_name: str,
         views: Mapping[str, DataFrame] | None = None,
     ) -> SuiteOutcome:
-        """Validate ``batch`` against ``suite`` with a Checkpoint; Data Docs are refreshed.
+        """Validate ``batch`` against ``suite`` with a Checkpoint; :meth:`update_docs` renders it.
 
         ``views`` are registered as Spark temp views first, for the suite's SQL
         expectations (``unexpected_rows_expectation`` queries) to join against.
         """
-        from great_expectations.checkpoint import UpdateDataDocsAction
         from great_expectations.core.run_identifier import RunIdentifier
+        from great_expectations.data_context.types.resource_identifiers import (
+            ExpectationSuiteIdentifier,
+        )
 
         for name, frame in (views or {}).items():
             frame.createOrReplaceTempView(name)
@@ -76,7 +83,7 @@ class QualityGate:
             self._gx.Checkpoint(
                 name=f"{table}:{suite.name}",
                 validation_definitions=[definition],
-                actions=[UpdateDataDocsAction(name="update_data_docs")],
+                actions=[],
                 result_format={"result_format": "SUMMARY"},
             )
         )
@@ -85,6 +92,8 @@ class QualityGate:
             batch_parameters={"dataframe": batch},
             run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
         )
+        for identifier in result.run_results:
+            self._undocumented += [identifier, ExpectationSuiteIdentifier(name=suite.name)]
         outcomes = [
             outcome_from_gx(suite.name, validation.results)
             for validation in result.run_results.values()
@@ -92,6 +101,13 @@ class QualityGate:
         return SuiteOutcome(
             suite.name, tuple(e for outcome in outcomes for e in outcome.expectations)
         )
+
+    def update_docs(self) -> None:
+        """Render the results validated since the last call, and the index, into Data Docs."""
+        if not self._undocumented:
+            return
+        identifiers, self._undocumented = self._undocumented, []
+        self._context.build_data_docs(resource_identifiers=identifiers)
 
     def _batch_definition(self, table: str) -> Any:
         try:
