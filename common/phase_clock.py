@@ -17,6 +17,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 OTHER = "other"
+TOTAL = "total"
+# How a task's timings are stored as run metrics: stage "task.<task>", names "seconds.<phase>".
+TASK_PREFIX = "task."
+SECONDS_PREFIX = "seconds."
 
 
 class PhaseClock:
@@ -38,8 +42,7 @@ class PhaseClock:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Charge the time inside the block to ``name`` (pausing any enclosing phase)."""
-        if name == OTHER:
-            raise ValueError(f"{OTHER!r} is the clock's own name for time outside phases")
+        _check_name(name)
         self._charge()
         self._open.append(name)
         try:
@@ -50,6 +53,7 @@ class PhaseClock:
 
     def add(self, name: str, seconds: float) -> None:
         """Charge time measured before this clock started (e.g. the Spark session start)."""
+        _check_name(name)
         if seconds < 0:
             raise ValueError(f"expected seconds >= 0 for phase {name!r}, got {seconds}")
         self._seconds[name] = self._seconds.get(name, 0.0) + seconds
@@ -63,6 +67,11 @@ class PhaseClock:
     def total(self) -> float:
         self._charge()
         return self._since - self._started
+
+
+def _check_name(name: str) -> None:
+    if name in (OTHER, TOTAL):
+        raise ValueError(f"{name!r} is the clock's own name; expected a phase name")
 
 
 @contextmanager

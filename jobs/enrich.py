@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -305,11 +306,11 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
         parse_remote,
     )
 
-    configured = (
-        parse_remote(config.spark.remote)
-        if config.spark.remote
-        else RemoteAddress(DEFAULT_HOST, DEFAULT_PORT)
-    )
+    remote = config.spark.remote or os.environ.get("SPARK_REMOTE")  # where clients look
+    try:
+        configured = parse_remote(remote) if remote else RemoteAddress(DEFAULT_HOST, DEFAULT_PORT)
+    except ValueError as e:
+        raise ConfigError(f"SPARK_REMOTE: {e}") from e
     if args.port is not None and not 0 < args.port < 65536:
         raise ConfigError(f"--port must be a TCP port (1-65535), got {args.port}")
     address = RemoteAddress(args.host or configured.host, args.port or configured.port)
@@ -324,6 +325,13 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
+    if address.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning(
+            "Spark Connect has no authentication of its own: anyone who can reach %s:%d can "
+            "run code as this user; keep it on a private network",
+            address.host,
+            address.port,
+        )
     signal.signal(signal.SIGTERM, stop)
     with ConnectServer(settings) as server:
         print(f"Spark Connect server at {server.url} (log {server.log_path}); Ctrl-C stops it")
@@ -332,7 +340,13 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
             code = server.wait()
         except KeyboardInterrupt:
             return EXIT_OK
-    logger.error("the Spark Connect server exited with code %s", code)
+    logger.error(
+        "expected the Spark Connect server to run until stopped; it exited with code %s, "
+        "and its log %s ends with:\n%s",
+        code,
+        server.log_path,
+        server.log_tail(),
+    )
     return EXIT_ERROR
 
 

@@ -115,10 +115,18 @@ class AuditPublisher:
         return self._gate
 
     def _update_docs(self) -> None:
-        """Render this command's validation results into Data Docs: one site build."""
-        if self._gate is not None:
-            with optional_phase(self.engine.clock, "validate"):
+        """Render this command's validation results into Data Docs: one site build.
+
+        Data Docs are a view of results already stored (GX's store and ``_quality/results``):
+        a rendering error is logged, never allowed to replace the audit's own outcome.
+        """
+        if self._gate is None:
+            return
+        with optional_phase(self.engine.clock, "validate"):
+            try:
                 self._gate.update_docs()
+            except Exception as e:  # noqa: BLE001 - GX raises many unrelated types
+                logger.error("could not render Data Docs for this run's results: %s", e)
 
     # ------------------------------------------------------------------ live runs
 
@@ -128,16 +136,18 @@ class AuditPublisher:
         """Audit every output table's new batch; raise if any batch was quarantined."""
         audits: list[TableAudit] = []
         quarantined: set[str] = set()
-        for table in self.config.outputs():
-            failures = list((extra_failures or {}).get(table, []))
-            stage = self.config.producing_stage(table)
-            if stage.input in quarantined:
-                failures.append(f"upstream table {stage.input} was quarantined in this run")
-            audit = self._audit_live_batch(table, run_id, failures)
-            if audit.action == QUARANTINED:
-                quarantined.add(table)
-            audits.append(audit)
-        self._update_docs()
+        try:
+            for table in self.config.outputs():
+                failures = list((extra_failures or {}).get(table, []))
+                stage = self.config.producing_stage(table)
+                if stage.input in quarantined:
+                    failures.append(f"upstream table {stage.input} was quarantined in this run")
+                audit = self._audit_live_batch(table, run_id, failures)
+                if audit.action == QUARANTINED:
+                    quarantined.add(table)
+                audits.append(audit)
+        finally:
+            self._update_docs()  # whatever was validated before an error is shown too
         self._raise_for(run_id, audits)
         return audits
 
@@ -226,8 +236,19 @@ class AuditPublisher:
 
     def audit_backfill(self, run_id: str, start: datetime, end: datetime) -> list[TableAudit]:
         """Audit the replaced interval of every output and replace it in the published table."""
-        in_interval = (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
         audits: list[TableAudit] = []
+        try:
+            self._audit_backfill_tables(run_id, start, end, audits)
+        finally:
+            self._update_docs()  # whatever was validated before an error is shown too
+        self._raise_for(run_id, audits)
+        return audits
+
+    def _audit_backfill_tables(
+        self, run_id: str, start: datetime, end: datetime, audits: list[TableAudit]
+    ) -> None:
+        """The backfill audit of each output in turn; each decision is appended to ``audits``."""
+        in_interval = (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
         quarantined: set[str] = set()
         for table in self.config.outputs():
             stage = self.config.producing_stage(table)
@@ -269,9 +290,6 @@ class AuditPublisher:
             if audit.action == QUARANTINED:
                 quarantined.add(table)
             audits.append(audit)
-        self._update_docs()
-        self._raise_for(run_id, audits)
-        return audits
 
     def _require_no_backfill_running(self, table: str, state: dict[str, Any]) -> None:
         running = state.get("backfill_running")

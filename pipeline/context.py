@@ -18,15 +18,14 @@ from functools import cached_property
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, EnrichmentError
-from common.phase_clock import PhaseClock
+from common.phase_clock import SECONDS_PREFIX, TASK_PREFIX, TOTAL, PhaseClock
 from pipeline.audit import AuditPublisher
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
-from reports.series import TASK_PREFIX
 from warehouse.delta import DeltaEngine, open_engine
 from warehouse.lease import LeaseSettings, PipelineLease
-from warehouse.spark import SparkSettings, build_session
+from warehouse.spark import SparkSettings, build_session, is_connect
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -101,21 +100,26 @@ class PipelineContext:
             raise
         finally:
             self.engine.clock = None
-            self._record_timings(run_id, task, clock)
+            try:
+                self._record_timings(run_id, task, clock)
+            except Exception as e:  # noqa: BLE001 - timings never decide a task's outcome
+                logger.warning("could not record the timings of task %s: %s", task, e)
         self.store.finish_run(ledger_id, error=None if code == EXIT_OK else f"exit code {code}")
         return code
 
     def _record_timings(self, run_id: str, task: str, clock: PhaseClock) -> None:
         """Seconds per phase of this task, as ``task.<task>`` metrics of the run."""
-        seconds = {f"seconds.{phase}": value for phase, value in clock.seconds().items()}
-        seconds["seconds.total"] = sum(seconds.values())  # the same instant as the phases
+        phases = clock.seconds()
+        total = sum(phases.values())  # the same instant as the phases
         logger.info(
             "task %s of run %s took %.1fs: %s",
             task,
             run_id,
-            seconds["seconds.total"],
-            ", ".join(f"{k.removeprefix('seconds.')} {v:.1f}s" for k, v in sorted(seconds.items())),
+            total,
+            ", ".join(f"{name} {value:.1f}s" for name, value in sorted(phases.items())),
         )
+        seconds = {f"{SECONDS_PREFIX}{name}": value for name, value in phases.items()}
+        seconds[f"{SECONDS_PREFIX}{TOTAL}"] = total
         self.store.record_metrics(run_id, f"{TASK_PREFIX}{task}", 0, seconds)
 
     def _execute(
@@ -188,3 +192,7 @@ def open_pipeline(
         )
     finally:
         store.dispose()
+        if spark is None and is_connect(session):
+            # Frees this client's session on the shared server (temp views, cached plans);
+            # the server keeps running for the next task.
+            session.stop()

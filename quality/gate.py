@@ -92,8 +92,11 @@ class QualityGate:
             batch_parameters={"dataframe": batch},
             run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
         )
+        suite_page = ExpectationSuiteIdentifier(name=suite.name)
         for identifier in result.run_results:
-            self._undocumented += [identifier, ExpectationSuiteIdentifier(name=suite.name)]
+            self._undocumented.append(identifier)
+        if suite_page not in self._undocumented:
+            self._undocumented.append(suite_page)
         outcomes = [
             outcome_from_gx(suite.name, validation.results)
             for validation in result.run_results.values()
@@ -106,8 +109,8 @@ class QualityGate:
         """Render the results validated since the last call, and the index, into Data Docs."""
         if not self._undocumented:
             return
-        identifiers, self._undocumented = self._undocumented, []
-        self._context.build_data_docs(resource_identifiers=identifiers)
+        self._context.build_data_docs(resource_identifiers=list(self._undocumented))
+        self._undocumented.clear()  # kept for the next call if the build failed
 
     def _batch_definition(self, table: str) -> Any:
         try:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from common.phase_clock import SECONDS_PREFIX, TASK_PREFIX, TOTAL
+
 
 class MetricRecord(Protocol):
     @property
@@ -70,9 +72,6 @@ class RunPoint:
     """``{task: {phase: seconds}}`` for each task of the run (``total`` included)."""
 
 
-TASK_PREFIX = "task."  # metrics of a task's timings: stage "task.<command>[.<stage>]"
-
-
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
@@ -94,6 +93,8 @@ def run_points(
         grouped[metric.run_id].append(metric)
     points = []
     for run_id, records in grouped.items():
+        if all(m.stage.startswith(TASK_PREFIX) for m in records):
+            continue  # a maintenance or failed command: timings only, no data to plot
         at = interval_of.get(run_id) or min(_aware(m.recorded_at) for m in records)
         if (start and at < _aware(start)) or (end and at >= _aware(end)):
             continue
@@ -137,9 +138,9 @@ def _reduce(run_id: str, at: datetime, records: list[MetricRecord]) -> RunPoint:
     for stage, total in tuples.items():
         point.cache_hit_rate[stage] = hits[stage] / total if total else 0.0
     for m in records:
-        if m.stage.startswith(TASK_PREFIX) and m.name.startswith("seconds."):
+        if m.stage.startswith(TASK_PREFIX) and m.name.startswith(SECONDS_PREFIX):
             phases = point.task_seconds.setdefault(m.stage.removeprefix(TASK_PREFIX), {})
-            phase = m.name.removeprefix("seconds.")
+            phase = m.name.removeprefix(SECONDS_PREFIX)
             phases[phase] = phases.get(phase, 0.0) + m.value
     return point
 
@@ -153,7 +154,7 @@ def stage_series(points: list[RunPoint], attribute: str) -> Mapping[str, list[fl
 def phase_series(points: list[RunPoint]) -> Mapping[str, list[float | None]]:
     """``{phase: [seconds per run, summed over the run's tasks]}``, ``total`` left out."""
     phases = sorted(
-        {ph for p in points for t in p.task_seconds.values() for ph in t if ph != "total"}
+        {ph for p in points for t in p.task_seconds.values() for ph in t if ph != TOTAL}
     )
     return {
         ph: [sum(t.get(ph, 0.0) for t in p.task_seconds.values()) for p in points] for ph in phases

@@ -7,6 +7,7 @@ server (see tests/postgres.py); ``state_store_url`` is parametrized over both ba
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def spark() -> Iterator[SparkSession]:
     Delta; tests that need the embedded engine ask for it. A session without the jars
     would quietly leave the native engine untested, so the fixture refuses to start.
     """
+    # The tests' in-process session: an exported SPARK_REMOTE would make pyspark (and
+    # build_session) refuse it; the Connect tests start their own server.
+    os.environ.pop("SPARK_REMOTE", None)
     jars = delta_jars()
     if not jars:
         raise RuntimeError(
@@ -44,7 +48,7 @@ def spark() -> Iterator[SparkSession]:
                 "spark.sql.shuffle.partitions": "2",
                 "spark.driver.memory": "2g",
             },
-            remote=None,  # in-process even if SPARK_REMOTE is exported
+            remote=None,
         )
     )
     if jars and not has_delta_jars(session):

@@ -18,6 +18,7 @@ and stops the whole process group on exit. ``enrich spark-server`` runs it in th
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -25,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +44,13 @@ DEFAULT_PORT = 15002
 START_TIMEOUT_SECONDS = 180.0
 STOP_TIMEOUT_SECONDS = 30.0
 LOG_TAIL_LINES = 30
+# pyspark's switches to client mode: a server launched with one of them would not start.
+CLIENT_MODE_VARIABLES = (
+    "SPARK_REMOTE",
+    "SPARK_CONNECT_MODE_ENABLED",
+    "SPARK_LOCAL_REMOTE",
+    "SPARK_API_MODE",
+)
 
 
 class SparkServerError(EnrichmentError):
@@ -57,7 +66,8 @@ class RemoteAddress:
 
     @property
     def url(self) -> str:
-        return f"sc://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literal
+        return f"sc://{host}:{self.port}"
 
 
 def parse_remote(url: str) -> RemoteAddress:
@@ -123,6 +133,11 @@ def server_command(settings: ConnectServerSettings) -> list[str]:
     return [*command, "spark-internal"]
 
 
+def _signal_group(pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group exited on its own meanwhile
+        os.killpg(pid, number)
+
+
 def port_answers(address: RemoteAddress, timeout: float = 0.5) -> bool:
     """True when something accepts TCP connections at ``address``."""
     try:
@@ -168,7 +183,8 @@ class ConnectServer:
             )
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        env.pop("SPARK_REMOTE", None)  # the server itself runs classic Spark
+        for name in CLIENT_MODE_VARIABLES:  # the server itself runs classic Spark
+            env.pop(name, None)
         logger.info("starting Spark Connect server on %s (log %s)", address.url, self._log_path)
         with open(self._log_path, "wb") as log:
             # Its own process group: stop() ends the launcher and the JVM it forks together.
@@ -180,8 +196,20 @@ class ConnectServer:
                 env=env,
                 start_new_session=True,
             )
+        try:
+            self._wait_until_listening(timeout)
+        except BaseException:
+            # Ctrl-C or SIGTERM while waiting included: the server runs in its own session,
+            # so nothing else would ever stop it.
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_listening(self, timeout: float) -> None:
+        address = self.settings.address
         started = time.monotonic()
         while not port_answers(address):
+            assert self._process is not None
             if self._process.poll() is not None:
                 code = self._process.returncode
                 self._process = None
@@ -190,7 +218,6 @@ class ConnectServer:
                     f"{address.url}; its log {self._log_path} ends with:\n{self.log_tail()}"
                 )
             if time.monotonic() - started > timeout:
-                self.stop()
                 raise SparkServerError(
                     f"the Spark Connect server did not listen on {address.url} within "
                     f"{timeout:.0f}s; its log {self._log_path} ends with:\n{self.log_tail()}"
@@ -201,7 +228,6 @@ class ConnectServer:
             address.url,
             time.monotonic() - started,
         )
-        return self
 
     def wait(self) -> int:
         """Block until the server exits; its exit code."""
@@ -214,22 +240,36 @@ class ConnectServer:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
+        # A second Ctrl-C or SIGTERM must not cut the shutdown short and orphan the JVM.
+        # (Signal handlers can only be changed from the main thread.)
+        main_thread = threading.current_thread() is threading.main_thread()
+        signals = (signal.SIGINT, signal.SIGTERM) if main_thread else ()
+        previous = {number: signal.signal(number, signal.SIG_IGN) for number in signals}
         try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            logger.warning("Spark Connect server ignored SIGTERM; killing it")
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        except ProcessLookupError:
-            pass  # it exited between poll() and the signal
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                logger.warning("Spark Connect server ignored SIGTERM; killing it")
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
         logger.info("Spark Connect server on %s stopped", self.url)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         if self._log_path is None or not self._log_path.exists():
             return "(no log)"
         text = self._log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+        tail = text[-lines:]
+        # A JVM failure ends in a stack trace; the line that says what went wrong is above it.
+        causes = [
+            line
+            for line in text[: len(text) - len(tail)]
+            if ("Exception" in line or "ERROR" in line) and not line.lstrip().startswith("at ")
+        ][:3]
+        return "\n".join([*causes, "...", *tail] if causes else tail)
 
     def __enter__(self) -> ConnectServer:
         return self if self._process is not None else self.start()

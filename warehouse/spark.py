@@ -145,6 +145,17 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     settings = settings or SparkSettings()
     if settings.remote:
         return _connect_session(settings, settings.remote)
+    # pyspark decides by the environment too: refuse clearly instead of its own errors.
+    if os.environ.get("SPARK_REMOTE"):
+        raise ConfigError(
+            f"SPARK_REMOTE is {os.environ['SPARK_REMOTE']!r} but this session was asked to run "
+            "in-process; unset SPARK_REMOTE, or let the session connect to it"
+        )
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+        raise ConfigError(
+            "this process already uses a Spark Connect session; pyspark allows one kind per "
+            "process, so run in-process Spark in a process of its own"
+        )
     # Python workers must run this interpreter (its packages: pyarrow, numpy), not whatever
     # "python3" is first on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -178,7 +189,10 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
 
     from warehouse.connect_server import parse_remote, port_answers
 
-    address = parse_remote(remote)
+    try:
+        address = parse_remote(remote)
+    except ValueError as e:
+        raise ConfigError(f"spark.remote / SPARK_REMOTE: {e}") from e
     # The client retries an unreachable server for minutes; a closed port is known at once.
     if not port_answers(address, timeout=2.0):
         raise SparkServerError(
@@ -195,10 +209,16 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
             "of its own"
         )
     try:
-        session = SparkSession.builder.remote(address.url).appName(settings.app_name).getOrCreate()
+        # The URL as given: its ;token=...;use_ssl=... parameters are the client's business.
+        session = SparkSession.builder.remote(remote).appName(settings.app_name).getOrCreate()
+        left_to_server = []
         for key, value in {**settings.conf, **REQUIRED_CONF}.items():
-            if key.startswith("spark.sql.") and not _is_static_sql(key):
+            if key in REQUIRED_CONF and key.startswith("spark.hadoop."):
+                continue  # reported below, with what they are for
+            if session.conf.isModifiable(key):
                 session.conf.set(key, value)
+            elif session.conf.get(key, None) != value:
+                left_to_server.append(key)
         missing = {
             key: value
             for key, value in REQUIRED_CONF.items()
@@ -209,6 +229,13 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
             f"cannot use the Spark Connect server at {address.url}: {e}; start one with "
             "`enrich spark-server` (or `make spark-server`)"
         ) from e
+    if left_to_server:
+        logger.warning(
+            "spark.conf keys %s are static: the Spark Connect server at %s keeps its own "
+            "values (start it with them: `enrich spark-server` takes the config's spark.conf)",
+            sorted(left_to_server),
+            address.url,
+        )
     if missing:
         logger.warning(
             "the Spark Connect server at %s was started without %s: Spark may leave "
@@ -218,12 +245,6 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
         )
     logger.info("spark connect session %s at %s", session.version, address.url)
     return cast(SparkSession, session)
-
-
-def _is_static_sql(key: str) -> bool:
-    return key in ("spark.sql.extensions", "spark.sql.warehouse.dir") or key.startswith(
-        "spark.sql.catalog."
-    )
 
 
 def has_delta_jars(session: SparkSession) -> bool:

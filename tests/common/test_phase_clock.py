@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.phase_clock import OTHER, PhaseClock
+from common.phase_clock import OTHER, TOTAL, PhaseClock
 
 
 class FakeTime:
@@ -52,7 +52,7 @@ def test_phases_sum_to_the_wall_time_and_nesting_pauses_the_outer_phase(
                 time.now += action
                 current = names[-1] if names else OTHER
                 expected[current] = expected.get(current, 0.0) + action
-        for inner in reversed(opened):
+        for inner in opened:  # the stack closes the last pushed, the innermost, first
             stack.push(inner.__exit__)
     seen = clock.seconds()
     for name in set(seen) | set(expected):
@@ -61,9 +61,22 @@ def test_phases_sum_to_the_wall_time_and_nesting_pauses_the_outer_phase(
     assert sum(seen.values()) == pytest.approx(clock.total(), abs=1e-6)
 
 
+def test_an_error_inside_a_phase_still_closes_it() -> None:
+    time = FakeTime()
+    clock = PhaseClock(now=time)
+    with pytest.raises(RuntimeError), clock.phase("write"):
+        time.now += 2.0
+        raise RuntimeError("the write failed")
+    time.now += 3.0
+    assert clock.seconds() == {"write": 2.0, OTHER: 3.0}
+
+
 def test_bad_phases_are_refused() -> None:
     clock = PhaseClock()
-    with pytest.raises(ValueError, match="other"), clock.phase(OTHER):
-        pass
+    for reserved in (OTHER, TOTAL):
+        with pytest.raises(ValueError, match="expected a phase name"), clock.phase(reserved):
+            pass
+        with pytest.raises(ValueError, match="expected a phase name"):
+            clock.add(reserved, 1.0)
     with pytest.raises(ValueError, match="seconds >= 0"):
         clock.add("session_start", -1.0)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -102,6 +103,10 @@ def run_pipeline(
                 text=True,
             )
             assert done.returncode == 0, f"{engine}: enrich {args}: {done.stderr[-3000:]}"
+            # Proof the command ran on the server, not on a Spark of its own.
+            assert re.search(rf"spark connect session \S+ at {re.escape(remote)}", done.stderr), (
+                done.stderr[-2000:]
+            )
         print(f"{engine}: enrich {args[0]} {time.monotonic() - started:.1f}s")
 
     demo = ["demo-data", "--scale", SCALE, "--intervals", str(INTERVALS)]
@@ -170,9 +175,13 @@ def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     try:
         yield server, f"sc://127.0.0.1:{port}"
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        if server.poll() is None:  # the test failed before stopping it: stop it the same way
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
 
 def test_demo_pipeline_writes_the_same_tables_on_both_engines_and_over_connect(

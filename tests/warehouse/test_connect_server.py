@@ -105,6 +105,19 @@ def test_server_command_carries_every_required_setting() -> None:
     assert command[-1] == "spark-internal"
 
 
+def test_a_server_that_exits_before_listening_is_reported_with_its_log(tmp_path: Path) -> None:
+    settings = ConnectServerSettings(
+        address=RemoteAddress("127.0.0.1", free_port()),
+        master="no-such-master://x",
+        conf=SERVER_CONF,
+        log_file=tmp_path / "bad.log",
+    )
+    with pytest.raises(SparkServerError, match="exited with code") as info:
+        ConnectServer(settings).start(timeout=120)
+    assert "Master must either be" in str(info.value), "the error quotes the server's own log"
+    assert not port_answers(settings.address)
+
+
 def test_a_second_server_on_a_taken_port_is_refused(server: ConnectServer) -> None:
     taken = ConnectServerSettings(address=server.settings.address, conf=SERVER_CONF)
     with pytest.raises(SparkServerError, match="already listens"):
