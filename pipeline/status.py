@@ -13,8 +13,7 @@ from deltalake import DeltaTable
 
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
-from warehouse.landing import rejected_files_in_place
-from warehouse.state_store import StateStore
+from warehouse.state_store import StateStore, rejected_files_in_place
 
 
 def table_version(path: str) -> int | None:

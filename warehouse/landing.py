@@ -82,7 +82,16 @@ from common.errors import (
 )
 from warehouse.delta import AppTransaction, DeltaEngine
 from warehouse.delta.schema import arrow_to_spark
-from warehouse.state_store import LandingFile, StateStore
+from warehouse.state_store import (
+    DUPLICATE,
+    LOADED,
+    MISSING,
+    REGISTERED,
+    REJECTED,
+    LandingFile,
+    StateStore,
+    rejected_files_in_place,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,13 +107,6 @@ FORMAT_NAMES = {"csv": "CSV", "json": "JSON", "parquet": "Parquet"}
 BLOCK_BYTES = 1 << 20
 NOT_REGULAR = "is not a regular file (a FIFO, socket or device); only regular files are read"
 
-REGISTERED, LOADED, REJECTED, DUPLICATE, MISSING = (
-    "registered",
-    "loaded",
-    "rejected",
-    "duplicate",
-    "missing",
-)
 # A new file is a duplicate if its content is that of a file of these statuses.
 DUPLICATE_OF = (REGISTERED, LOADED)
 
@@ -217,11 +219,6 @@ def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
     if os.path.commonpath([resolved, root]) != root:
         return f"resolves to {resolved}, outside the landing directory {root}"
     return None
-
-
-def rejected_files_in_place(store: StateStore, stream: str) -> list[LandingFile]:
-    """Rejected files of a stream that are still in its landing directory."""
-    return [row for row in store.landing_files(stream, REJECTED) if os.path.lexists(row.path)]
 
 
 def ingest_stream(

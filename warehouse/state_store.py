@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -57,6 +58,16 @@ SCHEMA_VERSION = 1
 # pg_advisory_xact_lock key held while the schema is created or migrated ("enrich").
 SCHEMA_LOCK_KEY = 0x656E72696368
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+# The landing ledger's file statuses (``landing_files.status``).
+REGISTERED, LOADED, REJECTED, DUPLICATE, MISSING = (
+    "registered",
+    "loaded",
+    "rejected",
+    "duplicate",
+    "missing",
+)
 
 
 def utcnow() -> datetime:
@@ -124,7 +135,7 @@ class LandingFile(Base):
     path: Mapped[str] = mapped_column(String(2000))
     size_bytes: Mapped[int] = mapped_column(BigInteger)  # files of 2 GiB and more
     sha256: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16), default="registered")
+    status: Mapped[str] = mapped_column(String(16), default=REGISTERED)
     # The run id itself, while the ledger's rows are "<run id>/<command>": no foreign key.
     run_id: Mapped[str | None] = mapped_column(String(200))
     batch_seq: Mapped[int | None] = mapped_column(Integer)
@@ -727,3 +738,11 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def rejected_files_in_place(store: StateStore, stream: str) -> list[LandingFile]:
+    """Rejected files of a stream that are still in its landing directory.
+
+    Here, beside the ledger, so that ``enrich status`` answers without importing Spark.
+    """
+    return [row for row in store.landing_files(stream, REJECTED) if os.path.lexists(row.path)]
