@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -232,12 +231,6 @@ def run_dag_test(
     return result
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def render(
     results: Sequence[ModeResult],
     server_start: float,
@@ -289,7 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/run_overhead.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
-    from warehouse.connect_server import ConnectServer, ConnectServerSettings, RemoteAddress
+    from warehouse.connect_server import (
+        ConnectServer,
+        ConnectServerSettings,
+        RemoteAddress,
+        free_port,
+    )
 
     seed = args.work / "seed"
     manifest = prepare(seed, args.scale, args.intervals)

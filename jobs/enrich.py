@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -305,8 +304,9 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
         RemoteAddress,
         parse_remote,
     )
+    from warehouse.spark import effective_remote
 
-    remote = config.spark.remote or os.environ.get("SPARK_REMOTE")  # where clients look
+    remote = effective_remote(config.spark.remote)  # where the clients will look
     try:
         configured = parse_remote(remote) if remote else RemoteAddress(DEFAULT_HOST, DEFAULT_PORT)
     except ValueError as e:

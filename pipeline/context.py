@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 
@@ -25,7 +25,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from warehouse.delta import DeltaEngine, open_engine
 from warehouse.lease import LeaseSettings, PipelineLease
-from warehouse.spark import SparkSettings, build_session, is_connect
+from warehouse.spark import SparkSettings, build_session, effective_remote, is_connect
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -172,10 +172,11 @@ def open_pipeline(
 ) -> Iterator[PipelineContext]:
     """Assemble the pipeline; the Spark session is reused if one is active."""
     settings = SparkSettings(
-        app_name=f"enrich-{config.name}", master=config.spark.master, conf=config.spark.conf
+        app_name=f"enrich-{config.name}",
+        master=config.spark.master,
+        conf=config.spark.conf,
+        remote=effective_remote(config.spark.remote),
     )
-    if config.spark.remote is not None:  # else SparkSettings falls back to SPARK_REMOTE
-        settings = replace(settings, remote=config.spark.remote)
     started = time.perf_counter()
     session = spark or build_session(settings)
     session_seconds = time.perf_counter() - started

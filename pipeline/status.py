@@ -13,7 +13,15 @@ from deltalake import DeltaTable
 
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
-from warehouse.state_store import StateStore, rejected_files_in_place
+from warehouse.state_store import (
+    DUPLICATE,
+    LOADED,
+    MISSING,
+    REGISTERED,
+    REJECTED,
+    StateStore,
+    rejected_files_in_place,
+)
 
 
 def table_version(path: str) -> int | None:
@@ -43,11 +51,11 @@ def pipeline_status(config: PipelineConfig, store: StateStore) -> dict[str, Any]
         statuses = [row.status for row in store.landing_files(name)]
         streams[name] = {
             "landing": config.streams[name].landing,
-            "files_loaded": statuses.count("loaded"),
-            "files_rejected": statuses.count("rejected"),
-            "files_in_flight": statuses.count("registered"),
-            "files_duplicate": statuses.count("duplicate"),
-            "files_missing": statuses.count("missing"),
+            "files_loaded": statuses.count(LOADED),
+            "files_rejected": statuses.count(REJECTED),
+            "files_in_flight": statuses.count(REGISTERED),
+            "files_duplicate": statuses.count(DUPLICATE),
+            "files_missing": statuses.count(MISSING),
             # What an operator has to move away or fix; ingest reports these every run.
             "rejected_in_place": [
                 {"path": row.path, "reason": row.error, "rejected_at": row.finished_at}

@@ -93,8 +93,7 @@ class QualityGate:
             run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
         )
         suite_page = ExpectationSuiteIdentifier(name=suite.name)
-        for identifier in result.run_results:
-            self._undocumented.append(identifier)
+        self._undocumented.extend(result.run_results)
         if suite_page not in self._undocumented:
             self._undocumented.append(suite_page)
         outcomes = [

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from common.phase_clock import TOTAL
 from reports.series import RunPoint, phase_series, stage_series
 
 PLOT_IDS = (
@@ -72,8 +73,7 @@ TIMED_RUNS = 5  # the task-timing table shows the latest runs; the plot shows th
 
 def _task_table(points: Sequence[RunPoint]) -> list[str]:
     """One row per task of the latest runs: seconds in total and per phase."""
-    phases = sorted({p for point in points for t in point.task_seconds.values() for p in t})
-    phases = [p for p in phases if p != "total"]
+    phases = list(phase_series(list(points)))  # the phases any of these tasks went through
     rows = [(p.run_id, task, t) for p in points for task, t in sorted(p.task_seconds.items())]
     out = [f"<h2>Task timings (latest {len(points)} run(s))</h2>"]
     if not rows:
@@ -84,7 +84,7 @@ def _task_table(points: Sequence[RunPoint]) -> list[str]:
         cells = "".join(f"<td>{seconds.get(p, 0.0):.1f}</td>" for p in phases)
         out.append(
             f"<tr><td>{html.escape(run_id)}</td><td>{html.escape(task)}</td>"
-            f"<td>{seconds.get('total', 0.0):.1f}</td>{cells}</tr>"
+            f"<td>{seconds.get(TOTAL, 0.0):.1f}</td>{cells}</tr>"
         )
     out.append("</table>")
     return out

@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -113,10 +114,9 @@ def spark_submit() -> Path:
 
 def server_command(settings: ConnectServerSettings) -> list[str]:
     """The ``spark-submit`` command line that runs the server with the product's settings."""
-    from warehouse.spark import EMBEDDED_DEFAULTS, REQUIRED_CONF, delta_jars, with_delta_jars
+    from warehouse.spark import session_conf
 
-    conf = with_delta_jars({**EMBEDDED_DEFAULTS, **settings.conf}, delta_jars(), settings.master)
-    conf.update(REQUIRED_CONF)
+    conf = session_conf(settings.conf, settings.master)
     conf["spark.connect.grpc.binding.address"] = settings.address.host
     conf["spark.connect.grpc.binding.port"] = str(settings.address.port)
     command = [
@@ -136,6 +136,13 @@ def server_command(settings: ConnectServerSettings) -> list[str]:
 def _signal_group(pid: int, number: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # the group exited on its own meanwhile
         os.killpg(pid, number)
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port nothing listens on at ``host`` right now (the kernel's pick)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def port_answers(address: RemoteAddress, timeout: float = 0.5) -> bool:
@@ -178,9 +185,7 @@ class ConnectServer:
             )
         command = server_command(self.settings)
         if self._log_path is None:
-            self._log_path = Path(os.environ.get("TMPDIR", "/tmp")) / (
-                f"enrich-connect-{address.port}.log"
-            )
+            self._log_path = Path(tempfile.gettempdir()) / f"enrich-connect-{address.port}.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         for name in CLIENT_MODE_VARIABLES:  # the server itself runs classic Spark

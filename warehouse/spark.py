@@ -132,7 +132,19 @@ class SparkSettings:
     app_name: str = "enrichment"
     master: str = field(default_factory=lambda: os.environ.get("SPARK_MASTER", "local[2]"))
     conf: Mapping[str, str] = field(default_factory=dict)
-    remote: str | None = field(default_factory=lambda: os.environ.get("SPARK_REMOTE") or None)
+    remote: str | None = field(default_factory=lambda: effective_remote(None))
+
+
+def effective_remote(configured: str | None) -> str | None:
+    """The Spark Connect URL a command uses: the config's ``spark.remote``, else
+    ``SPARK_REMOTE``, else None (in-process Spark)."""
+    return configured or os.environ.get("SPARK_REMOTE") or None
+
+
+def session_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
+    """Every setting a Spark this product runs gets, in-process or as a Connect server:
+    the embedded defaults, ``conf`` over them, delta-spark's jars, then ``REQUIRED_CONF``."""
+    return {**with_delta_jars({**EMBEDDED_DEFAULTS, **conf}, delta_jars(), master), **REQUIRED_CONF}
 
 
 def is_connect(session: Any) -> bool:
@@ -161,8 +173,7 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
     jars = delta_jars()
-    conf = with_delta_jars({**EMBEDDED_DEFAULTS, **settings.conf}, jars, settings.master)
-    for key, value in {**conf, **REQUIRED_CONF}.items():
+    for key, value in session_conf(settings.conf, settings.master).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -211,19 +222,14 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
     try:
         # The URL as given: its ;token=...;use_ssl=... parameters are the client's business.
         session = SparkSession.builder.remote(remote).appName(settings.app_name).getOrCreate()
-        left_to_server = []
+        left_to_server: list[str] = []
+        missing: list[str] = []  # the required static ones: checksum and marker files
         for key, value in {**settings.conf, **REQUIRED_CONF}.items():
-            if key in REQUIRED_CONF and key.startswith("spark.hadoop."):
-                continue  # reported below, with what they are for
             if session.conf.isModifiable(key):
                 session.conf.set(key, value)
             elif session.conf.get(key, None) != value:
-                left_to_server.append(key)
-        missing = {
-            key: value
-            for key, value in REQUIRED_CONF.items()
-            if key.startswith("spark.hadoop.") and session.conf.get(key, None) != value
-        }
+                required_static = key in REQUIRED_CONF and key.startswith("spark.hadoop.")
+                (missing if required_static else left_to_server).append(key)
     except PySparkException as e:
         raise SparkServerError(
             f"cannot use the Spark Connect server at {address.url}: {e}; start one with "
@@ -241,7 +247,7 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
             "the Spark Connect server at %s was started without %s: Spark may leave "
             "checksum and _SUCCESS files in table folders (`enrich spark-server` sets them)",
             address.url,
-            ", ".join(f"{k}={v}" for k, v in missing.items()),
+            ", ".join(f"{k}={REQUIRED_CONF[k]}" for k in missing),
         )
     logger.info("spark connect session %s at %s", session.version, address.url)
     return cast(SparkSession, session)

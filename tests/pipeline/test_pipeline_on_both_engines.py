@@ -22,7 +22,6 @@ import datetime as dt
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from pipeline.demo_data import deliver
 from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
+from warehouse.connect_server import RemoteAddress, free_port, parse_remote, port_answers
 
 pytestmark = pytest.mark.slow
 
@@ -139,20 +139,11 @@ def run_pipeline(
     }
 
 
-def port_answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``enrich spark-server`` on a free loopback port, as an operator would run it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    address = RemoteAddress("127.0.0.1", free_port())
+    port = address.port
     config = tmp_path / "server.yaml"
     raw = yaml.safe_load(CONFIG.read_text())
     raw["spark"]["conf"] = {**raw["spark"]["conf"], "spark.driver.memory": "1g"}
@@ -168,7 +159,7 @@ def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
         start_new_session=True,
     )
     deadline = time.monotonic() + 180
-    while not port_answers(port):
+    while not port_answers(address):
         assert server.poll() is None, f"enrich spark-server exited: {server.communicate()[0]}"
         assert time.monotonic() < deadline, "enrich spark-server did not listen within 180s"
         time.sleep(0.5)
@@ -213,4 +204,4 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_and_over_connect(
     # The operator's way to stop the server: SIGTERM, a clean exit, the port closed.
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=60) == 0, server.communicate()[0]
-    assert not port_answers(int(url.rsplit(":", 1)[1]))
+    assert not port_answers(parse_remote(url))

@@ -8,7 +8,6 @@ per process, and this one holds the tests' in-process session.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ from warehouse.connect_server import (
     ConnectServerSettings,
     RemoteAddress,
     SparkServerError,
+    free_port,
     parse_remote,
     port_answers,
     server_command,
@@ -35,12 +35,6 @@ from warehouse.connect_server import (
 from warehouse.spark import REQUIRED_CONF
 
 SERVER_CONF = {**TEST_SPARK_CONF, "spark.driver.memory": "1g"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

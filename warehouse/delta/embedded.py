@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -616,6 +616,28 @@ class EmbeddedDeltaEngine:
             app_transactions=[Transaction(txn.app_id, txn.version)] if txn else None,
         )
 
+    def _write_transaction(
+        self,
+        table: DeltaTable,
+        written: _Written,
+        schema: StructType,
+        partitions: list[str],
+        properties: CommitProperties,
+        mode: Literal["append", "overwrite"] = "append",
+        filters: list[tuple[str, str, Any]] | None = None,
+    ) -> None:
+        """Commit ``written``'s files with delta-rs (an overwrite replaces what ``filters``
+        select, or the whole table without them); its time is the ``commit`` phase."""
+        with optional_phase(self.clock, "commit"):
+            table.create_write_transaction(
+                list(written.adds),
+                mode=mode,
+                schema=spark_to_arrow(schema),
+                partition_by=partitions or None,
+                partition_filters=filters,
+                commit_properties=properties,
+            )
+
     def _check_commit_guard(self) -> None:
         # Runs after the data files exist and before the log commit: a guard that raises
         # (a lost lease) leaves only untracked files, which vacuum removes.
@@ -679,16 +701,13 @@ class EmbeddedDeltaEngine:
         crash_point("delta.before_commit")
         self._check_commit_guard()
         try:
-            with optional_phase(self.clock, "commit"):
-                table.create_write_transaction(
-                    list(written.adds),
-                    mode="append",
-                    schema=spark_to_arrow(schema),
-                    partition_by=partitions or None,
-                    commit_properties=self._commit_properties(
-                        txn, commit_id, self._max_commit_retries
-                    ),
-                )
+            self._write_transaction(
+                table,
+                written,
+                schema,
+                partitions,
+                self._commit_properties(txn, commit_id, self._max_commit_retries),
+            )
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
             return self._recover_or_raise(root, base_version, commit_id, txn, e, written)
         crash_point("delta.after_commit")
@@ -736,15 +755,15 @@ class EmbeddedDeltaEngine:
             crash_point("delta.before_commit")
             self._check_commit_guard()
             try:
-                with optional_phase(self.clock, "commit"):
-                    current.create_write_transaction(
-                        list(written.adds),
-                        mode="overwrite",
-                        schema=spark_to_arrow(schema),
-                        partition_by=partitions or None,
-                        partition_filters=filters,
-                        commit_properties=self._commit_properties(txn, commit_id, 0),
-                    )
+                self._write_transaction(
+                    current,
+                    written,
+                    schema,
+                    partitions,
+                    self._commit_properties(txn, commit_id, 0),
+                    mode="overwrite",
+                    filters=filters,
+                )
             except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
                 latest = self._open(root)
                 if self._find_commit(latest, attempt_version, commit_id) is None and (
