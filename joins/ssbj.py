@@ -1,17 +1,16 @@
-"""SSBJ and MESHJOIN as pure DataFrame transforms (seeds/ssbj_semi_stream_balanced_join.txt).
+"""SSBJ and MESHJOIN steps as DataFrame transforms (seeds/ssbj_semi_stream_balanced_join.txt).
 
-The stateful driver (``pipeline.ssbj_stage``) reads the operator's Delta tables, calls these
-transforms and writes the results. Here:
+One step of the operator is one ``groupBy(bucket).applyInArrow`` pass: the step's new stream
+tuples, the operator's state (H_S, H_R, the counters, s_B), master partition ``step mod k``
+of every version the step needs and, when the master moved, the rows that changed, are
+laid out as one wide table (``joins.ssbj_buckets``), split by a hash of the join value into
+buckets, and each bucket runs Algorithm 1 (``joins.ssbj_algorithm``). The result holds the
+enriched rows and the whole new state, so the stateful driver (``pipeline.ssbj_stage``)
+writes two tables per step: the output and the operator state. The state scales out with
+executors like a keyed operator: a bucket is one group.
 
-- :func:`probe_cache` is the cache phase (Algorithm 1, lines 15–23): tuples whose join value
-  is cached are joined completely with the cache H_R; the rest become the new H_S chunk.
-- :func:`disk_join` is one MESHJOIN disk step (lines 24–27): every pending tuple meets the
-  rows of one master partition of the version it is pinned to.
-- :func:`master_row_counts`, :func:`switch_candidates` and :func:`eviction_victims` are the
-  instrumentation and the cache inequality (lines 28–36, 42–51) in Spark expressions; they
-  mirror ``cache.inequality`` (a property test checks that they agree).
-- :func:`apply_master_changes` keeps cached rows at the master version in force.
-- :func:`scan_rows` assigns master rows to the k partitions of the cyclic scan.
+Also here: :func:`scan_rows`, the assignment of master rows to the k partitions of the
+cyclic scan, and the readers of the state table's roles.
 
 Every enriched row has the input's columns, then the master's projected columns, then the
 master version column; unmatched rows of left joins carry nulls there, like the baseline.
@@ -19,27 +18,52 @@ master version column; unmatched rows of left joins carry nulls there, like the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cache.inequality import EVICTION_PERIOD_CYCLES, TupleSizes
 from joins.columns import version_column
+from joins.ssbj_algorithm import StepPlan
+from joins.ssbj_buckets import (
+    ADDED,
+    BUCKET,
+    CACHE,
+    CACHE_CHANGE,
+    CHANGE,
+    EMPTY,
+    ENTRY_STEP,
+    HITS,
+    MASTER_ROWS,
+    MATCHED,
+    METRIC,
+    METRIC_ROLE,
+    NEW,
+    OBSERVED,
+    OUT,
+    PARTITION,
+    PENDING,
+    PINNED_VERSION,
+    RELOAD,
+    REMOVED,
+    ROLE,
+    STATE_ROLES,
+    STREAM_ROLES,
+    SWITCH_CHANGE,
+    VALUE,
+    VERSION,
+    BucketDeltas,
+    WideLayout,
+    bucket_function,
+    master_field,
+    stream_field,
+)
 
-PENDING_ID = "_pending_id"
-ENTRY_STEP = "_entry_step"
-PINNED_VERSION = "_pinned_version"
 INPUT_VERSION = "_input_version"
-EMPTY = "_empty"
-STEP = "_step"
-KIND = "_kind"
-COUNT = "_count"
 SCAN_PART = "_scan_part"
-HIT, MASTER_ROWS = "hit", "master_rows"
-OPERATOR_COLUMNS = (ENTRY_STEP, PENDING_ID, PINNED_VERSION, INPUT_VERSION)
+__all__ = ["ENTRY_STEP", "INPUT_VERSION", "PINNED_VERSION", "SCAN_PART", "JoinSpec"]
 
 
 @dataclass(frozen=True)
@@ -56,16 +80,6 @@ class JoinSpec:
     def version(self) -> str:
         return version_column(self.master_name)
 
-    def master_keys_as_stream(self) -> list[Column]:
-        """Master key columns renamed to the stream's key names."""
-        pairs = zip(self.stream_keys, self.master_keys, strict=True)
-        return [F.col(m).alias(s) for s, m in pairs]
-
-    def stream_keys_as_master(self) -> list[Column]:
-        """Stream key columns renamed to the master's key names."""
-        pairs = zip(self.stream_keys, self.master_keys, strict=True)
-        return [F.col(s).alias(m) for s, m in pairs]
-
 
 def scan_rows(master_rows: DataFrame, spec: JoinSpec, partitions: int) -> DataFrame:
     """Projected master rows with their scan partition ``hash(row) mod k`` (MESHJOIN's R_p).
@@ -80,196 +94,177 @@ def scan_rows(master_rows: DataFrame, spec: JoinSpec, partitions: int) -> DataFr
     return master_rows.select(*columns, part.alias(SCAN_PART))
 
 
-def _on(spec: JoinSpec) -> Column:
-    terms = [
-        F.col(f"s.`{s}`") == F.col(f"r.`{m}`")
-        for s, m in zip(spec.stream_keys, spec.master_keys, strict=True)
-    ]
-    return reduce(lambda a, b: a & b, terms)
+# Columns of the wide table beyond the stream (s__*) and master (r__*) columns.
+_OPERATOR_FIELDS = (
+    (ENTRY_STEP, T.LongType()),
+    (PINNED_VERSION, T.LongType()),
+    (MATCHED, T.BooleanType()),
+    (VERSION, T.LongType()),
+    (EMPTY, T.BooleanType()),
+    (CHANGE, T.StringType()),
+    (HITS, T.LongType()),
+    (MASTER_ROWS, T.LongType()),
+    (OBSERVED, T.LongType()),
+    (METRIC, T.StringType()),
+    (VALUE, T.LongType()),
+)
 
 
-def _stream_columns(frame: DataFrame) -> list[str]:
-    return [c for c in frame.columns if c not in OPERATOR_COLUMNS]
+@dataclass(frozen=True)
+class WideTable:
+    """The schema of a stage's step table (and of its state table) and how to fill it."""
+
+    spec: JoinSpec
+    stream_schema: T.StructType  # the stream tuple's columns, as H_S keeps them
+    master_schema: T.StructType  # the projected master columns
+
+    @classmethod
+    def of(cls, spec: JoinSpec, stream: T.StructType, master: T.StructType) -> WideTable:
+        missing = [c for c in spec.master_columns if c not in master.fieldNames()]
+        if missing:
+            raise ValueError(f"master has no columns {missing}: it has {master.fieldNames()}")
+        projected = T.StructType([master[c] for c in spec.master_columns])
+        return cls(spec, stream, projected)
+
+    @property
+    def layout(self) -> WideLayout:
+        return WideLayout(tuple(self.stream_schema.fieldNames()), self.spec.master_columns)
+
+    @property
+    def schema(self) -> T.StructType:
+        fields = [T.StructField(ROLE, T.StringType(), False)]
+        fields += [
+            T.StructField(stream_field(f.name), f.dataType, True) for f in self.stream_schema
+        ]
+        fields += [
+            T.StructField(master_field(f.name), f.dataType, True) for f in self.master_schema
+        ]
+        fields += [T.StructField(name, kind, True) for name, kind in _OPERATOR_FIELDS]
+        return T.StructType(fields)
+
+    def plan_positions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Positions of the join columns in a stream row and in a master row."""
+        stream = self.stream_schema.fieldNames()
+        master = list(self.spec.master_columns)
+        return (
+            tuple(stream.index(c) for c in self.spec.stream_keys),
+            tuple(master.index(c) for c in self.spec.master_keys),
+        )
+
+    def _fill(self, frame: DataFrame, role: str, given: dict[str, Column]) -> DataFrame:
+        columns = [F.lit(role).alias(ROLE)]
+        for f in self.schema.fields[1:]:
+            value = given.get(f.name)
+            columns.append(
+                (value if value is not None else F.lit(None)).cast(f.dataType).alias(f.name)
+            )
+        return frame.select(*columns)
+
+    def stream_rows(self, frame: DataFrame, role: str = NEW) -> DataFrame:
+        """New stream tuples (their columns named as in ``stream_schema``)."""
+        return self._fill(
+            frame, role, {stream_field(c): F.col(c) for c in self.stream_schema.fieldNames()}
+        )
+
+    def master_rows(
+        self, frame: DataFrame, role: str, extra: dict[str, Column] | None = None
+    ) -> DataFrame:
+        """Master rows (projected columns) in ``role``, with ``extra`` operator columns."""
+        given = {master_field(c): F.col(c) for c in self.spec.master_columns}
+        return self._fill(frame, role, given | (extra or {}))
+
+    def partition_rows(self, frame: DataFrame, version: int) -> DataFrame:
+        return self.master_rows(frame, PARTITION, {VERSION: F.lit(version)})
+
+    def change_rows(self, changes: DataFrame, change_type: str, for_switch: bool) -> DataFrame:
+        """Rows a master's commits changed: removed (delete, update pre-image) or added."""
+        kind = F.col(change_type)
+        change = (
+            F.when(kind.isin("delete", "update_preimage"), F.lit(REMOVED))
+            .when(kind.isin("insert", "update_postimage"), F.lit(ADDED))
+            .otherwise(F.lit(None))
+        )
+        role = SWITCH_CHANGE if for_switch else CACHE_CHANGE
+        return self.master_rows(changes, role, {CHANGE: change}).where(F.col(CHANGE).isNotNull())
+
+    def reload_rows(self, frame: DataFrame) -> DataFrame:
+        return self.master_rows(frame, RELOAD)
+
+    def state_rows(self, state: DataFrame) -> DataFrame:
+        """The state table's rows laid out as this step's wide table (columns by name)."""
+        given = {c: F.col(c) for c in state.columns if c in self.schema.fieldNames()}
+        return state.select(
+            *[
+                (given[f.name] if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in self.schema.fields
+            ]
+        )
+
+    def _bucket(self, buckets: int) -> Column:
+        """hash(join value) mod buckets, the same for a stream tuple and a master row.
+
+        Stream join columns are cast to the master's types first, so equal join values
+        hash alike whatever the two sides' integer widths.
+        """
+        stream = [
+            F.col(stream_field(s)).cast(self.master_schema[m].dataType)
+            for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
+        ]
+        master = [F.col(master_field(m)) for m in self.spec.master_keys]
+        by_stream = F.col(ROLE).isin(*STREAM_ROLES)
+        hashed = F.when(by_stream, F.xxhash64(*stream)).otherwise(F.xxhash64(*master))
+        return F.pmod(hashed, F.lit(buckets)).cast(T.IntegerType())
+
+    def step(
+        self,
+        inputs: Sequence[DataFrame],
+        plan: StepPlan,
+        deltas: BucketDeltas,
+        buckets: int,
+    ) -> DataFrame:
+        """One step of every bucket: enriched rows, new state and counters, one pass."""
+        union = inputs[0]
+        for frame in inputs[1:]:
+            union = union.unionByName(frame)
+        keyed = union.withColumn(BUCKET, self._bucket(buckets))
+        function = bucket_function(self.layout, plan, deltas)
+        return keyed.groupBy(BUCKET).applyInArrow(function, self.schema)
+
+    def enriched(self, result: DataFrame) -> DataFrame:
+        """The step's output rows, laid out as the stage's output table."""
+        stream = [c for c in self.stream_schema.fieldNames() if c != INPUT_VERSION]
+        return result.where(F.col(ROLE) == OUT).select(
+            *[F.col(stream_field(c)).alias(c) for c in stream],
+            *[F.col(master_field(c)).alias(c) for c in self.spec.master_columns],
+            F.col(VERSION).alias(self.spec.version),
+        )
 
 
-def enriched(stream: DataFrame, master: DataFrame, spec: JoinSpec, version: Column) -> DataFrame:
-    """Inner-join stream rows to master rows and lay out the output columns."""
-    # Aliases, not DataFrame-bound columns: both sides may derive from one lineage.
-    joined = stream.alias("s").join(master.alias("r"), _on(spec), "inner")
-    return joined.select(
-        *[F.col(f"s.`{c}`").alias(c) for c in _stream_columns(stream)],
-        *[F.col(f"r.`{c}`").alias(c) for c in spec.master_columns],
-        version.cast(T.LongType()).alias(spec.version),
+def state_of(result: DataFrame) -> DataFrame:
+    """The new operator state in a step's result."""
+    return result.where(F.col(ROLE).isin(*STATE_ROLES))
+
+
+def metrics_of(result: DataFrame) -> DataFrame:
+    """The step's counters, summed over buckets: one row per counter name."""
+    return (
+        result.where(F.col(ROLE) == METRIC_ROLE)
+        .groupBy(METRIC)
+        .agg(F.sum(VALUE).cast(T.LongType()).alias(VALUE))
     )
 
 
-def unmatched(stream: DataFrame, master_schema: T.StructType, spec: JoinSpec) -> DataFrame:
-    """Stream rows with null master columns: left-join output of tuples with no match."""
-    return stream.select(
-        *[F.col(c) for c in _stream_columns(stream)],
-        *[F.lit(None).cast(master_schema[c].dataType).alias(c) for c in spec.master_columns],
-        F.lit(None).cast(T.LongType()).alias(spec.version),
+def pending_tuples(state: DataFrame) -> DataFrame:
+    """H_S from a state table: the stream tuples (their own names) and their entry step."""
+    prefix = stream_field("")
+    stream = [c for c in state.columns if c.startswith(prefix)]
+    return state.where(F.col(ROLE) == PENDING).select(
+        *[F.col(c).alias(c[len(prefix) :]) for c in stream], F.col(ENTRY_STEP)
     )
 
 
-def probe_cache(
-    stream: DataFrame, cache: DataFrame, spec: JoinSpec, cache_version: int
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Cache phase: (output rows served by H_R, misses for H_S, hit counts per join value).
-
-    ``cache`` holds every master row of each cached value, and one ``_empty`` row for a
-    cached value without master rows, so a cached miss-everything key is served too.
-    """
-    cached_keys = cache.select(*spec.master_keys_as_stream()).distinct()
-    hits = stream.join(cached_keys, list(spec.stream_keys), "left_semi")
-    misses = stream.join(cached_keys, list(spec.stream_keys), "left_anti")
-    rows = cache.where(~F.col(EMPTY)).drop(EMPTY)
-    served = enriched(hits, rows, spec, F.lit(cache_version))
-    if spec.how == "left":
-        empty_keys = cache.where(F.col(EMPTY)).select(*spec.master_keys_as_stream())
-        nothing = hits.join(empty_keys, list(spec.stream_keys), "left_semi")
-        served = served.unionByName(unmatched(nothing, cache.schema, spec))
-    counts = hits.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias(COUNT))
-    return served, misses, counts
-
-
-def disk_join(pending: DataFrame, partition_rows: DataFrame, spec: JoinSpec) -> DataFrame:
-    """One MESHJOIN step for tuples pinned to the version ``partition_rows`` comes from."""
-    return enriched(pending, partition_rows, spec, F.col(f"s.`{PINNED_VERSION}`"))
-
-
-def matched_ids(pending: DataFrame, partition_rows: DataFrame, spec: JoinSpec) -> DataFrame:
-    """(entry step, pending id) of the pending tuples that matched in this step."""
-    keys = partition_rows.select(*spec.master_keys_as_stream()).distinct()
-    return pending.join(keys, list(spec.stream_keys), "left_semi").select(ENTRY_STEP, PENDING_ID)
-
-
-def never_matched(expiring: DataFrame, matched: DataFrame) -> DataFrame:
-    """Expiring tuples that met no master row during their whole R-cycle."""
-    return expiring.join(matched, [ENTRY_STEP, PENDING_ID], "left_anti")
-
-
-def master_row_counts(
-    partition_rows: DataFrame, pending_keys: DataFrame, spec: JoinSpec
-) -> DataFrame:
-    """Incrementing state (line 29): master rows in this partition per pending join value.
-
-    Every pending value gets a row, 0 when the partition has none of its rows, so that the
-    switching decision knows which values were observed and for how many partitions.
-    """
-    renamed = partition_rows.select(*spec.master_keys_as_stream())
-    counts = renamed.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias(COUNT))
-    return pending_keys.join(counts, list(spec.stream_keys), "left").select(
-        *spec.stream_keys, F.coalesce(F.col(COUNT), F.lit(0)).cast(T.LongType()).alias(COUNT)
+def cache_entries(state: DataFrame, spec: JoinSpec) -> DataFrame:
+    """H_R from a state table: master rows (their own names) and the empty-entry marker."""
+    return state.where(F.col(ROLE) == CACHE).select(
+        *[F.col(master_field(c)).alias(c) for c in spec.master_columns], F.col(EMPTY)
     )
-
-
-def switch_candidates(
-    pending: DataFrame,
-    master_counts: DataFrame,
-    cached_keys: DataFrame,
-    spec: JoinSpec,
-    sizes: TupleSizes,
-    switch_factor: float,
-    partitions: int = 1,
-    estimator: str = "paper",
-) -> DataFrame:
-    """Switching state (line 33): values with ``|H_S(j)|·v_S > s_f·s_count(j)·v_R``.
-
-    ``paper``: s_count(j) is the sum of rows counted while j was pending, 0 if it never was
-    (Algorithm 1 as written; a value that became pending after the incrementing cycle then
-    looks like a value without master rows). ``extrapolated``: the sum is scaled by
-    k / (partitions observed), and values never observed are not switched this cycle.
-    """
-    pending_counts = pending.groupBy(*spec.stream_keys).agg(F.count(F.lit(1)).alias("_pending"))
-    counted = master_counts.groupBy(*spec.stream_keys).agg(
-        F.sum(COUNT).alias("_rows"), F.count(F.lit(1)).alias("_observed")
-    )
-    how = "inner" if estimator == "extrapolated" else "left"
-    joined = pending_counts.join(counted, list(spec.stream_keys), how).join(
-        cached_keys, list(spec.stream_keys), "left_anti"
-    )
-    rows = F.coalesce(F.col("_rows"), F.lit(0))
-    if estimator == "extrapolated":
-        rows = rows * F.lit(float(partitions)) / F.col("_observed")
-    m_disk = F.col("_pending") * F.lit(sizes.stream_bytes)
-    m_cache = rows * F.lit(sizes.master_bytes)
-    return joined.where(m_disk > F.lit(switch_factor) * m_cache).select(*spec.stream_keys)
-
-
-def eviction_victims(
-    cache: DataFrame,
-    hit_counts: DataFrame,
-    spec: JoinSpec,
-    sizes: TupleSizes,
-    switch_factor: float,
-    period_cycles: int = EVICTION_PERIOD_CYCLES,
-) -> DataFrame:
-    """Eviction (line 46): values with ``|H_R(j)|·v_R >= s_f·f_count(j)/10·v_S``."""
-    keyed = cache.select(
-        *spec.master_keys_as_stream(),
-        F.when(F.col(EMPTY), 0).otherwise(1).alias("_row"),
-    )
-    rows = keyed.groupBy(*spec.stream_keys).agg(F.sum("_row").alias("_rows"))
-    hits = hit_counts.groupBy(*spec.stream_keys).agg(F.sum(COUNT).alias("_hits"))
-    joined = rows.join(hits, list(spec.stream_keys), "left")
-    m_cache = F.col("_rows") * F.lit(sizes.master_bytes)
-    m_disk = F.coalesce(F.col("_hits"), F.lit(0)) / F.lit(period_cycles) * F.lit(sizes.stream_bytes)
-    return joined.where(m_cache >= F.lit(switch_factor) * m_disk).select(*spec.stream_keys)
-
-
-def without_keys(cache: DataFrame, keys: DataFrame, spec: JoinSpec) -> DataFrame:
-    """Cache rows whose join value is not among ``keys`` (stream-side key names)."""
-    renamed = keys.select(*spec.stream_keys_as_master())
-    return cache.join(renamed, list(spec.master_keys), "left_anti")
-
-
-def cache_rows_for(keys: DataFrame, rows: DataFrame, spec: JoinSpec) -> DataFrame:
-    """Complete cache entries for ``keys``: their master rows, or one empty marker row."""
-    renamed = keys.select(*spec.stream_keys_as_master()).distinct()
-    present = rows.join(renamed, list(spec.master_keys), "left_semi").withColumn(
-        EMPTY, F.lit(False)
-    )
-    markers = renamed.join(
-        rows.select(*spec.master_keys).distinct(), list(spec.master_keys), "left_anti"
-    )
-    others = [c for c in spec.master_columns if c not in spec.master_keys]
-    marker_rows = markers.select(
-        *[F.col(c) for c in spec.master_keys],
-        *[F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in others],
-    ).withColumn(EMPTY, F.lit(True))
-    return present.unionByName(marker_rows).select(*spec.master_columns, EMPTY)
-
-
-def reload_cached_values(cache: DataFrame, master_rows: DataFrame, spec: JoinSpec) -> DataFrame:
-    """The cache's tracked values with their rows read again from a master snapshot.
-
-    The fallback of :func:`apply_master_changes` when the master's commits do not say which
-    rows changed (a master overwritten or compacted without a change data feed): the same
-    entries, complete for the new version, at the cost of one master read.
-    """
-    keys = cache.select(*spec.master_keys).distinct().select(*spec.master_keys_as_stream())
-    return cache_rows_for(keys, master_rows.select(*spec.master_columns), spec)
-
-
-def apply_master_changes(
-    cache: DataFrame, changes: DataFrame, change_type: str, spec: JoinSpec
-) -> DataFrame:
-    """Bring cached rows to a newer master version using the rows changed in between.
-
-    Removed rows (deletes, update pre-images) leave as a multiset difference; added rows
-    (inserts, update post-images) of cached values join. A value left without rows keeps an
-    empty marker; a value that gains rows loses its marker.
-    """
-    columns = list(spec.master_columns)
-    tracked = cache.select(*spec.master_keys).distinct()
-    rows = cache.where(~F.col(EMPTY)).select(*columns)
-    removed = changes.where(F.col(change_type).isin("delete", "update_preimage")).select(*columns)
-    added = (
-        changes.where(F.col(change_type).isin("insert", "update_postimage"))
-        .select(*columns)
-        .join(tracked, list(spec.master_keys), "left_semi")
-    )
-    current = rows.exceptAll(removed).unionByName(added)
-    keys = tracked.select(*spec.master_keys_as_stream())
-    return cache_rows_for(keys, current, spec)

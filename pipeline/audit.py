@@ -52,10 +52,11 @@ from common.errors import BackfillIncompleteError, ConfigError, ValidationFailed
 from common.faults import crash_point
 from common.phase_clock import optional_phase
 from joins.columns import INTERVAL_START
-from joins.ssbj import ENTRY_STEP
+from joins.ssbj import ENTRY_STEP, pending_tuples
 from pipeline.config import EquiStage, QualityConfig, ThetaStage
 from pipeline.pins import audit_holder, audit_pins
 from pipeline.runner import PipelineRunner
+from pipeline.ssbj_stage import STATE_TABLE as SSBJ_STATE_TABLE
 from quality.audit_views import (
     INPUT_VIEW,
     PENDING_VIEW,
@@ -654,15 +655,15 @@ class AuditPublisher:
     def _pending_view(
         self, stage: EquiStage | ThetaStage, table: str, input_rows: DataFrame
     ) -> DataFrame:
-        pending_path = self.layout.operator_state(stage.name, "pending")
+        state_path = self.layout.operator_state(stage.name, SSBJ_STATE_TABLE)
         operator_state = self.store.operator_state(stage.name) or {}
         if (
             isinstance(stage, EquiStage)
             and self._is_stateful(stage)
-            and self.engine.exists(pending_path)
+            and self.engine.exists(state_path)
         ):
             return pending_ages(
-                self.engine.read(pending_path),
+                pending_tuples(self.engine.read(state_path)),
                 self._id_column(table),
                 ENTRY_STEP,
                 int(operator_state.get("next_step", 0)),

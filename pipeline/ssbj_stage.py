@@ -1,34 +1,37 @@
 """The stateful SSBJ / MESHJOIN stage driver: one Algorithm 1 loop iteration per step.
 
-Operator state lives in Delta tables under ``_operators/<stage>/``:
+Operator state lives in two Delta tables under ``_operators/<stage>/``:
 
-``pending``  H_S: tuples waiting for the cyclic scan, partitioned by entry step (adding a
-             chunk appends a partition; expiring the oldest drops one; nothing is rewritten)
-``matched``  (entry step, pending id) of pending tuples that met a master row (left joins)
-``stats``    per-step counters per join value: cache hits (f_count) and master rows
-             (s_count), partitioned by step, dropped when no longer needed
-``cache``    H_R: all projected master rows of each cached value, at the cache's version;
-             a value without master rows has one ``_empty`` marker row
-``switch``   the switching buffer s_B, partitioned by step
-``marked``   the values chosen for switching at the start of the switching cycle
-``scan``     the operator's copy of the master for the cyclic scan, partitioned by
-             ``_scan_part`` = hash(row) mod k, so partition p of every version holds |R|/k
-             rows however the master's writer laid out its files (see :meth:`_scan_versions`)
+``state``  everything Algorithm 1 keeps between steps, one row per item with a ``_role``
+           (see ``joins.ssbj_buckets``): the pending tuples of H_S with their entry step,
+           pinned master version and matched flag; the cache H_R at the cache's master
+           version (a value without master rows as one empty-entry row); the per-value
+           counters f_count and s_count; the values marked for switching and the rows of
+           the switching buffer s_B. Each step rewrites it in one commit.
+``scan``   the operator's copy of the master for the cyclic scan, partitioned by
+           ``_scan_part`` = hash(row) mod k, so partition p of every version holds |R|/k
+           rows however the master's writer laid out its files (see :meth:`_scan_versions`)
 
-and small controller state (step counter, versions, chunk pins) in the state store.
+and small controller state (step counter, versions, chunk pins, row counts) in the state
+store.
+
+A step is one pass over the data (``joins.ssbj``: the new tuples, the state, master
+partition ``step mod k`` of each version the step needs and the master's changes, grouped
+by a hash of the join value, Algorithm 1 per bucket), then two commits: the output rows
+and the new state. Counts for the metrics come out of the same pass.
 
 Version pins (holder ``ssbj.<stage>``, see :mod:`pipeline.pins`): the master versions that
 pending chunks are pinned to and that the cache and the switching buffer are at; while a
 step's plan is open also the plan's master version, the master versions whose changes bring
-the cache and the buffer to it, the operator-table versions and the input versions. The
-pins are set before the plan is saved (a rerun after a crash reads exactly those versions)
-and replaced by the completed state's pins when the step completes.
+the cache and the buffer to it, the state table's version and the input versions. The pins
+are set before the plan is saved (a rerun after a crash reads exactly those versions) and
+replaced by the completed state's pins when the step completes.
 
 Exactly once: before anything is written, the step's plan (input range, master version,
-and the version of every operator table) is saved. All reads use those pinned versions,
-every write carries the app transaction ``(table, step)``, destructive writes (cache
-overwrite, expiry) come last, and the step is completed in one state-store transaction. A
-rerun after a crash anywhere recomputes the same results and skips the writes that landed.
+state table version, scan copy versions) is saved. All reads use those pinned versions and
+the result is a function of them, both writes carry the app transaction of the step, and
+the step is completed in one state-store transaction. A rerun after a crash anywhere
+recomputes the same result and skips the writes that landed.
 
 Point in time: each tuple is pinned to the master version in force when it entered; the
 disk phase reads partition p of that version by time travel until the tuple expires. The
@@ -43,32 +46,39 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cache.inequality import TupleSizes
 from cache.intake import Admission, OperatorMemory, admit, chunk_capacity
-from cache.rcycle import CycleState, StepPosition
+from cache.rcycle import StepPosition
 from common.errors import ConfigError, JoinError, NotAppendOnlyError
 from common.faults import crash_point
 from joins import ssbj
 from joins.columns import INTERVAL_START
 from joins.mesh_partitions import partition_by_bytes
+from joins.ssbj_algorithm import Schedule, StepPlan, schedule
+from joins.ssbj_buckets import PENDING, ROLE, BucketDeltas, stream_field
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
-from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, PartitionFilter, Snapshot
+from warehouse.delta import AppTransaction, DeltaEngine, Snapshot
 from warehouse.delta.embedded import CHANGE_TYPE
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
-TABLES = ("pending", "matched", "stats", "cache", "switch", "marked")
+STATE_TABLE = "state"
 SCAN_TABLE = "scan"
+TABLES = (STATE_TABLE,)
+OWNED_TABLES = (STATE_TABLE, SCAN_TABLE)
 ADMISSION_HORIZON_VERSIONS = 256
-OWNED_TABLES = (*TABLES, SCAN_TABLE)
+# The operator-state layout this driver writes; state without it is from a release that
+# kept H_S, H_R and the counters in separate tables.
+STATE_LAYOUT = 2
 
 
 @dataclass
@@ -147,6 +157,7 @@ class SsbjStage:
         self.output_path = output_path
         self.input_path = input_path
         self.paths = {t: layout.operator_state(stage.name, t) for t in TABLES}
+        self.state_path = self.paths[STATE_TABLE]
         self.scan_path = layout.operator_state(stage.name, SCAN_TABLE)
         self.spec = ssbj.JoinSpec(
             stream_keys=tuple(stage.join_on),
@@ -173,7 +184,15 @@ class SsbjStage:
         return reports
 
     def pending_rows(self) -> int:
-        return self._table_rows("pending")
+        """Tuples in H_S after the last completed step (from the controller state)."""
+        state = self.store.operator_state(self.stage.name)
+        return int(state.get("pending_rows", 0)) if state else 0
+
+    def state_frame(self) -> DataFrame | None:
+        """The operator state table at its latest version, or None before the first step."""
+        if not self.engine.exists(self.state_path):
+            return None
+        return self.engine.read(self.state_path)
 
     def record_backfill(self, start: Any, end: Any, input_version: int) -> None:
         """Suppress later live output for tuples a backfill already joined."""
@@ -187,15 +206,32 @@ class SsbjStage:
 
     def _state(self) -> dict[str, Any]:
         state = self.store.operator_state(self.stage.name)
+        if state is not None and state.get("layout") != STATE_LAYOUT:
+            if state.get("chunks"):
+                raise JoinError(
+                    f"stage {self.stage.name}: its operator state is from an earlier release "
+                    f"(separate pending/cache tables) and {len(state['chunks'])} chunk(s) of "
+                    "tuples are still pending there; run `enrich drain` with that release "
+                    "first (nothing is read or changed until then)"
+                )
+            logger.warning(
+                "stage %s: operator state from an earlier release with nothing pending; "
+                "starting a fresh operator state (the cache refills over the next cycles)",
+                self.stage.name,
+            )
+            state = None
         if state is None:
             state = {
+                "layout": STATE_LAYOUT,
                 "next_step": 0,
                 "cycle_base": 0,
                 "partitions": self.params.partitions,
                 "cache_version": None,
                 "switch_version": None,
-                "hits_since": 0,
                 "chunks": {},
+                "chunk_rows": {},
+                "pending_rows": 0,
+                "cache_rows": 0,
                 "backfills": [],
                 "sizes": None,
                 "plan": None,
@@ -244,6 +280,8 @@ class SsbjStage:
             },
         }
         needed = {int(v) for v in state["chunks"].values()} | {master.version}
+        if state["switch_version"] is not None:
+            needed.add(int(state["switch_version"]))
         plan["scan"] = self._scan_versions(state, master, needed)
         state["plan"] = plan
         # Pins first: a crash before the plan is saved leaves pins the next plan replaces.
@@ -305,6 +343,7 @@ class SsbjStage:
             rows = ssbj.scan_rows(self.engine.read_files(master), self.spec, k)
             self.engine.create_table(self.scan_path, rows.schema, (ssbj.SCAN_PART,))
             outcome = self.engine.overwrite(self.scan_path, rows, txn)
+        crash_point("ssbj.after_scan_sync")
         logger.info(
             "ssbj %s: scan copy of master v%d at v%d (%s, k=%d)",
             self.stage.name,
@@ -329,10 +368,12 @@ class SsbjStage:
         if sizes is None:  # the first step: sample the next input (a DataFrame per version)
             sizes = self._sizes(state, self._input_rows(offset, min(horizon, offset + 8)), master)
         k = self.params.partitions
+        # The chunk that expires at the end of this step leaves room for this step's chunk.
+        expiring = int(state.get("chunk_rows", {}).get(str(step - k + 1), 0))
         memory = OperatorMemory(
             disk_buffer_rows=_rows(master.files) / k,
-            cache_rows=self._table_rows("cache") if self.use_cache else 0,
-            pending_rows=self._table_rows("pending", exclude_entry_step=step - k + 1),
+            cache_rows=int(state.get("cache_rows", 0)) if self.use_cache else 0,
+            pending_rows=max(0, int(state.get("pending_rows", 0)) - expiring),
         )
         disk_buffer = memory.disk_buffer_rows * sizes.master_bytes
         if disk_buffer > budget:
@@ -371,32 +412,6 @@ class SsbjStage:
         )
         return admission
 
-    def _table_rows(self, table: str, exclude_entry_step: int | None = None) -> int:
-        """Rows of an operator table from its file statistics (no data is read)."""
-        if not self.engine.exists(self.paths[table]):
-            return 0
-        files = self.engine.snapshot(self.paths[table]).files
-        return _rows(
-            f
-            for f in files
-            if exclude_entry_step is None
-            or f.partition_values.get(ssbj.ENTRY_STEP) != exclude_entry_step
-        )
-
-    def _chunk_rows(self, entry_step: int) -> int:
-        """Rows of one H_S chunk, from the pending table's file statistics."""
-        files = self.engine.snapshot(self.paths["pending"]).files
-        return _rows(f for f in files if f.partition_values.get(ssbj.ENTRY_STEP) == entry_step)
-
-    def _state_bytes(
-        self, state: dict[str, Any], master: Snapshot, pending: int, cache: int
-    ) -> float:
-        sizes = state.get("sizes")
-        if not sizes:
-            return 0.0
-        memory = OperatorMemory(_rows(master.files) / self.params.partitions, cache, pending)
-        return memory.bytes(TupleSizes(sizes["stream"], sizes["master"]))
-
     def _pins(
         self, state: dict[str, Any], plan: dict[str, Any] | None = None
     ) -> dict[str, list[int]]:
@@ -425,12 +440,6 @@ class SsbjStage:
             pins[self.scan_path] = scan
         return union_pins(pins)
 
-    def _read(self, table: str, plan: dict[str, Any]) -> DataFrame | None:
-        version = plan["tables"].get(table)
-        if version is None:
-            return None
-        return self.engine.read(self.paths[table], version=version)
-
     # ------------------------------------------------------------------ one step
 
     def step(self, run_id: str, take_input: bool) -> SsbjStepReport:
@@ -449,110 +458,93 @@ class SsbjStage:
             memory_bytes=self.params.memory_bytes,
             backlog_rows=int(plan.get("backlog_rows", 0)),
         )
-        txn = lambda table: AppTransaction(f"ssbj.{self.stage.name}.{table}", step)  # noqa: E731
-
-        new_rows = self._suppressed(self._new_rows(plan), state).cache()
+        new_rows = self._suppressed(
+            self._input_rows(plan["input_from"], plan["input_to"]),
+            state,
+            INTERVAL_START,
+            ssbj.INPUT_VERSION,
+        )
         sizes = self._sizes(state, new_rows, master)
+        wide = ssbj.WideTable.of(self.spec, new_rows.schema, master.schema)
 
-        cache, cache_changed = self._cache_at(state, plan, master)
+        reads = schedule(
+            position,
+            version,
+            self.use_cache,
+            takes_input=plan["input_to"] > plan["input_from"],
+            chunk_versions=[int(v) for v in state["chunks"].values()],
+            cache_version=state["cache_version"],
+            switch_version=state["switch_version"],
+        )
+        inputs = [wide.stream_rows(new_rows)]
+        if "state" in plan["tables"]:
+            stored = self.engine.read(self.state_path, version=plan["tables"]["state"])
+            inputs.append(self._suppressed_pending(wide.state_rows(stored), state))
+        for pinned in sorted(reads.partition_versions):
+            snapshot = (
+                master if pinned == version else self.engine.snapshot(self.master_path, pinned)
+            )
+            rows, size = self._partition(
+                snapshot, position.partition, position.partitions, plan["scan"]
+            )
+            inputs.append(wide.partition_rows(rows, pinned))
+            report.master_bytes_read += size
+        deltas, changed = self._deltas(reads, master, wide)
+        inputs.extend(changed)
+        stream_key, master_key = wide.plan_positions()
+        step_plan = StepPlan(
+            step=step,
+            position=position,
+            master_version=version,
+            stream_key=stream_key,
+            master_key=master_key,
+            sizes=sizes,
+            use_cache=self.use_cache,
+            left_join=self.spec.how == "left",
+            switch_factor=self.params.switch_factor,
+            estimator=self.params.scount_estimator,
+            switch_version=reads.collecting,
+            partition_versions=reads.partition_versions,
+        )
+        result = wide.step(inputs, step_plan, deltas, self._buckets()).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            # The one pass over the data: it materialises every bucket's result, which the
+            # two writes below then read back.
+            counts = {r[0]: int(r[1]) for r in ssbj.metrics_of(result).collect()}
+            output = wide.enriched(result)
+            self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
+            outcome = self.engine.append(
+                self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
+            )
+            if outcome.committed:
+                report.output_version = outcome.table_version
+            crash_point("ssbj.after_output")
+            self.engine.create_table(self.state_path, wide.schema)
+            self.engine.overwrite(
+                self.state_path,
+                ssbj.state_of(result),
+                AppTransaction(f"ssbj.{self.stage.name}.state", step),
+            )
+            crash_point("ssbj.before_complete")
+        finally:
+            result.unpersist()
+
+        report.tuples_in = counts.get("tuples_in", 0)
+        report.cache_hits = counts.get("cache_hits", 0)
+        report.cache_hits_unmatched = counts.get("cache_hits_unmatched", 0)
+        report.entered_pending = counts.get("entered_pending", 0)
+        report.expired = counts.get("expired", 0)
+        report.output_rows = counts.get("output_rows", 0)
+        report.pending_rows = counts.get("pending_rows", 0)
+        report.cache_rows = counts.get("cache_rows", 0) if self.use_cache else 0
         cache_version_before = state["cache_version"]
-        if self.use_cache and position.starts_cycle:
-            cache, cycle_changed = self._cycle_start(
-                state, plan, position, cache, master, sizes, txn
-            )
-            cache_changed = cache_changed or cycle_changed
-
-        served, misses, hits = self._cache_phase(new_rows, cache, version)
-        # Counts for the report ride on the writes (observed metrics), not extra jobs.
-        hit_total = _Observed(hits, F.sum(ssbj.COUNT))
-        hits = hit_total.frame
-        served_unmatched = None
-        if self.spec.how == "left":
-            served_unmatched = _Observed(
-                served, F.sum(F.when(F.col(self.spec.version).isNull(), 1).otherwise(0))
-            )
-            served = served_unmatched.frame
-        chunk = (
-            misses.withColumn(ssbj.ENTRY_STEP, F.lit(step).cast(T.LongType()))
-            .withColumn(ssbj.PENDING_ID, F.monotonically_increasing_id())
-            .withColumn(ssbj.PINNED_VERSION, F.lit(version).cast(T.LongType()))
-        )
-        self.engine.create_table(self.paths["pending"], chunk.schema, (ssbj.ENTRY_STEP,))
-        self.engine.append(self.paths["pending"], chunk, txn("pending"))
-        crash_point("ssbj.after_pending")
-        chunks = {**state["chunks"]}
-        chunks[str(step)] = version
-        pending = self._suppressed(self.engine.read(self.paths["pending"]), state).cache()
-        if self.use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
-            self._mark_for_switching(state, plan, position, pending, cache, master, sizes, txn)
-
-        disk_output, matched_now, bytes_read, partition_at = self._disk_phase(
-            pending, chunks, position, master, plan["scan"]
-        )
-        report.master_bytes_read = bytes_read
-        expiring_step = step - position.partitions + 1
-        unmatched = self._expire(pending, matched_now, plan, expiring_step)
-
-        output = served.unionByName(disk_output)
-        if unmatched is not None:
-            output = output.unionByName(unmatched)
-        self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
-        outcome = self.engine.append(
-            self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
-        )
-        if outcome.committed:
-            report.output_version = outcome.table_version
-            report.output_rows = outcome.rows_added
-        if served_unmatched is not None:
-            report.cache_hits_unmatched = served_unmatched.value(outcome.committed)
-        crash_point("ssbj.after_output")
-        stats_written = self._write_stats(position, plan, pending, hits, partition_at, state, txn)
-        report.cache_hits = hit_total.value(stats_written) if self.use_cache else 0
-        # The chunk's rows, from the pending table's file statistics: no job, and the same
-        # answer when a rerun finds the chunk already committed.
-        report.entered_pending = self._chunk_rows(step)
-        report.tuples_in = report.entered_pending + report.cache_hits
-        if self.spec.how == "left":
-            self._append_keyed("matched", matched_now, (ssbj.ENTRY_STEP,), txn("matched"))
-        crash_point("ssbj.after_stats")
-        if self.use_cache and (cache_changed or state["cache_version"] is None):
-            self._write_cache(cache, txn("cache"))
-        crash_point("ssbj.after_cache")
-        if str(expiring_step) in chunks:
-            where = [PartitionFilter(ssbj.ENTRY_STEP, "=", expiring_step)]
-            report.expired = self._chunk_rows(expiring_step)
-            self.engine.delete_partitions(self.paths["pending"], where, txn("expire"))
-            if self.spec.how == "left" and self.engine.exists(self.paths["matched"]):
-                self.engine.delete_partitions(self.paths["matched"], where, txn("expire"))
-            chunks.pop(str(expiring_step))
-        crash_point("ssbj.before_complete")
-
-        if report.entered_pending == 0:
-            # This step's chunk is empty (misses and hits partition the new tuples exactly):
-            # later steps need not read its master version, and nothing pins it.
-            chunks.pop(str(step), None)
-        state["chunks"] = chunks
-        state["cache_version"] = version if self.use_cache else None
-        state["next_step"] = step + 1
-        state["plan"] = None
-        pending_snapshot = self.engine.snapshot(self.paths["pending"])
-        report.pending_rows = sum(f.num_records or 0 for f in pending_snapshot.files)
-        report.pending_bytes = pending_snapshot.size_bytes
-        if self.engine.exists(self.paths["cache"]):
-            cache_snapshot = self.engine.snapshot(self.paths["cache"])
-            report.cache_rows = sum(f.num_records or 0 for f in cache_snapshot.files)
-            report.cache_bytes = cache_snapshot.size_bytes
-        if report.tuples_in:
-            state["miss_rate"] = report.entered_pending / report.tuples_in
-        report.state_bytes = self._state_bytes(
-            state, master, report.pending_rows, report.cache_rows if self.use_cache else 0
-        )
+        self._complete(state, plan, position, report, master, reads)
         report.seconds = time.monotonic() - started
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
-        for frame in (new_rows, pending):
-            frame.unpersist()
         if report.memory_bytes is not None and report.state_bytes > report.memory_bytes:
             logger.warning(
                 "ssbj %s step %d: state %.0f B exceeds memory_bytes %d B (the cache grew, or "
@@ -583,21 +575,122 @@ class SsbjStage:
         )
         return report
 
-    # ------------------------------------------------------------------ phases
+    def _complete(
+        self,
+        state: dict[str, Any],
+        plan: dict[str, Any],
+        position: StepPosition,
+        report: SsbjStepReport,
+        master: Snapshot,
+        reads: Schedule,
+    ) -> None:
+        """The controller state after the step: chunk pins, versions, counts."""
+        step = plan["step"]
+        version = plan["master_version"]
+        chunks = dict(state["chunks"])
+        chunk_rows = dict(state.get("chunk_rows", {}))
+        if report.entered_pending:
+            chunks[str(step)] = version
+            chunk_rows[str(step)] = report.entered_pending
+        expiring = step - position.partitions + 1
+        for entry in [e for e in chunks if int(e) <= expiring]:
+            chunks.pop(entry)
+            chunk_rows.pop(entry, None)
+        state["chunks"] = chunks
+        state["chunk_rows"] = chunk_rows
+        state["cache_version"] = version if self.use_cache else None
+        state["switch_version"] = reads.next_switch_version(state["switch_version"], version)
+        state["pending_rows"] = report.pending_rows
+        state["cache_rows"] = report.cache_rows
+        state["next_step"] = step + 1
+        state["plan"] = None
+        if report.tuples_in:
+            state["miss_rate"] = report.entered_pending / report.tuples_in
+        sizes = self._known_sizes(state)
+        if sizes is not None:  # Eq. 1's terms, from the sizes measured once per stage
+            report.pending_bytes = int(report.pending_rows * sizes.stream_bytes)
+            report.cache_bytes = int(report.cache_rows * sizes.master_bytes)
+            report.state_bytes = OperatorMemory(
+                _rows(master.files) / self.params.partitions,
+                report.cache_rows,
+                report.pending_rows,
+            ).bytes(sizes)
 
-    def _new_rows(self, plan: dict[str, Any]) -> DataFrame:
-        return self._input_rows(plan["input_from"], plan["input_to"])
+    # ------------------------------------------------------------------ inputs
 
-    def _suppressed(self, frame: DataFrame, state: dict[str, Any]) -> DataFrame:
-        """Drop tuples whose interval a backfill has already joined and published."""
+    def _deltas(
+        self, reads: Schedule, master: Snapshot, wide: ssbj.WideTable
+    ) -> tuple[BucketDeltas, list[DataFrame]]:
+        """How H_R (and s_B, when a phase-out moves it) reach the ``master`` version.
+
+        From the rows the commits in between changed, when the master says (its change data
+        feed, or added files only); otherwise, after an overwrite or a compaction by a
+        writer without the change feed, from the rows at the new version. Tuples pinned to
+        older versions are unaffected: they read those versions.
+        """
+        frames: list[DataFrame] = []
+        reloaded = False
+
+        def kind(base: int | None, for_switch: bool) -> str | None:
+            nonlocal reloaded
+            if base is None:
+                return None
+            try:
+                changes = self.engine.changes(self.master_path, base, master.version)
+            except NotAppendOnlyError as e:
+                logger.info(
+                    "ssbj %s: master %s changed between v%d and v%d without a change feed "
+                    "(%s); reading the tracked values again at v%d",
+                    self.stage.name,
+                    self.master_path,
+                    base,
+                    master.version,
+                    e,
+                    master.version,
+                )
+                if not reloaded:
+                    frames.append(wide.reload_rows(self.engine.read_files(master)))
+                    reloaded = True
+                return "reload"
+            frames.append(wide.change_rows(changes, CHANGE_TYPE, for_switch))
+            return "changes"
+
+        cache = kind(reads.cache_from, for_switch=False)
+        switch = kind(reads.switch_from, for_switch=True)
+        return BucketDeltas(cache=cache, switch=switch), frames
+
+    def _buckets(self) -> int:
+        """Key buckets of a step: one per shuffle partition (``spark.sql.shuffle.partitions``)."""
+        configured = self.spark.conf.get("spark.sql.shuffle.partitions")
+        return max(1, int(configured or 1))
+
+    @staticmethod
+    def _covered(state: dict[str, Any], interval: str, input_version: str) -> Any:
+        """Tuples whose interval a backfill has already joined and published, or None."""
+        covered = None
         for backfill in state.get("backfills", []):
-            covered = (
-                (F.col(INTERVAL_START) >= F.lit(backfill["start"]).cast(T.TimestampType()))
-                & (F.col(INTERVAL_START) < F.lit(backfill["end"]).cast(T.TimestampType()))
-                & (F.col(ssbj.INPUT_VERSION) <= F.lit(backfill["input_version"]))
+            term = (
+                (F.col(interval) >= F.lit(backfill["start"]).cast(T.TimestampType()))
+                & (F.col(interval) < F.lit(backfill["end"]).cast(T.TimestampType()))
+                & (F.col(input_version) <= F.lit(backfill["input_version"]))
             )
-            frame = frame.where(~covered)
-        return frame
+            covered = term if covered is None else covered | term
+        return covered
+
+    def _suppressed(
+        self, frame: DataFrame, state: dict[str, Any], interval: str, input_version: str
+    ) -> DataFrame:
+        """Drop tuples whose interval a backfill has already joined and published."""
+        covered = self._covered(state, interval, input_version)
+        return frame if covered is None else frame.where(~F.coalesce(covered, F.lit(False)))
+
+    def _suppressed_pending(self, frame: DataFrame, state: dict[str, Any]) -> DataFrame:
+        covered = self._covered(
+            state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
+        )
+        if covered is None:
+            return frame
+        return frame.where(~((F.col(ROLE) == PENDING) & F.coalesce(covered, F.lit(False))))
 
     @staticmethod
     def _known_sizes(state: dict[str, Any]) -> TupleSizes | None:
@@ -610,7 +703,7 @@ class SsbjStage:
         known = self._known_sizes(state)
         if known is not None:
             return known
-        stream_bytes = measured_row_bytes(rows.drop(*ssbj.OPERATOR_COLUMNS))
+        stream_bytes = measured_row_bytes(rows.drop(ssbj.INPUT_VERSION))
         master_bytes = measured_row_bytes(
             self.engine.read_files(master).select(*self.spec.master_columns)
         )
@@ -622,139 +715,6 @@ class SsbjStage:
             "ssbj %s: measured v_S=%.1f B, v_R=%.1f B", self.stage.name, *state["sizes"].values()
         )
         return sizes
-
-    def _empty_cache(self, master: Snapshot) -> DataFrame:
-        schema = T.StructType(
-            [master.schema[c] for c in self.spec.master_columns]
-            + [T.StructField(ssbj.EMPTY, T.BooleanType(), False)]
-        )
-        return self.spark.createDataFrame([], schema)
-
-    def _cache_at(
-        self, state: dict[str, Any], plan: dict[str, Any], master: Snapshot
-    ) -> tuple[DataFrame, bool]:
-        cache = self._read("cache", plan)
-        if cache is None or not self.use_cache:
-            return self._empty_cache(master), False
-        if state["cache_version"] == master.version:
-            return cache, False
-        return self._entries_at(cache, state["cache_version"], master), True
-
-    def _entries_at(self, entries: DataFrame, version: int, master: Snapshot) -> DataFrame:
-        """Cache entries of master ``version`` brought to the ``master`` snapshot's version.
-
-        From the rows the commits in between changed when the master says (its change data
-        feed, or added files only); otherwise, after an overwrite or a compaction by a
-        writer without the change feed, by reading the entries' values again at the new
-        version. Tuples pinned to older versions are unaffected: they read those versions.
-        """
-        try:
-            changes = self.engine.changes(self.master_path, version, master.version)
-        except NotAppendOnlyError as e:
-            logger.info(
-                "ssbj %s: master %s changed between v%d and v%d without a change feed (%s); "
-                "reading the cached values again at v%d",
-                self.stage.name,
-                self.master_path,
-                version,
-                master.version,
-                e,
-                master.version,
-            )
-            return ssbj.reload_cached_values(entries, self.engine.read_files(master), self.spec)
-        return ssbj.apply_master_changes(entries, changes, CHANGE_TYPE, self.spec)
-
-    def _cycle_start(
-        self,
-        state: dict[str, Any],
-        plan: dict[str, Any],
-        position: StepPosition,
-        cache: DataFrame,
-        master: Snapshot,
-        sizes: TupleSizes,
-        txn: Any,
-    ) -> tuple[DataFrame, bool]:
-        changed = False
-        if position.state is CycleState.PHASE_OUT and state["switch_version"] is not None:
-            marked = self._read("marked", plan)
-            collected = self._read("switch", plan)
-            if marked is not None and collected is not None:
-                entries = ssbj.cache_rows_for(marked, collected.drop(ssbj.STEP), self.spec)
-                if state["switch_version"] != master.version:
-                    entries = self._entries_at(entries, state["switch_version"], master)
-                cache = ssbj.without_keys(cache, marked, self.spec).unionByName(entries)
-                changed = True
-                for table, frame in (("switch", collected), ("marked", marked)):
-                    self.engine.overwrite(self.paths[table], frame.limit(0), txn(f"{table}-clear"))
-            state["switch_version"] = None
-        if position.evicts:
-            stats = self._read("stats", plan)
-            if stats is not None:
-                hits = stats.where(
-                    (F.col(ssbj.KIND) == ssbj.HIT) & (F.col(ssbj.STEP) >= state["hits_since"])
-                )
-                victims = ssbj.eviction_victims(
-                    cache,
-                    hits,
-                    self.spec,
-                    sizes,
-                    self.params.switch_factor,
-                    self.params.eviction_cycles,
-                )
-                cache = ssbj.without_keys(cache, victims, self.spec)
-                changed = True
-            state["hits_since"] = plan["step"]
-        return cache, changed
-
-    def _mark_for_switching(
-        self,
-        state: dict[str, Any],
-        plan: dict[str, Any],
-        position: StepPosition,
-        pending: DataFrame,
-        cache: DataFrame,
-        master: Snapshot,
-        sizes: TupleSizes,
-        txn: Any,
-    ) -> None:
-        """Line 33 at the first step of the switching cycle, over H_S with this step's chunk."""
-        stats = self._read("stats", plan)
-        counts = (
-            stats.where(
-                (F.col(ssbj.KIND) == ssbj.MASTER_ROWS)
-                & (F.col(ssbj.STEP) >= plan["step"] - position.partitions)
-            )
-            if stats is not None
-            else self.spark.createDataFrame(
-                [], pending.select(*self.spec.stream_keys).schema
-            ).withColumn(ssbj.COUNT, F.lit(0).cast(T.LongType()))
-        )
-        cached_keys = cache.select(*self.spec.master_keys_as_stream()).distinct()
-        marked = ssbj.switch_candidates(
-            pending,
-            counts,
-            cached_keys,
-            self.spec,
-            sizes,
-            self.params.switch_factor,
-            position.partitions,
-            self.params.scount_estimator,
-        )
-        self._overwrite("marked", marked, txn("marked"))
-        state["switch_version"] = master.version
-
-    def _cache_phase(
-        self, new_rows: DataFrame, cache: DataFrame, version: int
-    ) -> tuple[DataFrame, DataFrame, DataFrame]:
-        if not self.use_cache:
-            served = ssbj.enriched(
-                new_rows.limit(0), cache.drop(ssbj.EMPTY), self.spec, F.lit(version)
-            )
-            counts = (
-                new_rows.limit(0).select(*self.spec.stream_keys).withColumn(ssbj.COUNT, F.lit(0))
-            )
-            return served, new_rows, counts
-        return ssbj.probe_cache(new_rows, cache, self.spec, version)
 
     def _partition(
         self, snapshot: Snapshot, index: int, parts: int, scan: dict[str, int]
@@ -771,143 +731,6 @@ class SsbjStage:
             rows = self.engine.read_files(snapshot, chosen)
         return rows.select(*self.spec.master_columns), sum(f.size_bytes for f in chosen)
 
-    def _disk_phase(
-        self,
-        pending: DataFrame,
-        chunks: dict[str, int],
-        position: StepPosition,
-        master: Snapshot,
-        scan: dict[str, int],
-    ) -> tuple[DataFrame, DataFrame, int, dict[int, DataFrame]]:
-        outputs: list[DataFrame] = []
-        matched: list[DataFrame] = []
-        partitions: dict[int, DataFrame] = {}
-        bytes_read = 0
-        for pinned in sorted(set(chunks.values())):
-            snapshot = (
-                master
-                if pinned == master.version
-                else self.engine.snapshot(self.master_path, pinned)
-            )
-            rows, size = self._partition(snapshot, position.partition, position.partitions, scan)
-            partitions[pinned] = rows
-            bytes_read += size
-            mine = pending.where(F.col(ssbj.PINNED_VERSION) == pinned)
-            outputs.append(ssbj.disk_join(mine, rows, self.spec))
-            if self.spec.how == "left":
-                matched.append(ssbj.matched_ids(mine, rows, self.spec))
-        if master.version not in partitions and self.use_cache:
-            rows, size = self._partition(master, position.partition, position.partitions, scan)
-            partitions[master.version] = rows
-        empty_out = ssbj.enriched(
-            pending.limit(0), self._empty_cache(master).drop(ssbj.EMPTY), self.spec, F.lit(0)
-        )
-        output = empty_out
-        for frame in outputs:
-            output = output.unionByName(frame)
-        matched_frame = pending.limit(0).select(ssbj.ENTRY_STEP, ssbj.PENDING_ID)
-        for frame in matched:
-            matched_frame = matched_frame.unionByName(frame)
-        return output, matched_frame, bytes_read, partitions
-
-    def _expire(
-        self, pending: DataFrame, matched_now: DataFrame, plan: dict[str, Any], expiring_step: int
-    ) -> DataFrame | None:
-        if self.spec.how != "left" or expiring_step < 0:
-            return None
-        expiring = pending.where(F.col(ssbj.ENTRY_STEP) == expiring_step)
-        earlier = self._read("matched", plan)
-        matched = matched_now
-        if earlier is not None:
-            matched = matched.unionByName(earlier.where(F.col(ssbj.ENTRY_STEP) == expiring_step))
-        master_schema = self.engine.snapshot(self.master_path, plan["master_version"]).schema
-        return ssbj.unmatched(ssbj.never_matched(expiring, matched), master_schema, self.spec)
-
-    # ------------------------------------------------------------------ writes
-
-    def _write_stats(
-        self,
-        position: StepPosition,
-        plan: dict[str, Any],
-        pending: DataFrame,
-        hits: DataFrame,
-        partitions: dict[int, DataFrame],
-        state: dict[str, Any],
-        txn: Any,
-    ) -> bool:
-        """Append this step's counters (and switching-buffer rows); True if the hits were
-        written by this call (False when a rerun found them committed)."""
-        if not self.use_cache:
-            return False
-        step = plan["step"]
-        frames = [hits.withColumn(ssbj.KIND, F.lit(ssbj.HIT))]
-        current = partitions.get(plan["master_version"])
-        if position.state is CycleState.INCREMENTING and current is not None:
-            keys = pending.select(*self.spec.stream_keys).distinct()
-            counts = ssbj.master_row_counts(current, keys, self.spec)
-            frames.append(counts.withColumn(ssbj.KIND, F.lit(ssbj.MASTER_ROWS)))
-        stats = frames[0]
-        for frame in frames[1:]:
-            stats = stats.unionByName(frame)
-        stats = stats.withColumn(ssbj.STEP, F.lit(step).cast(T.LongType())).withColumn(
-            ssbj.COUNT, F.col(ssbj.COUNT).cast(T.LongType())
-        )
-        written = self._append_keyed("stats", stats, (ssbj.STEP,), txn("stats")).committed
-        if position.state is CycleState.SWITCHING and state["switch_version"] is not None:
-            marked = self._read(
-                "marked", {"tables": {**plan["tables"], **self._fresh(("marked",))}}
-            )
-            source = partitions.get(state["switch_version"])
-            if marked is not None and source is not None:
-                renamed = marked.select(*self.spec.stream_keys_as_master())
-                rows = source.join(renamed, list(self.spec.master_keys), "left_semi").withColumn(
-                    ssbj.STEP, F.lit(step).cast(T.LongType())
-                )
-                self._append_keyed("switch", rows, (ssbj.STEP,), txn("switch"))
-        return written
-
-    def _fresh(self, tables: tuple[str, ...]) -> dict[str, int]:
-        return {
-            t: self.engine.snapshot(self.paths[t]).version
-            for t in tables
-            if self.engine.exists(self.paths[t])
-        }
-
-    def _append_keyed(
-        self, table: str, frame: DataFrame, partition_by: tuple[str, ...], txn: AppTransaction
-    ) -> CommitOutcome:
-        self.engine.create_table(self.paths[table], frame.schema, partition_by)
-        return self.engine.append(self.paths[table], frame, txn)
-
-    def _overwrite(self, table: str, frame: DataFrame, txn: AppTransaction) -> None:
-        self.engine.create_table(self.paths[table], frame.schema)
-        self.engine.overwrite(self.paths[table], frame, txn)
-
-    def _write_cache(self, cache: DataFrame, txn: AppTransaction) -> None:
-        self._overwrite("cache", cache, txn)
-
 
 def _rows(files: Iterable[Any]) -> int:
     return sum(f.num_records or 0 for f in files)
-
-
-class _Observed:
-    """One aggregate of a frame, observed while a write computes the frame.
-
-    Read it with :meth:`value` after the write: from the observation when the write ran,
-    otherwise (a rerun that found the write committed) by one aggregation job.
-    """
-
-    def __init__(self, frame: DataFrame, aggregate: Column) -> None:
-        self._source = frame
-        self._aggregate = aggregate
-        self._observation = Observation()
-        self.frame = frame.observe(self._observation, aggregate.alias("value"))
-
-    def value(self, computed: bool) -> int:
-        if computed:
-            result = self._observation.get.get("value")
-        else:
-            row = self._source.agg(self._aggregate.alias("value")).first()
-            result = row["value"] if row else None
-        return int(result or 0)

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from cache.inequality import TupleSizes
+from joins.ssbj import cache_entries
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.context import PipelineContext
 from pipeline.layout import WarehouseLayout
@@ -155,6 +156,17 @@ class SsbjHarness:
 
     def paths_of(self, table: str) -> str:
         return self.layout.operator_state("enrich", table)
+
+    def cache_rows(self) -> list[tuple[Any, ...]]:
+        """H_R as the operator state table holds it: (mk, supplier, price, _empty) rows."""
+        stage = self.runner.ssbj_stage(self.config.stage("enrich"))
+        state = stage.state_frame()
+        if state is None:
+            return []
+        return [tuple(r) for r in cache_entries(state, stage.spec).collect()]
+
+    def cached_keys(self) -> set[int]:
+        return {row[0] for row in self.cache_rows()}
 
     def measured_sizes(self) -> TupleSizes:
         state = self.store.operator_state("enrich")

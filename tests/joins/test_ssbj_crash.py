@@ -18,15 +18,15 @@ from tests.joins.ssbj_harness import SsbjHarness, run_scenario
 
 pytestmark = pytest.mark.slow
 
-# k = 2: steps 0-1 incrementing, 2-3 switching (marked values written at step 2),
-# 4-5 phase-out (cache written at step 4), 6 incrementing.
-# ssbj.after_pending (only the H_S chunk landed) is left out to keep CI under 20 minutes:
-# its rerun skips the same kind of app-transaction write the points below cover.
+# A step commits twice (the output, then the operator state) and then completes in the
+# state store: its commit boundaries are after the output and after the state. Before
+# its plan, a step may sync the operator's scan copy to a new master version.
+# k = 2: steps 0-1 incrementing, 2-3 switching (values marked at step 2), 4-5 phase-out
+# (s_B moves into the cache at step 4).
 CRASH_POINTS = [
-    "ssbj.after_output:3",  # step 2: output landed, stats/marked not yet
-    "ssbj.after_stats:4",  # step 3: counters and switching buffer landed, expiry not yet
-    "ssbj.after_cache:5",  # step 4: cache overwritten, expiry not yet
-    "ssbj.before_complete:6",  # step 5: every table written, state store not updated
+    "ssbj.after_scan_sync:1",  # step 0: the scan copy of the master landed, no plan yet
+    "ssbj.after_output:3",  # step 2, marking: output landed, the new state not yet
+    "ssbj.before_complete:5",  # step 4, s_B into H_R: state landed, step not completed
 ]
 
 
@@ -36,10 +36,6 @@ def reference(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     run_scenario(h)
     h.drain()
     return h
-
-
-def cache_rows(h: SsbjHarness) -> list[tuple]:
-    return [tuple(r) for r in h.engine.read(h.paths_of("cache")).collect()]
 
 
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)
@@ -62,5 +58,5 @@ def test_killed_step_reruns_to_the_uninterrupted_result(
     resumed.drain()
     assert_same_multiset(resumed.output(), reference.output())
     assert_same_multiset(resumed.output(), reference.oracle("left"))
-    assert_same_multiset(cache_rows(resumed), cache_rows(reference))
+    assert_same_multiset(resumed.cache_rows(), reference.cache_rows())
     assert resumed.runner.ssbj_stage(resumed.config.stage("enrich")).pending_rows() == 0

@@ -111,8 +111,8 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
 ) -> None:
     h = pending_on_v1
     stage = h.config.stage("enrich")
-    pending = h.paths_of("pending")
-    pending_version = h.engine.snapshot(pending).version
+    state = h.paths_of("state")
+    state_version = h.engine.snapshot(state).version
     consumed = h.engine.snapshot(h.bronze).version
     h.arrive(BATCH_B)
     arrived = h.engine.snapshot(h.bronze).version
@@ -130,7 +130,7 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
     assert h.store.pins_of(HOLDER) == {
         table_key(h.master): [1, 2],  # batch A's version and the plan's
         scan: [1, 2],  # the scan copy of each: v1 copied, v2 rewritten before the plan
-        table_key(pending): [pending_version],  # the operator table as the plan saw it
+        table_key(state): [state_version],  # the operator state as the plan saw it
         table_key(h.bronze): list(range(consumed + 1, arrived + 1)),  # the plan's input
     }
     # The master moves on before the rerun; v2, which the plan reads, must survive.

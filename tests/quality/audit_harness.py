@@ -110,7 +110,7 @@ def copy_pipeline(source: Path, target: Path) -> None:
 
 
 class DefectEngine:
-    """Delegates to a real engine; rewrites what is appended to one table."""
+    """Delegates to a real engine; rewrites what is appended to, or overwrites, one table."""
 
     def __init__(self, inner: DeltaEngine, path: str, defect: Callable[[DataFrame], DataFrame]):
         self._inner = inner
@@ -126,6 +126,13 @@ class DefectEngine:
         if path == self._path:
             data = self._defect(data)
         return self._inner.append(path, data, txn)
+
+    def overwrite(
+        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        if path == self._path:
+            data = self._defect(data)
+        return self._inner.overwrite(path, data, txn)
 
 
 @contextmanager
@@ -164,7 +171,7 @@ def out_of_range_price(rows: DataFrame) -> DataFrame:
 
 
 def stale_entry(rows: DataFrame) -> DataFrame:
-    """A pending chunk that claims to have entered 10 steps ago: it never expires."""
+    """Pending tuples that claim to have entered 10 steps ago (other state rows: null)."""
     return rows.withColumn(ENTRY_STEP, F.col(ENTRY_STEP) - 10)
 
 

@@ -59,7 +59,7 @@ DEFECTS: dict[str, tuple[str, Callable[[DataFrame], DataFrame], str]] = {
     "dropped tuple": ("out", drop_tuple(13), "row conservation: a tuple vanished"),
     "null key": ("out", null_key(11), "expect_column_values_to_not_be_null(id)"),
     "out-of-range value": ("out", out_of_range_price, "expect_column_values_to_be_between(price)"),
-    "stale pending tuple": ("pending", stale_entry, "freshness: a tuple waited too long"),
+    "stale pending tuple": ("state", stale_entry, "freshness: a tuple waited too long"),
 }
 
 
@@ -72,7 +72,7 @@ def test_defect_is_caught_quarantined_and_reported(
     published_before = published_rows(h)
     assert published_before, "the clean first batch was published"
     table, inject, expected = DEFECTS[defect]
-    path = h.layout.output("out") if table == "out" else h.paths_of("pending")
+    path = h.layout.output("out") if table == "out" else h.paths_of(table)
     h.arrive(SECOND_BATCH)
     with defect_in(h, path, inject):
         h.run("r2")

@@ -42,10 +42,7 @@ MASTER_KEYS = range(1, 9)
 # Keys 9 and 10 have no master row (left join emits them unmatched); some keys have 2 rows.
 STREAM_KEYS = [1, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 NAMED_POINTS = (
-    "ssbj.after_pending",
     "ssbj.after_output",
-    "ssbj.after_stats",
-    "ssbj.after_cache",
     "ssbj.before_complete",
     "stage.after_output_commit",
     "audit.before_publish",

@@ -1,0 +1,295 @@
+"""One key bucket of the SSBJ operator as Arrow: decode its rows, run Algorithm 1, encode.
+
+A step's input is one wide table: every row carries a ``_role`` saying what it is (a new
+stream tuple, a pending tuple, a cache row, a master partition row, ...) and the columns of
+that role; the others are null. Stream columns are stored as ``s__<name>``, master columns
+as ``r__<name>``, so the two sides never collide. The output has the same columns: the
+enriched rows (role ``out``), the bucket's new state (roles in :data:`STATE_ROLES`) and its
+counters (role ``metric``). This module depends on pyarrow only; ``joins.ssbj`` builds the
+table with Spark and calls :func:`bucket_step` from ``groupBy(bucket).applyInArrow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from joins.ssbj_algorithm import (
+    BucketState,
+    KeyCounters,
+    MasterDelta,
+    PendingTuple,
+    Reload,
+    Row,
+    RowChanges,
+    StepCounts,
+    StepPlan,
+    StepResult,
+    run_step,
+)
+
+ROLE = "_role"
+BUCKET = "_bucket"
+ENTRY_STEP = "_entry_step"
+PINNED_VERSION = "_pinned_version"
+MATCHED = "_matched"
+VERSION = "_version"
+EMPTY = "_empty"
+CHANGE = "_change"
+HITS = "_hits"
+MASTER_ROWS = "_master_rows"
+OBSERVED = "_observed"
+METRIC = "_metric"
+VALUE = "_value"
+
+# Input roles
+NEW = "new"
+PARTITION = "partition"
+CACHE_CHANGE = "cache_change"
+SWITCH_CHANGE = "switch_change"
+RELOAD = "reload"
+REMOVED, ADDED = "removed", "added"
+# State roles (input and output)
+PENDING = "pending"
+CACHE = "cache"
+COUNTER = "counter"
+MARKED = "marked"
+SWITCH = "switch"
+STATE_ROLES = (PENDING, CACHE, COUNTER, MARKED, SWITCH)
+STREAM_ROLES = (NEW, PENDING)
+# Output roles
+OUT = "out"
+METRIC_ROLE = "metric"
+
+
+def stream_field(column: str) -> str:
+    return f"s__{column}"
+
+
+def master_field(column: str) -> str:
+    return f"r__{column}"
+
+
+@dataclass(frozen=True)
+class WideLayout:
+    """Column names of the wide table, and which positions hold the join values."""
+
+    stream_columns: tuple[str, ...]
+    master_columns: tuple[str, ...]
+
+    @property
+    def stream_fields(self) -> list[str]:
+        return [stream_field(c) for c in self.stream_columns]
+
+    @property
+    def master_fields(self) -> list[str]:
+        return [master_field(c) for c in self.master_columns]
+
+
+@dataclass(frozen=True)
+class BucketDeltas:
+    """How H_R and s_B reach the plan's master version: by the rows commits changed
+    (``changes``), by the rows at the new version (``reload``), or not at all (None)."""
+
+    cache: str | None = None
+    switch: str | None = None
+
+
+def _rows(table: pa.Table, columns: Sequence[str]) -> list[Row]:
+    if table.num_rows == 0:
+        return []
+    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+def _role(table: pa.Table, role: str) -> pa.Table:
+    return table.filter(pc.equal(table.column(ROLE), role))
+
+
+def _delta(table: pa.Table, role: str, kind: str | None, layout: WideLayout) -> MasterDelta | None:
+    if kind is None:
+        return None
+    if kind == "reload":
+        return Reload(_rows(_role(table, RELOAD), layout.master_fields))
+    changes = _role(table, role)
+    change = changes.column(CHANGE).to_pylist()
+    rows = _rows(changes, layout.master_fields)
+    return RowChanges(
+        removed=[r for r, c in zip(rows, change, strict=True) if c == REMOVED],
+        added=[r for r, c in zip(rows, change, strict=True) if c == ADDED],
+    )
+
+
+def decode_state(table: pa.Table, layout: WideLayout, plan: StepPlan) -> BucketState:
+    state = BucketState()
+    pending = _role(table, PENDING)
+    for row, entry, pinned, matched in zip(
+        _rows(pending, layout.stream_fields),
+        pending.column(ENTRY_STEP).to_pylist(),
+        pending.column(PINNED_VERSION).to_pylist(),
+        pending.column(MATCHED).to_pylist(),
+        strict=True,
+    ):
+        state.pending.append(
+            PendingTuple(row, plan.stream_key_of(row), entry, pinned, bool(matched))
+        )
+    cache = _role(table, CACHE)
+    for row, empty in zip(
+        _rows(cache, layout.master_fields), cache.column(EMPTY).to_pylist(), strict=True
+    ):
+        rows = state.cache.setdefault(plan.master_key_of(row), [])
+        if not empty:
+            rows.append(row)
+    counters = _role(table, COUNTER)
+    for row, hits, master_rows, observed in zip(
+        _rows(counters, layout.master_fields),
+        counters.column(HITS).to_pylist(),
+        counters.column(MASTER_ROWS).to_pylist(),
+        counters.column(OBSERVED).to_pylist(),
+        strict=True,
+    ):
+        state.counters[plan.master_key_of(row)] = KeyCounters(hits, master_rows, observed)
+    for row in _rows(_role(table, MARKED), layout.master_fields):
+        state.switch_buffer.setdefault(plan.master_key_of(row), [])
+    for row in _rows(_role(table, SWITCH), layout.master_fields):
+        state.switch_buffer.setdefault(plan.master_key_of(row), []).append(row)
+    return state
+
+
+def _key_row(key: tuple[Any, ...], plan: StepPlan, width: int) -> Row:
+    """A master-shaped row holding only the join value (markers, counters, marked values)."""
+    row: list[Any] = [None] * width
+    for position, value in zip(plan.master_key, key, strict=True):
+        row[position] = value
+    return tuple(row)
+
+
+class _Encoder:
+    """Rows of several roles into one table with the wide schema (absent columns null)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.parts: list[pa.Table] = []
+
+    def add(self, role: str, n: int, columns: dict[str, list[Any]]) -> None:
+        if n == 0:
+            return
+        arrays = []
+        for f in self.schema:
+            if f.name == ROLE:
+                arrays.append(pa.array([role] * n, f.type))
+            elif f.name in columns:
+                arrays.append(pa.array(columns[f.name], f.type))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        self.parts.append(pa.Table.from_arrays(arrays, schema=self.schema))
+
+    def table(self) -> pa.Table:
+        if not self.parts:
+            return self.schema.empty_table()
+        return pa.concat_tables(self.parts)
+
+
+def _columns(names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Any]]:
+    if not rows:
+        return {n: [] for n in names}
+    return dict(zip(names, (list(c) for c in zip(*rows, strict=True)), strict=True))
+
+
+def encode_result(
+    result: StepResult, layout: WideLayout, plan: StepPlan, schema: pa.Schema
+) -> pa.Table:
+    enc = _Encoder(schema)
+    width = len(layout.master_columns)
+    nothing: Row = (None,) * width
+    out = result.output
+    enc.add(
+        OUT,
+        len(out),
+        _columns(layout.stream_fields, [s for s, _, _ in out])
+        | _columns(layout.master_fields, [m if m is not None else nothing for _, m, _ in out])
+        | {VERSION: [v for _, _, v in out]},
+    )
+    state = result.state
+    enc.add(
+        PENDING,
+        len(state.pending),
+        _columns(layout.stream_fields, [t.row for t in state.pending])
+        | {
+            ENTRY_STEP: [t.entry_step for t in state.pending],
+            PINNED_VERSION: [t.pinned_version for t in state.pending],
+            MATCHED: [t.matched for t in state.pending],
+        },
+    )
+    cache_rows: list[Row] = []
+    markers: list[bool] = []
+    for key, rows in state.cache.items():
+        if rows:
+            cache_rows.extend(rows)
+            markers.extend([False] * len(rows))
+        else:
+            cache_rows.append(_key_row(key, plan, width))
+            markers.append(True)
+    enc.add(CACHE, len(cache_rows), _columns(layout.master_fields, cache_rows) | {EMPTY: markers})
+    counters = list(state.counters.items())
+    enc.add(
+        COUNTER,
+        len(counters),
+        _columns(layout.master_fields, [_key_row(k, plan, width) for k, _ in counters])
+        | {
+            HITS: [c.hits for _, c in counters],
+            MASTER_ROWS: [c.master_rows for _, c in counters],
+            OBSERVED: [c.observed for _, c in counters],
+        },
+    )
+    marked = [_key_row(k, plan, width) for k in state.switch_buffer]
+    enc.add(MARKED, len(marked), _columns(layout.master_fields, marked))
+    collected = [row for rows in state.switch_buffer.values() for row in rows]
+    enc.add(SWITCH, len(collected), _columns(layout.master_fields, collected))
+    metrics = [(f.name, int(getattr(result.counts, f.name))) for f in fields(StepCounts)]
+    enc.add(
+        METRIC_ROLE,
+        len(metrics),
+        {METRIC: [name for name, _ in metrics], VALUE: [value for _, value in metrics]},
+    )
+    return enc.table()
+
+
+def bucket_step(
+    table: pa.Table, layout: WideLayout, plan: StepPlan, deltas: BucketDeltas
+) -> pa.Table:
+    """Run one step for the rows of one bucket (any role mix) and encode what it yields."""
+    state = decode_state(table, layout, plan)
+    new = _rows(_role(table, NEW), layout.stream_fields)
+    parts = _role(table, PARTITION)
+    partitions: dict[int, list[Row]] = {}
+    for row, version in zip(
+        _rows(parts, layout.master_fields), parts.column(VERSION).to_pylist(), strict=True
+    ):
+        partitions.setdefault(int(version), []).append(row)
+    result = run_step(
+        plan,
+        state,
+        new,
+        partitions,
+        cache_delta=_delta(table, CACHE_CHANGE, deltas.cache, layout),
+        switch_delta=_delta(table, SWITCH_CHANGE, deltas.switch, layout),
+    )
+    schema = table.schema
+    if BUCKET in schema.names:
+        schema = schema.remove(schema.get_field_index(BUCKET))
+    return encode_result(result, layout, plan, schema)
+
+
+def bucket_function(
+    layout: WideLayout, plan: StepPlan, deltas: BucketDeltas
+) -> Callable[[pa.Table], pa.Table]:
+    """The function ``applyInArrow`` calls per bucket: the wide columns without the bucket."""
+
+    def run(table: pa.Table) -> pa.Table:
+        return bucket_step(table, layout, plan, deltas)
+
+    return run
