@@ -128,7 +128,12 @@ class WideTable:
 
     @property
     def layout(self) -> WideLayout:
-        return WideLayout(tuple(self.stream_schema.fieldNames()), self.spec.master_columns)
+        return WideLayout(
+            tuple(self.stream_schema.fieldNames()),
+            self.spec.master_columns,
+            self.spec.stream_keys,
+            self.spec.master_keys,
+        )
 
     @property
     def schema(self) -> T.StructType:
@@ -143,13 +148,10 @@ class WideTable:
         return T.StructType(fields)
 
     def plan_positions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Positions of the join columns in a stream row and in a master row."""
-        stream = self.stream_schema.fieldNames()
-        master = list(self.spec.master_columns)
-        return (
-            tuple(stream.index(c) for c in self.spec.stream_keys),
-            tuple(master.index(c) for c in self.spec.master_keys),
-        )
+        """Positions of the join values in a stream tuple and a master row, as the buckets
+        decode them (``joins.ssbj_buckets``)."""
+        layout = self.layout
+        return layout.stream_key_positions, layout.master_key_positions
 
     def _fill(self, frame: DataFrame, role: str, given: dict[str, Column]) -> DataFrame:
         columns = [F.lit(role).alias(ROLE)]
@@ -246,12 +248,10 @@ def state_of(result: DataFrame) -> DataFrame:
 
 
 def metrics_of(result: DataFrame) -> DataFrame:
-    """The step's counters, summed over buckets: one row per counter name."""
-    return (
-        result.where(F.col(ROLE) == METRIC_ROLE)
-        .groupBy(METRIC)
-        .agg(F.sum(VALUE).cast(T.LongType()).alias(VALUE))
-    )
+    """The step's counters: (name, value) rows, one per counter and bucket.
+
+    A few rows per bucket: the driver sums them, which spares the step a shuffle."""
+    return result.where(F.col(ROLE) == METRIC_ROLE).select(METRIC, VALUE)
 
 
 def pending_tuples(state: DataFrame) -> DataFrame:

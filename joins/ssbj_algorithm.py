@@ -111,10 +111,12 @@ class StepPlan:
         return self.position.state
 
     def stream_key_of(self, row: Row) -> Key:
-        return tuple(row[i] for i in self.stream_key)
+        if self.stream_key == tuple(range(len(self.stream_key))):  # a prefix: one slice
+            return row[: len(self.stream_key)]
+        return tuple(map(row.__getitem__, self.stream_key))
 
     def master_key_of(self, row: Row) -> Key:
-        return tuple(row[i] for i in self.master_key)
+        return tuple(map(row.__getitem__, self.master_key))
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,7 @@ class StepResult:
 
 
 def has_null(key: Key) -> bool:
-    return any(v is None for v in key)
+    return None in key
 
 
 def by_key(rows: Iterable[Row], plan: StepPlan) -> dict[Key, list[Row]]:

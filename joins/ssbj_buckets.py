@@ -7,6 +7,13 @@ as ``r__<name>``, so the two sides never collide. The output has the same column
 enriched rows (role ``out``), the bucket's new state (roles in :data:`STATE_ROLES`) and its
 counters (role ``metric``). This module depends on pyarrow only; ``joins.ssbj`` builds the
 table with Spark and calls :func:`bucket_step` from ``groupBy(bucket).applyInArrow``.
+
+A stream tuple reaches Algorithm 1 as ``(*join values, position in the bucket's table)``:
+the algorithm only looks at the join value and carries the tuple, so the tuple's other
+columns stay in Arrow and are gathered by position when the output and the new H_S are
+encoded (decoding every column to Python objects was most of a step's time). Master rows
+are decoded whole (the cache compares them by value when the master's changes arrive),
+and of a master partition only the rows whose join value the bucket's tuples or s_B ask for.
 """
 
 from __future__ import annotations
@@ -80,6 +87,17 @@ class WideLayout:
 
     stream_columns: tuple[str, ...]
     master_columns: tuple[str, ...]
+    stream_keys: tuple[str, ...]
+    master_keys: tuple[str, ...]
+
+    @property
+    def stream_key_positions(self) -> tuple[int, ...]:
+        """Where a decoded stream tuple holds its join values: first, before the position."""
+        return tuple(range(len(self.stream_keys)))
+
+    @property
+    def master_key_positions(self) -> tuple[int, ...]:
+        return tuple(self.master_columns.index(c) for c in self.master_keys)
 
     @property
     def stream_fields(self) -> list[str]:
@@ -105,16 +123,33 @@ def _rows(table: pa.Table, columns: Sequence[str]) -> list[Row]:
     return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
 
 
-def _role(table: pa.Table, role: str) -> pa.Table:
-    return table.filter(pc.equal(table.column(ROLE), role))
+class _Roles:
+    """The rows of one bucket's table by role, with their positions in the table."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self._roles = table.column(ROLE)
+
+    def positions(self, role: str) -> pa.Array:
+        return pc.indices_nonzero(pc.equal(self._roles, role))
+
+    def rows(self, role: str) -> pa.Table:
+        return self.table.take(self.positions(role))
+
+    def stream_tuples(self, role: str, layout: WideLayout) -> tuple[list[Row], pa.Table]:
+        """``(*join values, position)`` of the role's stream tuples, and their rows."""
+        positions = self.positions(role)
+        rows = self.table.take(positions)
+        keys = [rows.column(stream_field(c)).to_pylist() for c in layout.stream_keys]
+        return list(zip(*keys, positions.to_pylist(), strict=True)), rows
 
 
-def _delta(table: pa.Table, role: str, kind: str | None, layout: WideLayout) -> MasterDelta | None:
+def _delta(roles: _Roles, role: str, kind: str | None, layout: WideLayout) -> MasterDelta | None:
     if kind is None:
         return None
     if kind == "reload":
-        return Reload(_rows(_role(table, RELOAD), layout.master_fields))
-    changes = _role(table, role)
+        return Reload(_rows(roles.rows(RELOAD), layout.master_fields))
+    changes = roles.rows(role)
     change = changes.column(CHANGE).to_pylist()
     rows = _rows(changes, layout.master_fields)
     return RowChanges(
@@ -123,11 +158,11 @@ def _delta(table: pa.Table, role: str, kind: str | None, layout: WideLayout) -> 
     )
 
 
-def decode_state(table: pa.Table, layout: WideLayout, plan: StepPlan) -> BucketState:
+def decode_state(roles: _Roles, layout: WideLayout, plan: StepPlan) -> BucketState:
     state = BucketState()
-    pending = _role(table, PENDING)
+    tuples, pending = roles.stream_tuples(PENDING, layout)
     for row, entry, pinned, matched in zip(
-        _rows(pending, layout.stream_fields),
+        tuples,
         pending.column(ENTRY_STEP).to_pylist(),
         pending.column(PINNED_VERSION).to_pylist(),
         pending.column(MATCHED).to_pylist(),
@@ -136,14 +171,14 @@ def decode_state(table: pa.Table, layout: WideLayout, plan: StepPlan) -> BucketS
         state.pending.append(
             PendingTuple(row, plan.stream_key_of(row), entry, pinned, bool(matched))
         )
-    cache = _role(table, CACHE)
+    cache = roles.rows(CACHE)
     for row, empty in zip(
         _rows(cache, layout.master_fields), cache.column(EMPTY).to_pylist(), strict=True
     ):
         rows = state.cache.setdefault(plan.master_key_of(row), [])
         if not empty:
             rows.append(row)
-    counters = _role(table, COUNTER)
+    counters = roles.rows(COUNTER)
     for row, hits, master_rows, observed in zip(
         _rows(counters, layout.master_fields),
         counters.column(HITS).to_pylist(),
@@ -152,11 +187,29 @@ def decode_state(table: pa.Table, layout: WideLayout, plan: StepPlan) -> BucketS
         strict=True,
     ):
         state.counters[plan.master_key_of(row)] = KeyCounters(hits, master_rows, observed)
-    for row in _rows(_role(table, MARKED), layout.master_fields):
+    for row in _rows(roles.rows(MARKED), layout.master_fields):
         state.switch_buffer.setdefault(plan.master_key_of(row), [])
-    for row in _rows(_role(table, SWITCH), layout.master_fields):
+    for row in _rows(roles.rows(SWITCH), layout.master_fields):
         state.switch_buffer.setdefault(plan.master_key_of(row), []).append(row)
     return state
+
+
+def _partition_rows(
+    roles: _Roles, layout: WideLayout, wanted: set[tuple[Any, ...]]
+) -> dict[int, list[Row]]:
+    """The bucket's master partition rows by version, only of the ``wanted`` join values
+    (with one join column the others are dropped in Arrow, before any is decoded)."""
+    parts = roles.rows(PARTITION)
+    if len(layout.master_keys) == 1 and parts.num_rows:
+        column = parts.column(master_field(layout.master_keys[0]))
+        values = pa.array([key[0] for key in wanted], type=column.type)
+        parts = parts.filter(pc.is_in(column, value_set=values))
+    partitions: dict[int, list[Row]] = {}
+    for row, version in zip(
+        _rows(parts, layout.master_fields), parts.column(VERSION).to_pylist(), strict=True
+    ):
+        partitions.setdefault(int(version), []).append(row)
+    return partitions
 
 
 def _key_row(key: tuple[Any, ...], plan: StepPlan, width: int) -> Row:
@@ -174,18 +227,22 @@ class _Encoder:
         self.schema = schema
         self.parts: list[pa.Table] = []
 
-    def add(self, role: str, n: int, columns: dict[str, list[Any]]) -> None:
+    def add(self, role: str, n: int, columns: dict[str, Any]) -> None:
+        """``columns``: Python lists, or Arrow columns already of the schema's types."""
         if n == 0:
             return
-        arrays = []
+        arrays: list[Any] = []
         for f in self.schema:
+            value = columns.get(f.name)
             if f.name == ROLE:
                 arrays.append(pa.array([role] * n, f.type))
-            elif f.name in columns:
-                arrays.append(pa.array(columns[f.name], f.type))
-            else:
+            elif value is None:
                 arrays.append(pa.nulls(n, f.type))
-        self.parts.append(pa.Table.from_arrays(arrays, schema=self.schema))
+            elif isinstance(value, pa.ChunkedArray | pa.Array):
+                arrays.append(value.cast(f.type))
+            else:
+                arrays.append(pa.array(value, f.type))
+        self.parts.append(pa.Table.from_arrays(arrays, schema=self.schema).combine_chunks())
 
     def table(self) -> pa.Table:
         if not self.parts:
@@ -199,9 +256,19 @@ def _columns(names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Any]]:
     return dict(zip(names, (list(c) for c in zip(*rows, strict=True)), strict=True))
 
 
+def _gathered(source: pa.Table, layout: WideLayout, rows: Sequence[Row]) -> dict[str, Any]:
+    """The stream columns of decoded stream tuples, taken by position from ``source``."""
+    positions = pa.array([row[-1] for row in rows], pa.int64())
+    taken = source.select(layout.stream_fields).take(positions)
+    return {name: taken.column(name) for name in layout.stream_fields}
+
+
 def encode_result(
-    result: StepResult, layout: WideLayout, plan: StepPlan, schema: pa.Schema
+    result: StepResult, layout: WideLayout, plan: StepPlan, source: pa.Table, schema: pa.Schema
 ) -> pa.Table:
+    """The step's output rows, the bucket's new state and its counters, as one table.
+
+    ``source`` is the bucket's input table, which decoded stream tuples point into."""
     enc = _Encoder(schema)
     width = len(layout.master_columns)
     nothing: Row = (None,) * width
@@ -209,7 +276,7 @@ def encode_result(
     enc.add(
         OUT,
         len(out),
-        _columns(layout.stream_fields, [s for s, _, _ in out])
+        _gathered(source, layout, [s for s, _, _ in out])
         | _columns(layout.master_fields, [m if m is not None else nothing for _, m, _ in out])
         | {VERSION: [v for _, _, v in out]},
     )
@@ -217,7 +284,7 @@ def encode_result(
     enc.add(
         PENDING,
         len(state.pending),
-        _columns(layout.stream_fields, [t.row for t in state.pending])
+        _gathered(source, layout, [t.row for t in state.pending])
         | {
             ENTRY_STEP: [t.entry_step for t in state.pending],
             PINNED_VERSION: [t.pinned_version for t in state.pending],
@@ -261,27 +328,35 @@ def encode_result(
 def bucket_step(
     table: pa.Table, layout: WideLayout, plan: StepPlan, deltas: BucketDeltas
 ) -> pa.Table:
-    """Run one step for the rows of one bucket (any role mix) and encode what it yields."""
-    state = decode_state(table, layout, plan)
-    new = _rows(_role(table, NEW), layout.stream_fields)
-    parts = _role(table, PARTITION)
-    partitions: dict[int, list[Row]] = {}
-    for row, version in zip(
-        _rows(parts, layout.master_fields), parts.column(VERSION).to_pylist(), strict=True
+    """Run one step for the rows of one bucket (any role mix) and encode what it yields.
+
+    ``plan`` must locate join values as this module decodes them: ``stream_key`` is
+    ``layout.stream_key_positions`` and ``master_key`` is ``layout.master_key_positions``.
+    """
+    if (plan.stream_key, plan.master_key) != (
+        layout.stream_key_positions,
+        layout.master_key_positions,
     ):
-        partitions.setdefault(int(version), []).append(row)
+        raise ValueError(
+            f"plan key positions {plan.stream_key}/{plan.master_key} do not match the "
+            f"decoded rows' {layout.stream_key_positions}/{layout.master_key_positions}"
+        )
+    if BUCKET in table.schema.names:
+        table = table.drop_columns([BUCKET])
+    roles = _Roles(table)
+    state = decode_state(roles, layout, plan)
+    new, _ = roles.stream_tuples(NEW, layout)
+    wanted = {t.key for t in state.pending} | {plan.stream_key_of(row) for row in new}
+    wanted |= set(state.switch_buffer)
     result = run_step(
         plan,
         state,
         new,
-        partitions,
-        cache_delta=_delta(table, CACHE_CHANGE, deltas.cache, layout),
-        switch_delta=_delta(table, SWITCH_CHANGE, deltas.switch, layout),
+        _partition_rows(roles, layout, wanted),
+        cache_delta=_delta(roles, CACHE_CHANGE, deltas.cache, layout),
+        switch_delta=_delta(roles, SWITCH_CHANGE, deltas.switch, layout),
     )
-    schema = table.schema
-    if BUCKET in schema.names:
-        schema = schema.remove(schema.get_field_index(BUCKET))
-    return encode_result(result, layout, plan, schema)
+    return encode_result(result, layout, plan, table, table.schema)
 
 
 def bucket_function(

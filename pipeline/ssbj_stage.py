@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -512,7 +513,9 @@ class SsbjStage:
         try:
             # The one pass over the data: it materialises every bucket's result, which the
             # two writes below then read back.
-            counts = {r[0]: int(r[1]) for r in ssbj.metrics_of(result).collect()}
+            counts: Counter[str] = Counter()
+            for name, value in ssbj.metrics_of(result).collect():
+                counts[name] += int(value)
             output = wide.enriched(result)
             self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
             outcome = self.engine.append(

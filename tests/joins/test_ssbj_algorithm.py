@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,10 +31,33 @@ from joins.ssbj_algorithm import (
     schedule,
 )
 from joins.ssbj_buckets import (
+    ADDED,
+    CACHE,
+    CACHE_CHANGE,
+    CHANGE,
+    COUNTER,
+    EMPTY,
+    ENTRY_STEP,
+    HITS,
+    MASTER_ROWS,
+    MATCHED,
+    METRIC,
+    METRIC_ROLE,
+    NEW,
+    OBSERVED,
+    OUT,
+    PARTITION,
+    PENDING,
+    PINNED_VERSION,
+    REMOVED,
     ROLE,
+    STATE_ROLES,
+    SWITCH,
+    VALUE,
+    VERSION,
+    BucketDeltas,
     WideLayout,
-    decode_state,
-    encode_result,
+    bucket_step,
     master_field,
     stream_field,
 )
@@ -205,35 +230,93 @@ def wide_schema() -> pa.Schema:
     )
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10_000), steps=st.integers(1, 10))
-def test_state_reads_back_from_its_arrow_encoding(seed: int, steps: int) -> None:
+def role_rows(role: str, rows: list[dict[str, Any]]) -> pa.Table:
+    schema = wide_schema()
+    return pa.Table.from_pylist([{ROLE: role, **r} for r in rows], schema=schema)
+
+
+def of_role(table: pa.Table, role: str, columns: list[str]) -> Counter[Row]:
+    rows = table.filter(pc.equal(table.column(ROLE), role)).select(columns).to_pylist()
+    return Counter(tuple(r.values()) for r in rows)
+
+
+STREAM = [stream_field("id"), stream_field("k")]
+MASTER = [master_field("mk"), master_field("supplier"), master_field("price")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10_000), steps=st.integers(1, 12), left=st.booleans())
+def test_the_arrow_bucket_step_equals_the_reference_step(seed: int, steps: int, left: bool) -> None:
+    """bucket_step (tuples decoded as join value + position, state encoded in Arrow) does
+    what run_step does on whole rows, step after step, H_R following master changes."""
     rng = random.Random(seed)
-    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"))
-    master = [(key, s, float(s)) for key in range(1, 6) for s in range(key % 3)]
+    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    versions = [[(key, s, float(s)) for key in range(1, 6) for s in range(key % 3)]]
     state = BucketState()
+    stored = wide_schema().empty_table()  # the Arrow side's state, as the table keeps it
     control: dict[str, Any] = {"cache_version": None, "switch_version": None}
     for step in range(steps):
+        if rng.random() < 0.3:
+            versions.append(evolve(versions[-1], rng))
+        version = len(versions) - 1
         new = [(step * 10 + i, rng.choice(KEYS)) for i in range(rng.randint(0, 5))]
-        plan, reads = plan_for(step, 2, 2, 0, True, True, "paper", state, control, bool(new))
-        partitions = {v: [r for r in master if partition_of(r, 2) == step % 2] for v in [0]}
-        result = run_step(plan, state, new, partitions)
-        table = encode_result(result, layout, plan, wide_schema())
-        decoded = decode_state(table, layout, plan)
-        assert Counter(
-            (t.row, t.entry_step, t.pinned_version, t.matched) for t in decoded.pending
-        ) == Counter(
-            (t.row, t.entry_step, t.pinned_version, t.matched) for t in result.state.pending
+        plan, reads = plan_for(step, 2, 2, version, True, left, "paper", state, control, bool(new))
+        partitions = {
+            v: [r for r in versions[v] if partition_of(r, 2) == step % 2]
+            for v in reads.partition_versions
+        }
+        delta = (
+            changes(versions[reads.cache_from], versions[version])
+            if reads.cache_from is not None
+            else None
         )
-        assert {k: Counter(v) for k, v in decoded.cache.items()} == {
-            k: Counter(v) for k, v in result.state.cache.items()
-        }
-        assert decoded.counters == result.state.counters
-        assert {k: Counter(v) for k, v in decoded.switch_buffer.items()} == {
-            k: Counter(v) for k, v in result.state.switch_buffer.items()
-        }
-        state = decoded
+        reference = run_step(plan, state, new, partitions, delta)
+
+        master = lambda r: dict(zip(MASTER, r, strict=True))  # noqa: E731
+        table = pa.concat_tables(
+            [
+                stored,
+                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+                role_rows(
+                    PARTITION,
+                    [master(r) | {VERSION: v} for v, rows in partitions.items() for r in rows],
+                ),
+                role_rows(
+                    CACHE_CHANGE,
+                    [master(r) | {CHANGE: REMOVED} for r in (delta.removed if delta else [])]
+                    + [master(r) | {CHANGE: ADDED} for r in (delta.added if delta else [])],
+                ),
+            ]
+        )
+        arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
+        deltas = BucketDeltas(cache="changes" if delta is not None else None)
+        result = bucket_step(table, layout, arrow_plan, deltas)
+
+        assert of_role(result, OUT, [*STREAM, *MASTER, VERSION]) == Counter(
+            (*s, *(m if m is not None else (None,) * 3), v) for s, m, v in reference.output
+        )
+        assert of_role(result, PENDING, [*STREAM, ENTRY_STEP, PINNED_VERSION, MATCHED]) == Counter(
+            (*t.row, t.entry_step, t.pinned_version, t.matched) for t in reference.state.pending
+        )
+        expected_cache: Counter[Row] = Counter()
+        for key, rows in reference.state.cache.items():
+            expected_cache.update((*r, False) for r in rows)
+            if not rows:
+                expected_cache[(key[0], None, None, True)] += 1
+        assert of_role(result, CACHE, [*MASTER, EMPTY]) == expected_cache
+        assert of_role(result, COUNTER, [MASTER[0], HITS, MASTER_ROWS, OBSERVED]) == Counter(
+            (key[0], c.hits, c.master_rows, c.observed)
+            for key, c in reference.state.counters.items()
+        )
+        assert of_role(result, SWITCH, MASTER) == Counter(
+            r for rows in reference.state.switch_buffer.values() for r in rows
+        )
+        metrics = of_role(result, METRIC_ROLE, [METRIC, VALUE])
+        assert (("output_rows", len(reference.output)), 1) in metrics.items()
+        keep = pc.is_in(result.column(ROLE), value_set=pa.array(list(STATE_ROLES)))
+        stored = result.filter(keep)
+        state = reference.state
         control = {
-            "cache_version": 0,
-            "switch_version": reads.next_switch_version(control["switch_version"], 0),
+            "cache_version": version,
+            "switch_version": reads.next_switch_version(control["switch_version"], version),
         }
