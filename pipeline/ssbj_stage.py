@@ -208,35 +208,58 @@ class SsbjStage:
     def _state(self) -> dict[str, Any]:
         state = self.store.operator_state(self.stage.name)
         if state is not None and state.get("layout") != STATE_LAYOUT:
-            if state.get("chunks"):
-                raise JoinError(
-                    f"stage {self.stage.name}: its operator state is from an earlier release "
-                    f"(separate pending/cache tables) and {len(state['chunks'])} chunk(s) of "
-                    "tuples are still pending there; run `enrich drain` with that release "
-                    "first (nothing is read or changed until then)"
-                )
-            logger.warning(
-                "stage %s: operator state from an earlier release with nothing pending; "
-                "starting a fresh operator state (the cache refills over the next cycles)",
-                self.stage.name,
-            )
-            state = None
+            return self._from_earlier_release(state)
         if state is None:
-            state = {
-                "layout": STATE_LAYOUT,
-                "next_step": 0,
-                "cycle_base": 0,
-                "partitions": self.params.partitions,
-                "cache_version": None,
-                "switch_version": None,
-                "chunks": {},
-                "chunk_rows": {},
-                "pending_rows": 0,
-                "cache_rows": 0,
-                "backfills": [],
-                "sizes": None,
-                "plan": None,
-            }
+            state = self._fresh_state(next_step=0)
+        return state
+
+    def _fresh_state(self, next_step: int) -> dict[str, Any]:
+        return {
+            "layout": STATE_LAYOUT,
+            "next_step": next_step,
+            "cycle_base": next_step,
+            "partitions": self.params.partitions,
+            "cache_version": None,
+            "switch_version": None,
+            "chunks": {},
+            "chunk_rows": {},
+            "pending_rows": 0,
+            "cache_rows": 0,
+            "backfills": [],
+            "sizes": None,
+            "plan": None,
+        }
+
+    def _from_earlier_release(self, earlier: dict[str, Any]) -> dict[str, Any]:
+        """Carry on from operator state that kept H_S, H_R and the counters in separate
+        tables: only when nothing waits there and no step is half done.
+
+        The step numbering continues (the output's app transactions are numbered by step),
+        the R-cycle restarts at this step, and backfill suppressions and the scan copy are
+        kept; the cache refills over the next cycles.
+        """
+        name = self.stage.name
+        if earlier.get("chunks") or earlier.get("plan"):
+            what = (
+                f"{len(earlier['chunks'])} chunk(s) of tuples are still pending there"
+                if earlier.get("chunks")
+                else f"its step {earlier.get('next_step')} was interrupted"
+            )
+            raise JoinError(
+                f"stage {name}: its operator state is from an earlier release (separate "
+                f"pending/cache tables) and {what}; run `enrich drain` with that release first "
+                "(nothing is read or changed until then)"
+            )
+        logger.warning(
+            "stage %s: operator state from an earlier release with nothing pending; "
+            "continuing at step %s with a fresh cache (it refills over the next cycles)",
+            name,
+            earlier.get("next_step", 0),
+        )
+        state = self._fresh_state(int(earlier.get("next_step", 0)))
+        for kept in ("backfills", "sizes", "scan", "scan_partitions"):
+            if earlier.get(kept) is not None:
+                state[kept] = earlier[kept]
         return state
 
     def _position(self, state: dict[str, Any]) -> StepPosition:
@@ -477,21 +500,7 @@ class SsbjStage:
             cache_version=state["cache_version"],
             switch_version=state["switch_version"],
         )
-        inputs = [wide.stream_rows(new_rows)]
-        if "state" in plan["tables"]:
-            stored = self.engine.read(self.state_path, version=plan["tables"]["state"])
-            inputs.append(self._suppressed_pending(wide.state_rows(stored), state))
-        for pinned in sorted(reads.partition_versions):
-            snapshot = (
-                master if pinned == version else self.engine.snapshot(self.master_path, pinned)
-            )
-            rows, size = self._partition(
-                snapshot, position.partition, position.partitions, plan["scan"]
-            )
-            inputs.append(wide.partition_rows(rows, pinned))
-            report.master_bytes_read += size
-        deltas, changed = self._deltas(reads, master, wide)
-        inputs.extend(changed)
+        inputs, deltas = self._inputs(state, plan, position, master, reads, wide, new_rows, report)
         stream_key, master_key = wide.plan_positions()
         step_plan = StepPlan(
             step=step,
@@ -507,32 +516,11 @@ class SsbjStage:
             switch_version=reads.collecting,
             partition_versions=reads.partition_versions,
         )
-        result = wide.step(inputs, step_plan, deltas, self._buckets()).persist(
-            StorageLevel.MEMORY_AND_DISK
+        planned = time.monotonic()
+        counts = self._run_and_write(
+            wide, wide.step(inputs, step_plan, deltas, self._buckets()), step, report
         )
-        try:
-            # The one pass over the data: it materialises every bucket's result, which the
-            # two writes below then read back.
-            counts: Counter[str] = Counter()
-            for name, value in ssbj.metrics_of(result).collect():
-                counts[name] += int(value)
-            output = wide.enriched(result)
-            self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
-            outcome = self.engine.append(
-                self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
-            )
-            if outcome.committed:
-                report.output_version = outcome.table_version
-            crash_point("ssbj.after_output")
-            self.engine.create_table(self.state_path, wide.schema)
-            self.engine.overwrite(
-                self.state_path,
-                ssbj.state_of(result),
-                AppTransaction(f"ssbj.{self.stage.name}.state", step),
-            )
-            crash_point("ssbj.before_complete")
-        finally:
-            result.unpersist()
+        written = time.monotonic()
 
         report.tuples_in = counts.get("tuples_in", 0)
         report.cache_hits = counts.get("cache_hits", 0)
@@ -544,10 +532,20 @@ class SsbjStage:
         report.cache_rows = counts.get("cache_rows", 0) if self.use_cache else 0
         cache_version_before = state["cache_version"]
         self._complete(state, plan, position, report, master, reads)
-        report.seconds = time.monotonic() - started
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
+        report.seconds = time.monotonic() - started
+        logger.debug(
+            "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
+            "completion %.2f",
+            self.stage.name,
+            step,
+            report.seconds,
+            planned - started,
+            written - planned,
+            time.monotonic() - written,
+        )
         if report.memory_bytes is not None and report.state_bytes > report.memory_bytes:
             logger.warning(
                 "ssbj %s step %d: state %.0f B exceeds memory_bytes %d B (the cache grew, or "
@@ -577,6 +575,67 @@ class SsbjStage:
             report.seconds,
         )
         return report
+
+    def _inputs(
+        self,
+        state: dict[str, Any],
+        plan: dict[str, Any],
+        position: StepPosition,
+        master: Snapshot,
+        reads: Schedule,
+        wide: ssbj.WideTable,
+        new_rows: DataFrame,
+        report: SsbjStepReport,
+    ) -> tuple[list[DataFrame], BucketDeltas]:
+        """The step's wide inputs: new tuples, stored state, partitions, master changes."""
+        inputs = [wide.stream_rows(new_rows)]
+        if STATE_TABLE in plan["tables"]:
+            stored = self.engine.read(self.state_path, version=plan["tables"][STATE_TABLE])
+            inputs.append(self._suppressed_pending(wide.state_rows(stored), state))
+        for pinned in sorted(reads.partition_versions):
+            snapshot = (
+                master
+                if pinned == master.version
+                else self.engine.snapshot(self.master_path, pinned)
+            )
+            rows, size = self._partition(
+                snapshot, position.partition, position.partitions, plan["scan"]
+            )
+            inputs.append(wide.partition_rows(rows, pinned))
+            report.master_bytes_read += size
+        deltas, changed = self._deltas(reads, master, wide)
+        return inputs + changed, deltas
+
+    def _run_and_write(
+        self, wide: ssbj.WideTable, step_result: DataFrame, step: int, report: SsbjStepReport
+    ) -> Counter[str]:
+        """Compute the step once, then commit its output and its state; the step's counts.
+
+        The first action (the counts) materialises every bucket's result; both writes read
+        it back, so the data is read and joined once whatever the writes' plans."""
+        result = step_result.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts: Counter[str] = Counter()
+            for name, value in ssbj.metrics_of(result).collect():
+                counts[name] += int(value)
+            output = wide.enriched(result)
+            self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
+            outcome = self.engine.append(
+                self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
+            )
+            if outcome.committed:
+                report.output_version = outcome.table_version
+            crash_point("ssbj.after_output")
+            self.engine.create_table(self.state_path, wide.schema)
+            self.engine.overwrite(
+                self.state_path,
+                ssbj.state_of(result),
+                AppTransaction(f"ssbj.{self.stage.name}.state", step),
+            )
+            crash_point("ssbj.before_complete")
+        finally:
+            result.unpersist()
+        return counts
 
     def _complete(
         self,

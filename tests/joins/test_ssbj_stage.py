@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from cache.inequality import should_switch_into_cache
+from common.errors import JoinError
 from joins import ssbj
 from tests.helpers import assert_same_multiset
 from tests.joins.ssbj_harness import SsbjHarness
@@ -205,3 +206,27 @@ def test_scan_partitions_hold_a_kth_of_the_rows_whatever_the_file_layout(
     sizes = sorted(r["count"] for r in parts)
     assert len(sizes) == 4 and sum(sizes) == 10_000
     assert max(abs(n - 2_500) for n in sizes) <= 125
+
+
+def test_state_of_an_earlier_release_with_tuples_pending_is_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Operator state from the release that kept H_S in its own table: nothing is read or
+    changed while tuples wait there; with nothing pending the stage carries on, its step
+    numbering (the output's app transactions) continued."""
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
+    h.load_master([(1, 0, 1.0)], files=1)
+    earlier = {"next_step": 7, "cycle_base": 0, "partitions": 2, "chunks": {"6": 1}}
+    h.store.save_operator_state("enrich", earlier)
+    stage = h.runner.ssbj_stage(h.config.stage("enrich"))
+    with pytest.raises(JoinError, match=r"earlier release .* 1 chunk\(s\) .* enrich drain"):
+        stage.step("r1", take_input=True)
+    assert h.store.operator_state("enrich") == earlier
+
+    h.store.save_operator_state("enrich", {**earlier, "chunks": {}})
+    h.arrive([(1, 1), (2, 1)])
+    h.run()
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle("inner"))
+    state = h.store.operator_state("enrich")
+    assert state is not None and state["next_step"] == 9  # steps 7 and 8 (the drain)
