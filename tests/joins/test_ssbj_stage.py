@@ -219,7 +219,7 @@ def test_state_of_an_earlier_release_with_tuples_pending_is_refused(
     earlier = {"next_step": 7, "cycle_base": 0, "partitions": 2, "chunks": {"6": 1}}
     h.store.save_operator_state("enrich", earlier)
     stage = h.runner.ssbj_stage(h.config.stage("enrich"))
-    with pytest.raises(JoinError, match=r"earlier release .* 1 chunk\(s\) .* enrich drain"):
+    with pytest.raises(JoinError, match=r"earlier release .* 1 chunk\(s\) .*`enrich drain`"):
         stage.step("r1", take_input=True)
     assert h.store.operator_state("enrich") == earlier
 

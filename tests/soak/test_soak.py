@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_soak_trials_lose_and_duplicate_nothing(tmp_path: Path, postgres_url: str) -> None:
-    # Seed 9 (plain join) is killed after the 7th Delta commit of a run, seed 10 (SSBJ)
-    # after the 3rd of the final drain (both checked below); the second trial keeps its
+    # Seed 9 (plain join) is killed after the 5th Delta commit of a run, seed 10 (SSBJ)
+    # after the 2nd of the final drain (both checked below); the second trial keeps its
     # state store in PostgreSQL.
     result = run_soak(tmp_path / "soak", trials=2, seed=9, state_stores=(None, postgres_url))
     print(result.summary())

@@ -237,8 +237,9 @@ def make_trial(
         or (p.startswith("audit") and kind in ("validate", "backfill"))
     ]
     point = rng.choice(points)
-    # Delta commits per command here: a run ~10, a drain ~8, a backfill 2-3, a validate 1.
-    most = {"run": 8, "drain": 6, "backfill": 2, "validate": 1}[kind]
+    # Delta commits per command here: a run ~8 (an SSBJ step commits twice), a drain ~4,
+    # a backfill 2-3, a validate 1.
+    most = {"run": 6, "drain": 3, "backfill": 2, "validate": 1}[kind]
     nth = rng.randint(1, most if point in COMMIT_POINTS else 2)
     plan = TrialPlan(seed, str(root), intervals, commands, Crash(armed, f"{point}:{nth}"), faults)
     plan.save()
