@@ -36,6 +36,7 @@ from joins.ssbj_buckets import (
     EMPTY,
     ENTRY_STEP,
     HITS,
+    MARKED,
     MASTER_ROWS,
     MATCHED,
     METRIC,
@@ -202,33 +203,45 @@ class WideTable:
             ]
         )
 
-    def _bucket(self, buckets: int) -> Column:
-        """hash(join value) mod buckets, the same for a stream tuple and a master row.
+    def _join_values(self) -> list[Column]:
+        """A row's join value, the same for a stream tuple and a master row.
 
-        Stream join columns are cast to the master's types first, so equal join values
-        hash alike whatever the two sides' integer widths.
-        """
-        stream = [
-            F.col(stream_field(s)).cast(self.master_schema[m].dataType)
-            for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
-        ]
-        master = [F.col(master_field(m)) for m in self.spec.master_keys]
+        Stream join columns are cast to the master's types, so equal join values hash and
+        compare alike whatever the two sides' integer widths."""
         by_stream = F.col(ROLE).isin(*STREAM_ROLES)
-        hashed = F.when(by_stream, F.xxhash64(*stream)).otherwise(F.xxhash64(*master))
-        return F.pmod(hashed, F.lit(buckets)).cast(T.IntegerType())
+        return [
+            F.when(by_stream, F.col(stream_field(s)).cast(self.master_schema[m].dataType))
+            .otherwise(F.col(master_field(m)))
+            .alias(f"_join_value_{i}")
+            for i, (s, m) in enumerate(
+                zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
+            )
+        ]
 
     def step(
         self,
         inputs: Sequence[DataFrame],
+        partitions: Sequence[DataFrame],
         plan: StepPlan,
         deltas: BucketDeltas,
         buckets: int,
     ) -> DataFrame:
-        """One step of every bucket: enriched rows, new state and counters, one pass."""
-        union = inputs[0]
-        for frame in inputs[1:]:
-            union = union.unionByName(frame)
-        keyed = union.withColumn(BUCKET, self._bucket(buckets))
+        """One step of every bucket: enriched rows, new state and counters, one pass.
+
+        ``partitions`` are the master partition rows (``partition_rows``); of those only
+        the rows whose join value a new tuple, a pending tuple or s_B asks for reach the
+        buckets (a semi-join before the shuffle: the rest can match nothing this step, so
+        a step ships the probed share of |R|/k, not all of it)."""
+        union = _union(inputs)
+        values = self._join_values()
+        names = [f"_join_value_{i}" for i in range(len(values))]
+        asked = union.where(F.col(ROLE).isin(NEW, PENDING, MARKED)).select(*values).distinct()
+        if partitions:
+            met = _union(partitions).select("*", *values).join(asked, names, "left_semi")
+            union = union.unionByName(met.drop(*names))
+        keyed = union.withColumn(
+            BUCKET, F.pmod(F.xxhash64(*values), F.lit(buckets)).cast(T.IntegerType())
+        )
         function = bucket_function(self.layout, plan, deltas)
         return keyed.groupBy(BUCKET).applyInArrow(function, self.schema)
 
@@ -240,6 +253,13 @@ class WideTable:
             *[F.col(master_field(c)).alias(c) for c in self.spec.master_columns],
             F.col(VERSION).alias(self.spec.version),
         )
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
 
 
 def state_of(result: DataFrame) -> DataFrame:

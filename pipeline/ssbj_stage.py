@@ -500,7 +500,9 @@ class SsbjStage:
             cache_version=state["cache_version"],
             switch_version=state["switch_version"],
         )
-        inputs, deltas = self._inputs(state, plan, position, master, reads, wide, new_rows, report)
+        inputs, partitions, deltas = self._inputs(
+            state, plan, position, master, reads, wide, new_rows, report
+        )
         stream_key, master_key = wide.plan_positions()
         step_plan = StepPlan(
             step=step,
@@ -518,7 +520,7 @@ class SsbjStage:
         )
         planned = time.monotonic()
         counts = self._run_and_write(
-            wide, wide.step(inputs, step_plan, deltas, self._buckets()), step, report
+            wide, wide.step(inputs, partitions, step_plan, deltas, self._buckets()), step, report
         )
         written = time.monotonic()
 
@@ -586,9 +588,11 @@ class SsbjStage:
         wide: ssbj.WideTable,
         new_rows: DataFrame,
         report: SsbjStepReport,
-    ) -> tuple[list[DataFrame], BucketDeltas]:
-        """The step's wide inputs: new tuples, stored state, partitions, master changes."""
+    ) -> tuple[list[DataFrame], list[DataFrame], BucketDeltas]:
+        """The step's wide inputs (new tuples, stored state, master changes) and the master
+        partition rows of every version it meets."""
         inputs = [wide.stream_rows(new_rows)]
+        partitions: list[DataFrame] = []
         if STATE_TABLE in plan["tables"]:
             stored = self.engine.read(self.state_path, version=plan["tables"][STATE_TABLE])
             inputs.append(self._suppressed_pending(wide.state_rows(stored), state))
@@ -601,10 +605,10 @@ class SsbjStage:
             rows, size = self._partition(
                 snapshot, position.partition, position.partitions, plan["scan"]
             )
-            inputs.append(wide.partition_rows(rows, pinned))
+            partitions.append(wide.partition_rows(rows, pinned))
             report.master_bytes_read += size
         deltas, changed = self._deltas(reads, master, wide)
-        return inputs + changed, deltas
+        return inputs + changed, partitions, deltas
 
     def _run_and_write(
         self, wide: ssbj.WideTable, step_result: DataFrame, step: int, report: SsbjStepReport
