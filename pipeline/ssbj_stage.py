@@ -534,19 +534,20 @@ class SsbjStage:
         report.cache_rows = counts.get("cache_rows", 0) if self.use_cache else 0
         cache_version_before = state["cache_version"]
         self._complete(state, plan, position, report, master, reads)
+        report.seconds = time.monotonic() - started
+        completing = time.monotonic()
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
         self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
-        report.seconds = time.monotonic() - started
         logger.debug(
             "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
-            "completion %.2f",
+            "then %.2f to complete the step in the state store",
             self.stage.name,
             step,
             report.seconds,
             planned - started,
             written - planned,
-            time.monotonic() - written,
+            time.monotonic() - completing,
         )
         if report.memory_bytes is not None and report.state_bytes > report.memory_bytes:
             logger.warning(

@@ -193,6 +193,7 @@ def test_memory_budget_admits_the_backlog_a_chunk_at_a_time(
     assert set(by_name["memory_bytes"]) == {budget}
     # The master is one file; the scan copy still gives both partitions rows to read.
     assert min(by_name["master_bytes_read"]) > 0
+    assert min(by_name["step_seconds"]) > 0  # the step's own time, recorded with it
 
 
 def test_scan_partitions_hold_a_kth_of_the_rows_whatever_the_file_layout(
