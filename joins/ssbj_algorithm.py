@@ -111,8 +111,6 @@ class StepPlan:
         return self.position.state
 
     def stream_key_of(self, row: Row) -> Key:
-        if self.stream_key == tuple(range(len(self.stream_key))):  # a prefix: one slice
-            return row[: len(self.stream_key)]
         return tuple(map(row.__getitem__, self.stream_key))
 
     def master_key_of(self, row: Row) -> Key:

@@ -44,7 +44,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pyspark import StorageLevel
@@ -60,7 +60,7 @@ from common.faults import crash_point
 from joins import ssbj
 from joins.columns import INTERVAL_START
 from joins.mesh_partitions import partition_by_bytes
-from joins.ssbj_algorithm import Schedule, StepPlan, schedule
+from joins.ssbj_algorithm import Schedule, StepCounts, StepPlan, schedule
 from joins.ssbj_buckets import PENDING, ROLE, BucketDeltas, stream_field
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
@@ -524,14 +524,8 @@ class SsbjStage:
         )
         written = time.monotonic()
 
-        report.tuples_in = counts.get("tuples_in", 0)
-        report.cache_hits = counts.get("cache_hits", 0)
-        report.cache_hits_unmatched = counts.get("cache_hits_unmatched", 0)
-        report.entered_pending = counts.get("entered_pending", 0)
-        report.expired = counts.get("expired", 0)
-        report.output_rows = counts.get("output_rows", 0)
-        report.pending_rows = counts.get("pending_rows", 0)
-        report.cache_rows = counts.get("cache_rows", 0) if self.use_cache else 0
+        for counted in fields(StepCounts):  # the buckets' counts, summed (MESHJOIN: no H_R)
+            setattr(report, counted.name, counts[counted.name])
         cache_version_before = state["cache_version"]
         self._complete(state, plan, position, report, master, reads)
         report.seconds = time.monotonic() - started
