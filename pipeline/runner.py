@@ -229,7 +229,10 @@ class PipelineRunner:
         if not self.engine.exists(self.layout.input_table(self.config, stage.input)):
             return StageReport(stage.name)
         steps = self.ssbj_stage(stage).run(run_id, drain=drain)
-        report = StageReport(stage.name, step=steps[-1].step + 1)
+        report = StageReport(
+            stage.name,
+            step=steps[-1].step + 1 if steps else self.store.offset(stage.name).step_seq,
+        )
         for step in steps:
             report.tuples_in += step.tuples_in
             report.output_rows += step.output_rows

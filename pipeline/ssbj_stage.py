@@ -176,13 +176,34 @@ class SsbjStage:
         # Under a memory budget the backlog enters a step at a time, so every step takes
         # the input that fits; otherwise the run's first step takes all of it.
         budgeted = self.params.memory_bytes is not None
-        reports = [self.step(run_id, take_input=True)]
-        for _ in range(self.params.steps_per_run - 1):
-            reports.append(self.step(run_id, take_input=budgeted))
+        reports: list[SsbjStepReport] = []
+        for index in range(self.params.steps_per_run):
+            take_input = index == 0 or budgeted
+            if self.idle(take_input):
+                # Nothing pending and nothing new: a step would only rewrite the same
+                # state. The operator pauses where it is (the cycle position, the cache
+                # and its version stay; the next step brings the cache forward).
+                logger.info(
+                    "ssbj %s: no new input and nothing pending; no step taken",
+                    self.stage.name,
+                )
+                break
+            reports.append(self.step(run_id, take_input=take_input))
         if drain:
             while self.pending_rows() > 0:
                 reports.append(self.step(run_id, take_input=False))
         return reports
+
+    def idle(self, take_input: bool) -> bool:
+        """True when a step would have nothing to do: no tuple waits in H_S, no step is
+        half done and (if the step would take input) no input version is new."""
+        state = self.store.operator_state(self.stage.name)
+        if state is not None and (state.get("chunks") or state.get("plan")):
+            return False
+        if not take_input or not self.engine.exists(self.input_path):
+            return True
+        offset = self.store.offset(self.stage.name)
+        return self.engine.snapshot(self.input_path).version <= offset.input_version
 
     def pending_rows(self) -> int:
         """Tuples in H_S after the last completed step (from the controller state)."""

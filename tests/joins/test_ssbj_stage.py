@@ -109,6 +109,49 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     assert len(h.output()) == 8 * (3 * 1 + 1 * 6)
 
 
+def test_a_run_with_nothing_to_do_takes_no_step_and_the_cache_catches_up_after(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Nothing pending and no new input: no Spark pass, no commit, the step counter stays.
+    The master changes during the pause; the first step after it brings the cache forward,
+    so a cached key's tuples join the new row."""
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
+    h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)
+    next_id = 0
+    for _ in range(6):
+        h.arrive([(next_id, 1), (next_id + 1, 1), (next_id + 2, 1), (next_id + 3, 5)])
+        next_id += 4
+        h.run()
+    h.drain()
+    assert h.cached_keys() == {1}
+    stage = h.runner.ssbj_stage(h.config.stage("enrich"))
+    assert stage.idle(take_input=True)
+
+    def versions() -> tuple[int, int, int]:
+        state = h.store.operator_state("enrich")
+        assert state is not None
+        return (
+            state["next_step"],
+            h.engine.snapshot(h.paths_of("state")).version,
+            h.engine.snapshot(h.layout.output("out")).version,
+        )
+
+    paused = versions()
+    h.run()
+    h.run()
+    assert versions() == paused
+    hits = h.metric_sum("cache_hits")
+
+    h.update_master([(1, 0, 99.0)], [])
+    h.arrive([(next_id, 1), (next_id + 1, 1)])
+    assert not stage.idle(take_input=True)
+    h.run()
+    h.drain()
+    assert versions()[0] > paused[0]
+    assert h.metric_sum("cache_hits") == hits + 2  # served by the cache, at the new price
+    assert_same_multiset(h.output(), h.oracle("inner"))
+
+
 def test_master_overwritten_without_change_feed_refreshes_the_cache(
     spark: SparkSession, tmp_path: Path
 ) -> None:
