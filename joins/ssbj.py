@@ -207,16 +207,24 @@ class WideTable:
         """A row's join value, the same for a stream tuple and a master row.
 
         Stream join columns are cast to the master's types, so equal join values hash and
-        compare alike whatever the two sides' integer widths."""
+        compare alike whatever the two sides' integer widths. Floating values are
+        normalised as Spark's own joins do (every NaN one NaN, -0.0 as 0.0): the bucket is a
+        hash of the value's bits, and values the join calls equal must meet in one bucket."""
         by_stream = F.col(ROLE).isin(*STREAM_ROLES)
-        return [
-            F.when(by_stream, F.col(stream_field(s)).cast(self.master_schema[m].dataType))
-            .otherwise(F.col(master_field(m)))
-            .alias(f"_join_value_{i}")
-            for i, (s, m) in enumerate(
-                zip(self.spec.stream_keys, self.spec.master_keys, strict=True)
+        values = []
+        for i, (s, m) in enumerate(zip(self.spec.stream_keys, self.spec.master_keys, strict=True)):
+            data_type = self.master_schema[m].dataType
+            value = F.when(by_stream, F.col(stream_field(s)).cast(data_type)).otherwise(
+                F.col(master_field(m))
             )
-        ]
+            if isinstance(data_type, T.FloatType | T.DoubleType):
+                value = (
+                    F.when(F.isnan(value), F.lit(float("nan")).cast(data_type))
+                    .when(value == 0, F.lit(0.0).cast(data_type))
+                    .otherwise(value)
+                )
+            values.append(value.alias(f"_join_value_{i}"))
+        return values
 
     def step(
         self,

@@ -25,7 +25,8 @@ Invariants, for any sequence of steps with k partitions:
   row is emitted unmatched when it leaves H_S;
 - an H_R entry holds all master rows of its value at the plan's master version (the cache is
   brought forward by the master's changes before it serves, and s_B is moved in whole);
-- a join value with a null component matches nothing (SQL equality) and is never cached.
+- a join value with a null component matches nothing (SQL equality) and is never cached;
+  NaN equals NaN, as in Spark's and DuckDB's joins (:func:`join_value`).
 
 Where this differs from the paper, and why: the eviction pass runs at the first step of an
 eviction cycle instead of its end (both see f_count over the E cycles since the previous
@@ -54,6 +55,20 @@ Row = tuple[Any, ...]
 Key = tuple[Any, ...]
 
 ESTIMATORS = ("paper", "extrapolated")
+# Every NaN component of a join value becomes this one object: Python compares and hashes
+# NaN by identity, so without it two NaN keys would never meet, where Spark's and DuckDB's
+# equi-joins match them.
+CANONICAL_NAN = float("nan")
+
+
+def join_value(row: Row, positions: Sequence[int]) -> Key:
+    """The join value of ``row`` at ``positions``, NaN components made one object."""
+    # v != v holds for NaN alone (of floats and Decimals), and costs less than isnan()'s
+    # type checks on every tuple.
+    return tuple(
+        CANONICAL_NAN if v != v else v  # noqa: PLR0124
+        for v in map(row.__getitem__, positions)
+    )
 
 
 @dataclass(frozen=True)
@@ -111,10 +126,10 @@ class StepPlan:
         return self.position.state
 
     def stream_key_of(self, row: Row) -> Key:
-        return tuple(map(row.__getitem__, self.stream_key))
+        return join_value(row, self.stream_key)
 
     def master_key_of(self, row: Row) -> Key:
-        return tuple(map(row.__getitem__, self.master_key))
+        return join_value(row, self.master_key)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,13 @@ TEST_SPARK_CONF = {
 }
 
 
+NAN = float("nan")
+
+
 def row_multiset(rows: Iterable[Any]) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(r) for r in rows)
+    """Rows as a multiset; every NaN is one object, so NaN cells compare equal (as NaN join
+    values do in Spark and DuckDB) where Python would compare each NaN unequal."""
+    return Counter(tuple(NAN if v != v else v for v in r) for r in rows)
 
 
 def assert_same_multiset(actual: DataFrame | Iterable[Any], expected: Iterable[Any]) -> None:

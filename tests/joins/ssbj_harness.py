@@ -25,14 +25,20 @@ from warehouse.delta import AppTransaction, DeltaEngine, open_engine
 from warehouse.delta.api import EngineChoice
 from warehouse.state_store import StateStore
 
-MASTER_SCHEMA = T.StructType(
-    [
-        T.StructField("mk", T.LongType()),
-        T.StructField("supplier", T.LongType()),
-        T.StructField("price", T.DoubleType()),
-    ]
-)
-FLAGGED = T.StructType([*MASTER_SCHEMA.fields, T.StructField("deleted", T.BooleanType())])
+KEY_TYPES = {"bigint": T.LongType(), "double": T.DoubleType()}
+
+
+def master_schema(key_type: str = "bigint") -> T.StructType:
+    return T.StructType(
+        [
+            T.StructField("mk", KEY_TYPES[key_type]),
+            T.StructField("supplier", T.LongType()),
+            T.StructField("price", T.DoubleType()),
+        ]
+    )
+
+
+MASTER_SCHEMA = master_schema()
 BASE_TIME = dt.datetime(2024, 1, 1)
 
 
@@ -44,10 +50,11 @@ def config_for(
     how: str,
     extra: dict[str, Any] | None = None,
     operator: dict[str, Any] | None = None,
+    key_type: str = "bigint",
 ) -> PipelineConfig:
     return parse_config(
         (extra or {})
-        | tiny_pipeline(root, "k", "bigint")
+        | tiny_pipeline(root, "k", key_type)
         | {
             "masters": {
                 "m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "supplier", "price"]}
@@ -81,9 +88,13 @@ class SsbjHarness:
         extra_config: dict[str, Any] | None = None,
         engine: EngineChoice = "embedded",
         operator: dict[str, Any] | None = None,
+        key_type: str = "bigint",
     ) -> None:
         self.spark = spark
-        self.config = config_for(root, mode, partitions, steps, how, extra_config, operator)
+        self.config = config_for(
+            root, mode, partitions, steps, how, extra_config, operator, key_type
+        )
+        self.master_schema = master_schema(key_type)
         self.engine: DeltaEngine = open_engine(spark, engine)
         self.store = StateStore(self.config.warehouse.resolved_state_store())
         self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
@@ -97,16 +108,16 @@ class SsbjHarness:
         self.engine.create_table(self.bronze, bronze_schema(self.config.streams["s"]))
 
     def load_master(
-        self, rows: Sequence[tuple[int, int, float]], files: int, change_feed: bool = True
+        self, rows: Sequence[tuple[Any, int, float]], files: int, change_feed: bool = True
     ) -> None:
         properties = {"delta.enableChangeDataFeed": "true"} if change_feed else {}
-        self.engine.create_table(self.master, MASTER_SCHEMA, (), properties)
-        frame = self.spark.createDataFrame(list(rows), MASTER_SCHEMA)
+        self.engine.create_table(self.master, self.master_schema, (), properties)
+        frame = self.spark.createDataFrame(list(rows), self.master_schema)
         self.engine.append(self.master, frame.repartition(files))
 
-    def refresh_master(self, rows: Sequence[tuple[int, int, float]]) -> None:
+    def refresh_master(self, rows: Sequence[tuple[Any, int, float]]) -> None:
         """Overwrite the master with its new content, as another writer's full refresh."""
-        frame = self.spark.createDataFrame(list(rows), MASTER_SCHEMA)
+        frame = self.spark.createDataFrame(list(rows), self.master_schema)
         self.engine.overwrite(self.master, frame.repartition(2))
 
     def update_master(
@@ -117,12 +128,17 @@ class SsbjHarness:
         if rows:
             self.engine.merge(
                 self.master,
-                self.spark.createDataFrame(rows, FLAGGED),
+                self.spark.createDataFrame(
+                    rows,
+                    T.StructType(
+                        [*self.master_schema.fields, T.StructField("deleted", T.BooleanType())]
+                    ),
+                ),
                 ["mk", "supplier"],
                 "deleted",
             )
 
-    def arrive(self, tuples: Sequence[tuple[int, int]]) -> None:
+    def arrive(self, tuples: Sequence[tuple[int, Any]]) -> None:
         """Append stream tuples (id, key) to bronze, as ingestion would."""
         self.batch_no += 1
         schema = bronze_schema(self.config.streams["s"])

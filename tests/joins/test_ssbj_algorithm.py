@@ -63,6 +63,7 @@ from joins.ssbj_buckets import (
 )
 
 Row = tuple[Any, ...]
+KEY_TYPE = pa.int64()
 KEYS = [1, 2, 3, 4, 5, 6, None]  # 6 never has master rows; None never matches
 
 
@@ -206,13 +207,13 @@ def test_every_tuple_is_answered_once_with_its_pinned_version(
     assert produced == expected
 
 
-def wide_schema() -> pa.Schema:
+def wide_schema(key_type: pa.DataType = KEY_TYPE) -> pa.Schema:
     return pa.schema(
         [
             (ROLE, pa.string()),
             (stream_field("id"), pa.int64()),
-            (stream_field("k"), pa.int64()),
-            (master_field("mk"), pa.int64()),
+            (stream_field("k"), key_type),
+            (master_field("mk"), key_type),
             (master_field("supplier"), pa.int64()),
             (master_field("price"), pa.float64()),
             ("_entry_step", pa.int64()),
@@ -230,8 +231,8 @@ def wide_schema() -> pa.Schema:
     )
 
 
-def role_rows(role: str, rows: list[dict[str, Any]]) -> pa.Table:
-    schema = wide_schema()
+def role_rows(role: str, rows: list[dict[str, Any]], key_type: pa.DataType = KEY_TYPE) -> pa.Table:
+    schema = wide_schema(key_type)
     return pa.Table.from_pylist([{ROLE: role, **r} for r in rows], schema=schema)
 
 
@@ -320,3 +321,42 @@ def test_the_arrow_bucket_step_equals_the_reference_step(seed: int, steps: int, 
             "cache_version": version,
             "switch_version": reads.next_switch_version(control["switch_version"], version),
         }
+
+
+def test_nan_and_signed_zero_join_values_meet_as_in_spark_and_duckdb() -> None:
+    """NaN = NaN and -0.0 = 0.0 in Spark's and DuckDB's equi-joins; Python's dicts compare
+    NaN by identity (every decoded NaN is a new object) and Arrow's is_in hashes bits. Both
+    the reference step and the Arrow step (which decodes tuples and filters partition rows
+    itself) must match them; null still matches nothing."""
+    nan = float("nan")
+    state, control = BucketState(), {"cache_version": None, "switch_version": None}
+    plan, _ = plan_for(0, 1, 1, 0, False, True, "paper", state, control, True)
+    new = [(1, float("nan")), (2, None), (3, 2.5), (4, -0.0)]
+    master = [
+        (float("nan"), 0, 1.0),
+        (float("nan"), 1, 2.0),
+        (2.5, 0, 3.0),
+        (None, 0, 4.0),
+        (0.0, 2, 5.0),
+    ]
+    result = run_step(plan, state, new, {0: master}, None)
+    matched = Counter((s[0], m[1] if m else None) for s, m, _ in result.output)
+    assert matched == Counter({(1, 0): 1, (1, 1): 1, (2, None): 1, (3, 0): 1, (4, 2): 1})
+
+    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    key_type = pa.float64()
+    table = pa.concat_tables(
+        [
+            role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new], key_type),
+            role_rows(
+                PARTITION,
+                [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master],
+                key_type,
+            ),
+        ]
+    )
+    arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
+    out = bucket_step(table, layout, arrow_plan, BucketDeltas())
+    rows = out.filter(pc.equal(out.column(ROLE), OUT)).select([STREAM[0], MASTER[1]]).to_pylist()
+    assert Counter((r[STREAM[0]], r[MASTER[1]]) for r in rows) == matched
+    assert nan != nan  # the test data's NaNs really are distinct objects that compare unequal
