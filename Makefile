@@ -80,7 +80,7 @@ $(DOCS_ASSETS)/.fetched:
 	touch $@
 
 demo: setup
-	$(PY) -m pipeline.demo_run
+	$(PY) -m orchestration.demo_run
 
 # A warm Spark Connect server for commands whose config sets spark.remote (or SPARK_REMOTE);
 # runs in the foreground until Ctrl-C. CONFIG picks the master, settings and address.

@@ -206,9 +206,9 @@ def bench_operations(
 
 def bench_pipeline(root: Path, intervals: int, scale: float) -> list[dict[str, Any]]:
     """The demo pipeline per interval on each engine: seconds of run + validate."""
+    from demo.data import deliver
     from jobs.enrich import main as enrich
     from pipeline.config import load_config
-    from pipeline.demo_data import deliver
 
     setups = {}
     cwd = Path.cwd()

@@ -126,7 +126,7 @@ def prepare(seed: Path, scale: float, intervals: int) -> Manifest:
 
 
 def deliver_interval(folder: Path, manifest: Manifest, index: int) -> None:
-    from pipeline.demo_data import deliver
+    from demo.data import deliver
 
     # The raw config: load_config would anchor the relative landing paths at this process's
     # working directory, not at the mode's folder.
@@ -184,7 +184,7 @@ DAG_TEST_CHILD = """
 import json, sys, time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from pipeline.airflow_env import prepare_airflow_home
+from orchestration.airflow_env import prepare_airflow_home
 folder = Path(sys.argv[1]); manifest = json.loads(sys.argv[2])
 prepare_airflow_home(folder / "airflow", folder / "dags")
 from airflow.dag_processing.dagbag import DagBag
@@ -282,12 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/run_overhead.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
-    from warehouse.connect_server import (
-        ConnectServer,
-        ConnectServerSettings,
-        RemoteAddress,
-        free_port,
-    )
+    from warehouse.connect_address import RemoteAddress
+    from warehouse.connect_server import ConnectServer, ConnectServerSettings, free_port
 
     seed = args.work / "seed"
     manifest = prepare(seed, args.scale, args.intervals)

@@ -57,8 +57,8 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame
 
 from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
+from demo.data import ZipfSampler, _plain, generate_tpch
 from pipeline.config import PipelineConfig, parse_config
-from pipeline.demo_data import ZipfSampler, _plain, generate_tpch
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema

@@ -33,13 +33,13 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from demo.data import ZipfSampler, generate_tpch, promotions
 from joins import baseline
 from joins.adsp import TASK, adsp_join, key_spec, numeric, route
 from joins.adsp_adapt import carry_lines, task_ranges
 from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
+from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import theta_plan
-from pipeline.config import ThetaPredicate
-from pipeline.demo_data import ZipfSampler, generate_tpch, promotions
 from warehouse.spark import SparkSettings, build_session
 
 logger = logging.getLogger("theta-bench")

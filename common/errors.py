@@ -114,3 +114,7 @@ class ValidationFailedError(EnrichmentError):
     """A quality suite failed and the suite is not warn-only."""
 
     exit_code = 3
+
+
+class SparkServerError(EnrichmentError):
+    """The Spark Connect server did not start, or stopped while it was needed."""

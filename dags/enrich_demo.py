@@ -24,7 +24,7 @@ from pathlib import Path
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, DeltaDataIntervalTimetable, chain
 
-from pipeline.airflow_tasks import run_enrich
+from orchestration.airflow_tasks import run_enrich
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 STAGES = ("orders_customer", "orders_promotions", "lineitem_partsupp")

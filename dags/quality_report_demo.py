@@ -19,7 +19,7 @@ from pathlib import Path
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, DeltaDataIntervalTimetable
 
-from pipeline.airflow_tasks import run_enrich
+from orchestration.airflow_tasks import run_enrich
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)

@@ -280,7 +280,7 @@ def _dispatch_read_only(pipeline: PipelineContext, args: JobArgs) -> int:
 def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
     """Commands that write; the caller holds the pipeline lease."""
     if args.command == "demo-data":
-        from pipeline.demo_setup import prepare_demo
+        from demo.prepare import prepare_demo
 
         prepare_demo(pipeline, args.scale, args.intervals, args.zipf, args.start)
         return EXIT_OK
@@ -296,14 +296,8 @@ def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
 
 def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
     """Run a Spark Connect server with the config's master and settings until stopped."""
-    from warehouse.connect_server import (
-        DEFAULT_HOST,
-        DEFAULT_PORT,
-        ConnectServer,
-        ConnectServerSettings,
-        RemoteAddress,
-        parse_remote,
-    )
+    from warehouse.connect_address import DEFAULT_HOST, DEFAULT_PORT, RemoteAddress, parse_remote
+    from warehouse.connect_server import ConnectServer, ConnectServerSettings
     from warehouse.spark import effective_remote
 
     remote = effective_remote(config.spark.remote)  # where the clients will look

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from joins.adsp_plan import Histogram, ThetaPlan, routing_rows
-from pipeline.config import ThetaPredicate
+from joins.theta_predicate import ThetaPredicate
 
 TASK = "_task"
 BUCKET = "_bucket"

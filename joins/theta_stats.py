@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from joins.adsp import bucket_of, key_spec, numeric
 from joins.adsp_plan import Histogram, ThetaPlan, ValueRange, plan_theta
-from pipeline.config import ThetaPredicate
+from joins.theta_predicate import ThetaPredicate
 
 
 def _boundaries(frame: DataFrame, key: str, buckets: int) -> tuple[float, ...]:

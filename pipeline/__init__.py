@@ -1,3 +1,3 @@
-"""Pipeline orchestration: configuration, table layout, stage runner, demo data."""
+"""Pipeline orchestration: configuration, table layout, stage drivers, runs, publish."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from common.faults import crash_point
 from common.phase_clock import optional_phase
 from joins.columns import INTERVAL_START
 from joins.ssbj import ENTRY_STEP, pending_tuples
-from pipeline.config import EquiStage, QualityConfig, ThetaStage
+from pipeline.config import EquiStage, ThetaStage
 from pipeline.pins import audit_holder, audit_pins
 from pipeline.runner import PipelineRunner
 from pipeline.ssbj_stage import STATE_TABLE as SSBJ_STATE_TABLE
@@ -67,6 +67,7 @@ from quality.audit_views import (
     pending_ages,
     published_tuples,
 )
+from quality.config import QualityConfig
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, PartitionFilter
 from warehouse.delta.api import live_rows_added

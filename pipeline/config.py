@@ -32,8 +32,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -41,9 +39,11 @@ from pydantic import (
 )
 
 from common.errors import ConfigError
+from common.model import Identifier, Strict
 from common.secrets import looks_secret, mask_url, register_secret, register_url_password
+from joins.theta_predicate import ThetaPredicate
+from quality.config import QualityConfig
 
-NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SIMPLE_TYPES = (
     "string",
     "bigint",
@@ -59,11 +59,6 @@ DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
 # "$${" (a literal "${"), "${NAME}", or a "${" that starts no valid reference.
 ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-Identifier = Annotated[str, Field(pattern=NAME)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -126,7 +121,7 @@ class SparkConfig(Strict):
     @classmethod
     def _connect_url(cls, value: str | None) -> str | None:
         if value is not None:
-            from warehouse.connect_server import parse_remote
+            from warehouse.connect_address import parse_remote
 
             parse_remote(value)  # a ValueError names what is wrong with the URL
         return value
@@ -227,42 +222,6 @@ class EquiStage(Strict):
     operator: SsbjParams = Field(default_factory=SsbjParams)
 
 
-class ThetaPredicate(Strict):
-    """A monotonic theta predicate between a stream column and master column(s).
-
-    band:  |s.stream_column - r.master_column| <= eps (or lower/upper for asymmetric bands)
-    range: r.lo <= s.stream_column < r.hi
-    less/less_equal/greater/greater_equal: s.stream_column <op> r.master_column
-    """
-
-    type: Literal["band", "range", "less", "less_equal", "greater", "greater_equal"]
-    stream_column: Identifier
-    master_column: Identifier | None = None
-    lo: Identifier | None = None
-    hi: Identifier | None = None
-    eps: float | None = Field(default=None, ge=0)
-    lower: float | None = Field(default=None, ge=0)
-    upper: float | None = Field(default=None, ge=0)
-    residual: str | None = None
-
-    def band_bounds(self) -> tuple[float, float]:
-        """(lower, upper) of a band ``s - lower <= r <= s + upper``; eps fills unset sides."""
-        lower = self.eps if self.lower is None else self.lower
-        upper = self.eps if self.upper is None else self.upper
-        return lower or 0.0, upper or 0.0
-
-    @model_validator(mode="after")
-    def _fields_for_type(self) -> ThetaPredicate:
-        if self.type == "range":
-            if not (self.lo and self.hi):
-                raise ValueError("a range predicate needs 'lo' and 'hi' master columns")
-        elif not self.master_column:
-            raise ValueError(f"a {self.type} predicate needs 'master_column'")
-        if self.type == "band" and self.eps is None and (self.lower is None or self.upper is None):
-            raise ValueError("a band predicate needs 'eps' or both 'lower' and 'upper'")
-        return self
-
-
 class ThetaParams(Strict):
     scheme: Literal["adsp", "square", "dynamic", "binning", "spark"] = "adsp"
     task_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
@@ -290,17 +249,6 @@ class ThetaStage(Strict):
 
 
 Stage = Annotated[EquiStage | ThetaStage, Field(discriminator="kind")]
-
-
-class QualityConfig(Strict):
-    """The quality gate of one output table: suites by name, and config-driven checks."""
-
-    suites: list[str] = Field(default_factory=list, description="suite files in expectations_dir")
-    warn_only: bool = Field(
-        default=False, description="publish even when a suite fails (the run logs a warning)"
-    )
-    value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
-    value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
 
 
 class PipelineConfig(Strict):

@@ -38,7 +38,7 @@ from pathlib import Path
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, DeltaDataIntervalTimetable, chain
 
-from pipeline.airflow_tasks import run_enrich
+from orchestration.airflow_tasks import run_enrich
 
 CONFIG = str(Path(__file__).resolve().parent.parent / {config_literal})
 STAGES = {stages}
@@ -100,7 +100,7 @@ from pathlib import Path
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, DeltaDataIntervalTimetable
 
-from pipeline.airflow_tasks import run_enrich
+from orchestration.airflow_tasks import run_enrich
 
 CONFIG = str(Path(__file__).resolve().parent.parent / {config_literal})
 START = datetime({start_args}, tzinfo=UTC)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common.errors import ConfigError
-from pipeline.config import QualityConfig
+from quality.config import QualityConfig
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite

@@ -33,15 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlsplit
 
-from common.errors import EnrichmentError
+from common.errors import SparkServerError
+from warehouse.connect_address import DEFAULT_HOST, DEFAULT_PORT, RemoteAddress, port_answers
 
 logger = logging.getLogger(__name__)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 15002
 START_TIMEOUT_SECONDS = 180.0
 STOP_TIMEOUT_SECONDS = 30.0
 LOG_TAIL_LINES = 30
@@ -52,40 +50,6 @@ CLIENT_MODE_VARIABLES = (
     "SPARK_LOCAL_REMOTE",
     "SPARK_API_MODE",
 )
-
-
-class SparkServerError(EnrichmentError):
-    """The Spark Connect server did not start, or stopped while it was needed."""
-
-
-@dataclass(frozen=True)
-class RemoteAddress:
-    """Where a Spark Connect server listens, parsed from ``sc://host:port``."""
-
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literal
-        return f"sc://{host}:{self.port}"
-
-
-def parse_remote(url: str) -> RemoteAddress:
-    """``sc://host[:port][/;params]`` -> its address; ValueError naming what is wrong.
-
-    The port defaults to Spark Connect's 15002, as in pyspark's own client.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "sc":
-        raise ValueError(f"expected a Spark Connect URL sc://host:port, got {url!r}")
-    try:
-        port = parts.port
-    except ValueError as e:
-        raise ValueError(f"expected a port number in {url!r}: {e}") from e
-    if not parts.hostname:
-        raise ValueError(f"expected a host in the Spark Connect URL {url!r}")
-    return RemoteAddress(parts.hostname, DEFAULT_PORT if port is None else port)
 
 
 @dataclass(frozen=True)
@@ -143,15 +107,6 @@ def free_port(host: str = DEFAULT_HOST) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
-
-
-def port_answers(address: RemoteAddress, timeout: float = 0.5) -> bool:
-    """True when something accepts TCP connections at ``address``."""
-    try:
-        with socket.create_connection((address.host, address.port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 class ConnectServer:

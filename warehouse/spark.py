@@ -24,8 +24,7 @@ from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
-from common.errors import ConfigError
-from warehouse.connect_server import SparkServerError
+from common.errors import ConfigError, SparkServerError
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +197,7 @@ def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:
     """
     from pyspark.errors import PySparkException
 
-    from warehouse.connect_server import parse_remote, port_answers
+    from warehouse.connect_address import parse_remote, port_answers
 
     try:
         address = parse_remote(remote)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.airflow_env import prepare_airflow_home
+from orchestration.airflow_env import prepare_airflow_home
 
 
 @pytest.fixture(scope="session")

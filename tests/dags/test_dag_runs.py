@@ -12,9 +12,9 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from demo.data import deliver
 from jobs.enrich import main as enrich
 from pipeline.config import load_config
-from pipeline.demo_data import deliver
 from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset

@@ -15,8 +15,8 @@ from pyspark.sql import types as T
 
 from joins.adsp import adsp_join
 from joins.adsp_plan import route_master_line, route_stream_line
+from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import theta_plan
-from pipeline.config import ThetaPredicate
 from tests.helpers import assert_same_multiset
 
 STREAM = T.StructType([T.StructField("sid", T.LongType()), T.StructField("x", T.DoubleType())])

@@ -34,13 +34,14 @@ import yaml
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from demo.data import deliver
 from jobs.enrich import main as enrich
 from pipeline.config import load_config
-from pipeline.demo_data import deliver
 from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
-from warehouse.connect_server import RemoteAddress, free_port, parse_remote, port_answers
+from warehouse.connect_address import RemoteAddress, parse_remote, port_answers
+from warehouse.connect_server import free_port
 
 pytestmark = pytest.mark.slow
 

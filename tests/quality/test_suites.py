@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from common.errors import ConfigError
-from pipeline.config import QualityConfig, load_config
+from pipeline.config import load_config
+from quality.config import QualityConfig
 from quality.suites import available_suites, load_suite
 from tests.conftest import REPO_ROOT
 

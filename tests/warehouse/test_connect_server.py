@@ -18,18 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.errors import ConfigError
+from common.errors import ConfigError, SparkServerError
 from pipeline.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.helpers import TEST_SPARK_CONF, tiny_pipeline
+from warehouse.connect_address import RemoteAddress, parse_remote, port_answers
 from warehouse.connect_server import (
     ConnectServer,
     ConnectServerSettings,
-    RemoteAddress,
-    SparkServerError,
     free_port,
-    parse_remote,
-    port_answers,
     server_command,
 )
 from warehouse.spark import REQUIRED_CONF

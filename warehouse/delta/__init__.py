@@ -13,8 +13,8 @@ from warehouse.delta.api import (
     DeltaEngine,
     PartitionFilter,
     Snapshot,
-    open_engine,
 )
+from warehouse.delta.factory import open_engine
 
 __all__ = [
     "AppTransaction",

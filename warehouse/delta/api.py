@@ -18,21 +18,18 @@ Invariants every engine keeps:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from common.errors import ConfigError
 from common.phase_clock import PhaseClock
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-logger = logging.getLogger(__name__)
 
 EngineChoice = Literal["auto", "embedded", "native"]
 
@@ -245,32 +242,3 @@ def live_rows_added(
             if h.get(OPERATION_KEY) == BACKFILL and after_version < int(h["version"]) <= to_version
         ]
     return engine.rows_added(path, after_version, to_version, skip_versions=skip)
-
-
-def open_engine(session: SparkSession, choice: EngineChoice = "auto") -> DeltaEngine:
-    """Return the engine for ``choice``; ``auto`` prefers native delta-spark when present."""
-    from warehouse.spark import has_delta_jars, is_connect
-
-    if choice not in ("auto", "embedded", "native"):
-        raise ConfigError(f"delta engine must be auto, embedded or native, got {choice!r}")
-    if choice == "native" and is_connect(session):
-        raise ConfigError(
-            "warehouse.engine: native drives delta-spark's JVM classes from the driver, which a "
-            "Spark Connect client does not have; use engine 'auto' or 'embedded' with "
-            "spark.remote (they write Delta with delta-rs and Spark's Parquet writer)"
-        )
-    native_available = has_delta_jars(session)
-    if choice == "native" and not native_available:
-        raise ConfigError(
-            "delta engine 'native' was requested but io.delta.tables.DeltaTable is not on the "
-            "Spark classpath; add the delta-spark jars or use engine 'auto'/'embedded'"
-        )
-    if choice == "native" or (choice == "auto" and native_available):
-        from warehouse.delta.native import NativeDeltaEngine
-
-        logger.info("using native delta-spark engine")
-        return NativeDeltaEngine(session)
-    from warehouse.delta.embedded import EmbeddedDeltaEngine
-
-    logger.info("using embedded delta-rs engine")
-    return EmbeddedDeltaEngine(session)

@@ -7,7 +7,7 @@
 4. Runs the daily ``quality_report_demo`` DAG for the day of those intervals.
 5. Prints where the staged and published outputs, the run report and the Data Docs are.
 
-Usage: python -m pipeline.demo_run [--intervals N] [--scale SF] [--zipf Z]
+Usage: python -m orchestration.demo_run [--intervals N] [--scale SF] [--zipf Z]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pipeline.airflow_env import REPO_ROOT, prepare_airflow_home
+from orchestration.airflow_env import REPO_ROOT, prepare_airflow_home
 
 CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 DAG_ID = "enrich_demo"
@@ -53,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from airflow.dag_processing.dagbag import DagBag
 
+    from demo.data import deliver
     from pipeline.config import load_config
-    from pipeline.demo_data import deliver
 
     config = load_config(CONFIG)
     outbox = Path(config.warehouse.root).parent / "outbox"

@@ -13,8 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from common.errors import ConfigError
-from pipeline.context import PipelineContext
-from pipeline.demo_data import (
+from demo.data import (
     DemoSpec,
     generate_tpch,
     interval_starts,
@@ -22,6 +21,7 @@ from pipeline.demo_data import (
     stream_batches,
     write_outbox,
 )
+from pipeline.context import PipelineContext
 from warehouse.delta.schema import arrow_to_spark
 
 logger = logging.getLogger(__name__)

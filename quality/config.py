@@ -1,0 +1,20 @@
+"""The quality gate of one output table, as the config declares it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from common.model import Identifier, Strict
+
+
+class QualityConfig(Strict):
+    """The quality gate of one output table: suites by name, and config-driven checks."""
+
+    suites: list[str] = Field(default_factory=list, description="suite files in expectations_dir")
+    warn_only: bool = Field(
+        default=False, description="publish even when a suite fails (the run logs a warning)"
+    )
+    value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
+    value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
