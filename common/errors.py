@@ -7,17 +7,21 @@ bug. Messages say what was expected and what was found, and name the table, file
 
 from __future__ import annotations
 
+# The exit codes of every ``enrich`` command, one place for the CLI, the Airflow glue and
+# the errors that carry them: 4 = done, but some landing files were rejected.
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL, EXIT_BUSY = 0, 1, 2, 3, 4, 5
+
 
 class EnrichmentError(Exception):
     """Base class of every error this product raises deliberately."""
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
 
 class ConfigError(EnrichmentError):
     """The pipeline configuration is invalid (bad key, bad value, dangling reference)."""
 
-    exit_code = 2
+    exit_code = EXIT_CONFIG
 
 
 class DeltaTableError(EnrichmentError):
@@ -70,7 +74,7 @@ class DuplicateRecordError(StateStoreError):
 class LeaseHeldError(StateStoreError):
     """Another run holds the pipeline's lease, and it was not freed within the wait."""
 
-    exit_code = 5
+    exit_code = EXIT_BUSY
 
 
 class LeaseLostError(StateStoreError):
@@ -113,7 +117,7 @@ class BackfillIncompleteError(EnrichmentError):
 class ValidationFailedError(EnrichmentError):
     """A quality suite failed and the suite is not warn-only."""
 
-    exit_code = 3
+    exit_code = EXIT_VALIDATION
 
 
 class SparkServerError(EnrichmentError):

@@ -39,7 +39,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.errors import ConfigError, EnrichmentError, ValidationFailedError
+from common.errors import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_VALIDATION,
+    ConfigError,
+    EnrichmentError,
+    ValidationFailedError,
+)
 
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig
@@ -58,7 +66,6 @@ PACKAGE_LOGGERS = (
     "quality",
     "reports",
 )
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_VALIDATION, EXIT_PARTIAL, EXIT_BUSY = 0, 1, 2, 3, 4, 5
 READ_ONLY_COMMANDS = ("report",)  # status reads without Spark, before any of this
 
 

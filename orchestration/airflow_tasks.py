@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from common.errors import EXIT_PARTIAL
+
 logger = logging.getLogger(__name__)
 
 
@@ -17,7 +19,7 @@ class EnrichTaskError(RuntimeError):
 
 
 def run_enrich(config: str, *argv: str) -> None:
-    from jobs.enrich import EXIT_PARTIAL, main  # Spark and the pipeline load only when run
+    from jobs.enrich import main  # Spark and the pipeline load only when run
 
     code = main(["--config", config, *argv])
     if code == EXIT_PARTIAL:

@@ -6,7 +6,9 @@ stage order, the audit of a run:
 1. takes the staged batch: the rows added to ``silver/<table>`` since the last audited
    version ``a`` up to the current version ``b``;
 2. builds the audit views (:mod:`quality.audit_views`) from the stage's new input tuples
-   and its pending state, and validates the batch against each of the table's suites with
+   and the pending tuples its driver accounts for (``StageDriver.pending_*``: those
+   pending now, and those pending at the last audit, which must be emitted, published or
+   still pending), and validates the batch against each of the table's suites with
    a GX Checkpoint (results to the GX stores, Data Docs refreshed);
 3. appends one row per expectation to the ``_quality/results`` Delta table;
 4. publishes the batch to ``gold/<table>`` if every suite passed (or the table is
@@ -44,7 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -52,11 +54,10 @@ from common.errors import BackfillIncompleteError, ConfigError, ValidationFailed
 from common.faults import crash_point
 from common.phase_clock import optional_phase
 from joins.columns import INTERVAL_START
-from joins.ssbj import ENTRY_STEP, pending_tuples
-from pipeline.config import EquiStage, ThetaStage
+from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.drivers import StageDrivers
+from pipeline.layout import WarehouseLayout
 from pipeline.pins import audit_holder, audit_pins
-from pipeline.runner import PipelineRunner
-from pipeline.ssbj_stage import STATE_TABLE as SSBJ_STATE_TABLE
 from quality.audit_views import (
     INPUT_VIEW,
     PENDING_VIEW,
@@ -64,14 +65,13 @@ from quality.audit_views import (
     input_accounting,
     no_pending,
     no_published,
-    pending_ages,
     published_tuples,
 )
 from quality.config import QualityConfig
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
-from warehouse.delta import AppTransaction, PartitionFilter
-from warehouse.delta.api import live_rows_added
-from warehouse.delta.embedded import COMMIT_VERSION
+from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
+from warehouse.delta.api import COMMIT_VERSION, live_rows_added
+from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -99,13 +99,21 @@ class TableAudit:
 class AuditPublisher:
     """Audits staged output batches and publishes or quarantines them."""
 
-    def __init__(self, runner: PipelineRunner, gate: Any = None) -> None:
-        self.runner = runner
-        self.config = runner.config
-        self.engine = runner.engine
-        self.store = runner.store
-        self.spark = runner.spark
-        self.layout = runner.layout
+    def __init__(
+        self,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        gate: Any = None,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.store = store
+        self.spark = spark
+        self.layout = WarehouseLayout.of(config)
+        self.drivers = StageDrivers(config, spark, engine, store)
+        self.inputs = self.drivers.inputs
         self._gate = gate
 
     @property
@@ -175,33 +183,35 @@ class AuditPublisher:
         if latest == audited and not failures:
             return TableAudit(table, run_id, (audited, latest), NOTHING_NEW)
         staged = self._live_batch(silver, audited, latest)
-        input_rows = self.runner.stream_rows(
-            stage,
-            self.runner.new_rows(
-                self.layout.input_table(self.config, stage.input),
-                int(state["input_version"]),
-                consumed,
-            ),
-        )
+        input_rows = self.inputs.new_rows(stage, int(state["input_version"]), consumed)
         # Tuples that were still pending at the last audit are accounted for now: emitted
         # in this batch, published by an earlier one, or still pending.
-        pending_path = self.layout.operator_state(stage.name, "pending")
+        driver = self.drivers.driver(stage)
         pending_before = state.get("pending_version")
-        waiting = (
-            self.engine.read(pending_path, version=int(pending_before))
-            if pending_before is not None
-            else None
-        )
+        if pending_before is not None and state.get("pending_table") != driver.pending_table():
+            # Recorded by a release that kept H_S in its own table: that version is not one
+            # of the state table's. Its tuples were drained before the upgrade (the SSBJ
+            # stage refuses older state with tuples pending), so none is left to account for.
+            logger.warning(
+                "audit of %s: the pending version recorded at the last audit (v%s) is of "
+                "another table than %s; not accounted again",
+                table,
+                pending_before,
+                driver.pending_table(),
+            )
+            pending_before = None
+        waiting = driver.pending_at(int(pending_before)) if pending_before is not None else None
+        pending = driver.pending_ages(self._id_column(table))
         views = {
             INPUT_VIEW: self._input_view(stage, table, input_rows, waiting),
-            PENDING_VIEW: self._pending_view(stage, table, input_rows),
+            PENDING_VIEW: (
+                pending
+                if pending is not None
+                else no_pending(self.spark, self._id_type(table, input_rows))
+            ),
             PUBLISHED_VIEW: self._published_view(table, input_rows, waiting),
         }
-        pending_now = (
-            self.engine.snapshot(pending_path).version
-            if self._is_stateful(stage) and self.engine.exists(pending_path)
-            else None
-        )
+        pending_now = driver.pending_version()
         return self._decide_and_commit(
             table,
             run_id,
@@ -210,7 +220,11 @@ class AuditPublisher:
             views,
             failures,
             state,
-            record={"input_version": consumed, "pending_version": pending_now},
+            record={
+                "input_version": consumed,
+                "pending_version": pending_now,
+                "pending_table": driver.pending_table(),
+            },
         )
 
     def _live_batch(self, silver: str, audited: int, latest: int) -> DataFrame:
@@ -266,7 +280,7 @@ class AuditPublisher:
             latest = self.engine.snapshot(silver).version
             staged = self.engine.read(silver, version=latest).where(in_interval)
             input_table = self.layout.input_table(self.config, stage.input)
-            input_rows = self.runner.stream_rows(stage, self.engine.read(input_table)).where(
+            input_rows = self.inputs.with_interval(stage, self.engine.read(input_table)).where(
                 in_interval
             )
             id_type = self._id_type(table, input_rows)
@@ -417,6 +431,7 @@ class AuditPublisher:
                 output_version=int(batch[1]),
                 input_version=int(record["input_version"]),
                 pending_version=record["pending_version"],
+                pending_table=record.get("pending_table"),
             )
         state["last"] = {
             "run_id": intent["run_id"],
@@ -597,8 +612,9 @@ class AuditPublisher:
         Pins go first: a crash between the two leaves extra pins, never a saved state whose
         versions a vacuum could delete.
         """
-        stage = self.config.producing_stage(table).name
-        self.store.set_pins(audit_holder(table), audit_pins(self.layout, stage, table, state))
+        stage = self.config.producing_stage(table)
+        pending = self.drivers.driver(stage).pending_table()
+        self.store.set_pins(audit_holder(table), audit_pins(self.layout, pending, table, state))
         self.store.save_operator_state(f"audit.{table}", state)
 
     def _state(self, table: str) -> dict[str, Any]:
@@ -648,29 +664,6 @@ class AuditPublisher:
         if waiting is not None:
             tuples = tuples.unionByName(waiting.select(id_column, INTERVAL_START))
         return published_tuples(self.engine.read(gold), tuples, id_column)
-
-    @staticmethod
-    def _is_stateful(stage: EquiStage | ThetaStage) -> bool:
-        return isinstance(stage, EquiStage) and stage.operator.mode != "baseline"
-
-    def _pending_view(
-        self, stage: EquiStage | ThetaStage, table: str, input_rows: DataFrame
-    ) -> DataFrame:
-        state_path = self.layout.operator_state(stage.name, SSBJ_STATE_TABLE)
-        operator_state = self.store.operator_state(stage.name) or {}
-        if (
-            isinstance(stage, EquiStage)
-            and self._is_stateful(stage)
-            and self.engine.exists(state_path)
-        ):
-            return pending_ages(
-                pending_tuples(self.engine.read(state_path)),
-                self._id_column(table),
-                ENTRY_STEP,
-                int(operator_state.get("next_step", 0)),
-                stage.operator.partitions,
-            )
-        return no_pending(self.spark, self._id_type(table, input_rows))
 
     def _id_column(self, table: str) -> str:
         return self.config.streams[self.config.root_stream(table)].id_column

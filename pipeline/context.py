@@ -17,7 +17,7 @@ from functools import cached_property
 
 from pyspark.sql import SparkSession
 
-from common.errors import ConfigError, EnrichmentError
+from common.errors import EXIT_OK, EXIT_PARTIAL, ConfigError, EnrichmentError
 from common.phase_clock import SECONDS_PREFIX, TASK_PREFIX, TOTAL, PhaseClock
 from pipeline.audit import AuditPublisher
 from pipeline.config import PipelineConfig
@@ -30,7 +30,6 @@ from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_PARTIAL = 0, 4
 SESSION_PHASE = "session_start"
 
 
@@ -50,7 +49,8 @@ class PipelineContext:
 
     @cached_property
     def auditor(self) -> AuditPublisher:
-        return AuditPublisher(self.runner)
+        runner = self.runner  # its engine, which tests may wrap
+        return AuditPublisher(runner.config, runner.spark, runner.engine, runner.store)
 
     @contextmanager
     def exclusive(self, purpose: str, wait_seconds: float = 0.0) -> Iterator[PipelineLease]:

@@ -34,12 +34,13 @@ from pipeline.layout import WarehouseLayout
 from pipeline.pins import table_key
 from pipeline.ssbj_stage import OWNED_TABLES as SSBJ_TABLES
 from warehouse.delta import DeltaEngine, Snapshot
-from warehouse.delta.embedded import CDF_PROPERTY
+from warehouse.delta.api import CDF_PROPERTY
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
-# The operator state tables a stage may own: SSBJ's, and the A-DSP layout (runner.theta_layout).
+# The operator state tables a stage may own: SSBJ's, and the A-DSP layout
+# (ThetaDriver.theta_layout).
 OPERATOR_TABLES = (*SSBJ_TABLES, "layout")
 MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
 # Change-data files are written shortly before their commit; keep this much more of them.

@@ -63,11 +63,12 @@ def input_versions(after_version: int, to_version: int) -> range:
 
 
 def audit_pins(
-    layout: WarehouseLayout, stage_name: str, table: str, state: Mapping[str, Any]
+    layout: WarehouseLayout, pending_table: str | None, table: str, state: Mapping[str, Any]
 ) -> dict[str, list[int]]:
     """The pins of ``audit.<table>`` for the audit state ``state`` of output ``table``.
 
-    ``stage_name`` is the stage producing ``table``; ``state`` is the audit state as
+    ``pending_table`` is the table holding the pending tuples of the stage producing
+    ``table`` (None for a stage that keeps none); ``state`` is the audit state as
     ``AuditPublisher`` saves it. The next audit reads the staged rows after
     ``output_version`` and the pending tuples at ``pending_version`` by time travel. While
     an ``intent`` is open (decided, not yet recorded), finishing it re-reads the silver
@@ -75,15 +76,17 @@ def audit_pins(
     pinned too.
     """
     silver = layout.output(table)
-    pending = layout.operator_state(stage_name, "pending")
-    pins: dict[str, list[int]] = {silver: [], pending: []}
+    pending: list[int] = []
+    pins: dict[str, list[int]] = {silver: []}
     if state.get("output_version") is not None:
         pins[silver].append(int(state["output_version"]))
     if state.get("pending_version") is not None:
-        pins[pending].append(int(state["pending_version"]))
+        pending.append(int(state["pending_version"]))
     intent = state.get("intent") or {}
     if intent.get("batch"):
         pins[silver].append(int(intent["batch"][1]))
     if (intent.get("record") or {}).get("pending_version") is not None:
-        pins[pending].append(int(intent["record"]["pending_version"]))
+        pending.append(int(intent["record"]["pending_version"]))
+    if pending_table is not None:
+        pins[pending_table] = pending
     return union_pins(pins)

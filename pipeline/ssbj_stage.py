@@ -67,7 +67,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
 from warehouse.delta import AppTransaction, DeltaEngine, Snapshot
-from warehouse.delta.embedded import CHANGE_TYPE
+from warehouse.delta.api import CHANGE_TYPE
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)

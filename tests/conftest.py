@@ -94,13 +94,13 @@ def state_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # first keeps one worker from running a five-minute file alone at the end of the run.
 SLOW_FILES_FIRST = (
     "tests/warehouse/test_crash_and_concurrency.py",
-    "tests/joins/test_ssbj_crash.py",
+    "tests/pipeline/test_ssbj_crash.py",
     "tests/pipeline/test_pipeline_on_both_engines.py",
-    "tests/quality/test_audit.py",
-    "tests/joins/test_ssbj_stage.py",
+    "tests/pipeline/test_audit.py",
+    "tests/pipeline/test_ssbj_stage.py",
     "tests/dags/test_dag_runs.py",
     "tests/soak/test_soak.py",
-    "tests/joins/test_backfill.py",
+    "tests/pipeline/test_backfill.py",
 )
 
 
@@ -112,3 +112,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return rank.get(path, len(SLOW_FILES_FIRST))
 
     items.sort(key=order)  # stable: the order within a file and among the rest is kept
+
+
+# A pipeline whose first batch was run, audited and published (the audit and Data Docs
+# tests work on copies of it).
+@pytest.fixture(scope="session")
+def base(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.pipeline.audit_harness import (
+        FIRST_BATCH,
+        arrive_and_run,
+        quality_harness,
+        validate,
+    )
+
+    root = tmp_path_factory.mktemp("base")
+    h = quality_harness(spark, root)
+    arrive_and_run(h, FIRST_BATCH, "r1")
+    assert validate(h, "r1") == 0
+    h.store.dispose()
+    return root

@@ -17,9 +17,11 @@ from pipeline.config import PipelineConfig, parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.maintenance import OwnedTable, maintain, only_maintenance_since, vacuum_table
 from pipeline.pins import audit_pins, table_key
+from pipeline.ssbj_stage import STATE_TABLE as SSBJ_STATE_TABLE
 from tests.helpers import assert_same_multiset, tiny_pipeline
-from tests.joins.ssbj_harness import MASTER_SCHEMA, SsbjHarness
-from warehouse.delta.embedded import CDF_PROPERTY, EmbeddedDeltaEngine
+from tests.pipeline.ssbj_harness import MASTER_SCHEMA, SsbjHarness
+from warehouse.delta.api import CDF_PROPERTY
+from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.state_store import StateStore
 
 pytestmark = pytest.mark.slow
@@ -62,7 +64,7 @@ def pending_on_v1(spark: SparkSession, tmp_path: Path) -> Iterator[SsbjHarness]:
     assert h.engine.snapshot(h.master).version == 1
     h.arrive(BATCH_A)
     h.runner.run_stage_step(h.config.stage("enrich"), "r1")
-    assert h.runner.ssbj_stage(h.config.stage("enrich")).pending_rows() == len(BATCH_A)
+    assert h.operator().pending_rows() == len(BATCH_A)
     h.engine.overwrite(h.master, spark.createDataFrame(V2, MASTER_SCHEMA).coalesce(1))
     assert h.engine.snapshot(h.master).version == 2
     yield h
@@ -173,18 +175,19 @@ def test_a_baseline_step_releases_its_pins_when_done(
 def test_audit_pins_name_the_audited_output_and_pending_versions(tmp_path: Path) -> None:
     layout = WarehouseLayout(str(tmp_path / "wh"))
     silver = str(tmp_path / "wh" / "silver" / "out")
-    pending = str(tmp_path / "wh" / "_operators" / "enrich" / "pending")
+    pending = layout.operator_state("enrich", SSBJ_STATE_TABLE)
+    assert pending == str(tmp_path / "wh" / "_operators" / "enrich" / "state")
     state = {"output_version": 7, "input_version": 4, "pending_version": 3, "quarantined": []}
 
-    assert audit_pins(layout, "enrich", "out", state) == {pending: [3], silver: [7]}
+    assert audit_pins(layout, pending, "out", state) == {pending: [3], silver: [7]}
     # A stateless stage records no pending version; a fresh audit state starts at version 0.
-    assert audit_pins(layout, "enrich", "out", {**state, "pending_version": None}) == {silver: [7]}
-    assert audit_pins(layout, "enrich", "out", {"output_version": 0, "quarantined": []}) == {
+    assert audit_pins(layout, pending, "out", {**state, "pending_version": None}) == {silver: [7]}
+    assert audit_pins(layout, pending, "out", {"output_version": 0, "quarantined": []}) == {
         silver: [0]
     }
     # Decided but not recorded: finishing re-reads batch (7, 9] at 9 and records pending 5.
     intent = {"batch": [7, 9], "action": "published", "record": {"pending_version": 5}}
-    assert audit_pins(layout, "enrich", "out", {**state, "intent": intent}) == {
+    assert audit_pins(layout, pending, "out", {**state, "intent": intent}) == {
         pending: [3, 5],
         silver: [7, 9],
     }

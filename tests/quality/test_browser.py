@@ -16,12 +16,12 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from common.errors import ValidationFailedError
-from jobs.enrich import EXIT_OK, EXIT_VALIDATION, main
+from common.errors import EXIT_OK, EXIT_VALIDATION, ValidationFailedError
+from jobs.enrich import main
 from pipeline.run_report import write_run_report
 from reports.html_report import PLOT_IDS
 from tests.conftest import REPO_ROOT
-from tests.quality.audit_harness import quarantined_second_batch, validate
+from tests.pipeline.audit_harness import quarantined_second_batch, validate
 
 pytestmark = pytest.mark.slow
 

@@ -7,6 +7,9 @@ the embedded delta-rs engine otherwise. Both write and read real Delta tables.
 from __future__ import annotations
 
 from warehouse.delta.api import (
+    CDF_PROPERTY,
+    CHANGE_TYPE,
+    COMMIT_VERSION,
     AppTransaction,
     CommitOutcome,
     DataFile,
@@ -17,6 +20,9 @@ from warehouse.delta.api import (
 from warehouse.delta.factory import open_engine
 
 __all__ = [
+    "CDF_PROPERTY",
+    "CHANGE_TYPE",
+    "COMMIT_VERSION",
     "AppTransaction",
     "CommitOutcome",
     "DataFile",

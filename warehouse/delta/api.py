@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 
 EngineChoice = Literal["auto", "embedded", "native"]
 
+# Part of the protocol, the same for every engine: the columns ``changes`` adds to each
+# row (the kind of change, as in Delta's change data feed, and the commit's version; the
+# latter also on ``rows_added``), and the table property that turns the change feed on.
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+
 PARTITION_OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in")
 
 

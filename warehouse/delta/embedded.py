@@ -64,7 +64,16 @@ from common.errors import (
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
-from warehouse.delta.api import AppTransaction, CommitOutcome, DataFile, PartitionFilter, Snapshot
+from warehouse.delta.api import (
+    CDF_PROPERTY,
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    AppTransaction,
+    CommitOutcome,
+    DataFile,
+    PartitionFilter,
+    Snapshot,
+)
 from warehouse.delta.features import require_readable
 from warehouse.delta.layout import (
     delta_partition_literal,
@@ -80,9 +89,6 @@ from warehouse.delta.schema import (
 
 logger = logging.getLogger(__name__)
 
-CDF_PROPERTY = "delta.enableChangeDataFeed"
-CHANGE_TYPE = "_change_type"
-COMMIT_VERSION = "_commit_version"
 _FILE_KEY = "__source_file"
 # commitInfo key holding the unique id of each commit this engine makes: the only proof that
 # a commit in the log is ours (another writer may record the same app transaction).

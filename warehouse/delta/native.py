@@ -71,7 +71,16 @@ from common.errors import (
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
-from warehouse.delta.api import AppTransaction, CommitOutcome, DataFile, PartitionFilter, Snapshot
+from warehouse.delta.api import (
+    CDF_PROPERTY,
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    AppTransaction,
+    CommitOutcome,
+    DataFile,
+    PartitionFilter,
+    Snapshot,
+)
 from warehouse.delta.layout import delta_partition_literal
 from warehouse.delta.schema import require_same_definition, require_same_schema
 
@@ -80,9 +89,6 @@ logger = logging.getLogger(__name__)
 # Key of the commit id inside each commit's ``userMetadata`` JSON (the embedded engine puts
 # the same key into commitInfo itself).
 COMMIT_ID_KEY = "enrichment.commitId"
-CDF_PROPERTY = "delta.enableChangeDataFeed"
-CHANGE_TYPE = "_change_type"
-COMMIT_VERSION = "_commit_version"
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _DML_TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 _DML_TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"

@@ -15,7 +15,7 @@ from cache.inequality import should_switch_into_cache
 from common.errors import JoinError
 from joins import ssbj
 from tests.helpers import assert_same_multiset
-from tests.joins.ssbj_harness import SsbjHarness
+from tests.pipeline.ssbj_harness import SsbjHarness
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_drained_output_equals_oracle_per_pinned_version(
                 h.update_master([(1, 0, -5.0), (3, 7, 3.5)], [(2, 0)])
             h.run()
         h.drain()
-        assert h.runner.ssbj_stage(h.config.stage("enrich")).pending_rows() == 0
+        assert h.operator().pending_rows() == 0
         assert_same_multiset(h.output(), h.oracle(how))
 
 
@@ -81,7 +81,7 @@ def test_stage_equals_oracle_on_the_native_engine(spark: SparkSession, tmp_path:
             h.update_master([(1, 0, -5.0), (3, 7, 3.5)], [(2, 0)])
         h.run()
     h.drain()
-    assert h.runner.ssbj_stage(h.config.stage("enrich")).pending_rows() == 0
+    assert h.operator().pending_rows() == 0
     assert_same_multiset(h.output(), h.oracle("left"))
 
 
@@ -151,7 +151,7 @@ def test_a_run_with_nothing_to_do_takes_no_step_and_the_cache_catches_up_after(
         h.run()
     h.drain()
     assert h.cached_keys() == {1}
-    stage = h.runner.ssbj_stage(h.config.stage("enrich"))
+    stage = h.operator()
     assert stage.idle(take_input=True)
 
     def versions() -> tuple[int, int, int]:
@@ -246,7 +246,7 @@ def test_memory_budget_admits_the_backlog_a_chunk_at_a_time(
     for batch in range(5):
         h.arrive([(batch * 3 + i, 1 + (batch + i) % 5) for i in range(3)])
     h.run()
-    stage = h.runner.ssbj_stage(h.config.stage("enrich"))
+    stage = h.operator()
     assert stage.pending_rows() == 3
     assert h.store.offset("enrich").input_version == 1  # bronze v1 of v1..v5
     for run in range(4):
@@ -289,7 +289,7 @@ def test_state_of_an_earlier_release_with_tuples_pending_is_refused(
     h.load_master([(1, 0, 1.0)], files=1)
     earlier = {"next_step": 7, "cycle_base": 0, "partitions": 2, "chunks": {"6": 1}}
     h.store.save_operator_state("enrich", earlier)
-    stage = h.runner.ssbj_stage(h.config.stage("enrich"))
+    stage = h.operator()
     with pytest.raises(JoinError, match=r"earlier release .* 1 chunk\(s\) .*`enrich drain`"):
         stage.step("r1", take_input=True)
     assert h.store.operator_state("enrich") == earlier

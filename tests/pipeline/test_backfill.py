@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.helpers import assert_same_multiset
-from tests.joins.ssbj_harness import BASE_TIME, SsbjHarness
+from tests.pipeline.ssbj_harness import BASE_TIME, SsbjHarness
 from warehouse.delta.api import EngineChoice
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import BackfillIncompleteError, ValidationFailedError
 from common.faults import CRASH_ENV_VAR
+from joins.ssbj import pending_tuples
 from pipeline.audit import FAILED_EXPECTATIONS, RUN_ID
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, row_multiset
-from tests.joins.ssbj_harness import BASE_TIME, SsbjHarness
-from tests.quality.audit_harness import (
+from tests.pipeline.audit_harness import (
     FIRST_BATCH,
     SECOND_BATCH,
     arrive_and_run,
@@ -37,6 +37,7 @@ from tests.quality.audit_harness import (
     stale_entry,
     validate,
 )
+from tests.pipeline.ssbj_harness import BASE_TIME, SsbjHarness
 
 pytestmark = pytest.mark.slow
 
@@ -138,12 +139,33 @@ def test_clean_runs_publish_everything_exactly_once(spark: SparkSession, tmp_pat
     assert h.context.auditor.unresolved() == []
 
 
+def test_a_tuple_pending_at_the_last_audit_must_still_be_emitted(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Tuples still in H_S when a batch is published are accounted for at the next audit.
+    Tuple 3 (key 77: no master row) waits in H_S at r1's audit; the left join must emit
+    it unmatched when it leaves H_S in r2. A step that loses it fails row conservation."""
+    h = quality_harness(spark, tmp_path, steps=1)
+    arrive_and_run(h, FIRST_BATCH, "r1")
+    assert validate(h, "r1") == 0
+    stage = h.operator()
+    state = stage.state_frame()
+    assert state is not None
+    assert 3 in {r["id"] for r in pending_tuples(state).collect()}
+
+    h.arrive(SECOND_BATCH)
+    with defect_in(h, h.layout.output("out"), drop_tuple(3)):
+        h.run("r2")
+    with pytest.raises(ValidationFailedError, match="row conservation: a tuple vanished"):
+        validate(h, "r2")
+
+
 @pytest.mark.parametrize("crash_at", ["audit.before_publish", "audit.after_publish"])
 def test_crash_between_validation_and_publish_publishes_once(
     spark: SparkSession, tmp_path: Path, crash_at: str
 ) -> None:
     killed = subprocess.run(
-        [sys.executable, "-m", "tests.quality.audit_harness", str(tmp_path)],
+        [sys.executable, "-m", "tests.pipeline.audit_harness", str(tmp_path)],
         cwd=REPO_ROOT,
         env={**os.environ, CRASH_ENV_VAR: crash_at},
         capture_output=True,

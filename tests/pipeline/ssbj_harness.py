@@ -20,6 +20,8 @@ from pipeline.context import PipelineContext
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
+from pipeline.ssbj_driver import SsbjDriver
+from pipeline.ssbj_stage import SsbjStage
 from tests.helpers import tiny_pipeline
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
 from warehouse.delta.api import EngineChoice
@@ -164,6 +166,12 @@ class SsbjHarness:
     def drain(self) -> None:
         self.runner.drain("drain")
 
+    def operator(self) -> SsbjStage:
+        """The SSBJ operator of the stage, as its driver runs it."""
+        driver = self.runner.driver(self.config.stage("enrich"))
+        assert isinstance(driver, SsbjDriver)
+        return driver.operator
+
     def output(self) -> list[tuple[Any, ...]]:
         table = DeltaTable(self.layout.output("out")).to_pyarrow_table(
             columns=["id", "k", "mk", "supplier", "price", "_version_m"]
@@ -175,7 +183,7 @@ class SsbjHarness:
 
     def cache_rows(self) -> list[tuple[Any, ...]]:
         """H_R as the operator state table holds it: (mk, supplier, price, _empty) rows."""
-        stage = self.runner.ssbj_stage(self.config.stage("enrich"))
+        stage = self.operator()
         state = stage.state_frame()
         if state is None:
             return []

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from joins.ssbj import ENTRY_STEP
-from tests.joins.ssbj_harness import SsbjHarness
+from tests.pipeline.ssbj_harness import SsbjHarness
 from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine
 
 OUTPUT_COLUMNS = [

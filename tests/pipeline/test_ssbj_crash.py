@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from common.faults import CRASH_ENV_VAR
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
-from tests.joins.ssbj_harness import SsbjHarness, run_scenario
+from tests.pipeline.ssbj_harness import SsbjHarness, run_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_killed_step_reruns_to_the_uninterrupted_result(
 ) -> None:
     env = {**os.environ, CRASH_ENV_VAR: crash_at}
     killed = subprocess.run(
-        [sys.executable, "-m", "tests.joins.ssbj_harness", str(tmp_path)],
+        [sys.executable, "-m", "tests.pipeline.ssbj_harness", str(tmp_path)],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -59,4 +59,4 @@ def test_killed_step_reruns_to_the_uninterrupted_result(
     assert_same_multiset(resumed.output(), reference.output())
     assert_same_multiset(resumed.output(), reference.oracle("left"))
     assert_same_multiset(resumed.cache_rows(), reference.cache_rows())
-    assert resumed.runner.ssbj_stage(resumed.config.stage("enrich")).pending_rows() == 0
+    assert resumed.operator().pending_rows() == 0

@@ -1,0 +1,110 @@
+"""The driver of an equi stage in ``ssbj`` or ``meshjoin`` mode: the SSBJ operator
+(``pipeline.ssbj_stage``) behind the :class:`~pipeline.stage_driver.StageDriver` protocol.
+
+A scheduled step runs ``operator.steps_per_run`` operator steps (none when nothing is
+pending and nothing new arrived); a drain steps until H_S is empty. A backfill re-joins
+the interval statelessly and tells the operator, which then suppresses the live output of
+tuples the backfill already joined. The pending tuples the audit accounts for are H_S in
+the operator's state table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pyspark.sql import DataFrame, SparkSession
+
+from joins.ssbj import ENTRY_STEP, pending_tuples
+from pipeline.config import EquiStage, PipelineConfig
+from pipeline.ssbj_stage import SsbjStage
+from pipeline.stage_driver import StageReport
+from pipeline.stage_inputs import StageInputs
+from pipeline.stateless_driver import EquiBaselineDriver
+from quality.audit_views import pending_ages
+from warehouse.delta import DeltaEngine
+from warehouse.state_store import StateStore
+
+
+class SsbjDriver:
+    """Drives one SSBJ / MESHJOIN stage."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+    ) -> None:
+        self._stage = stage
+        self.engine = engine
+        self.store = store
+        self.inputs = inputs
+        self.operator = SsbjStage(
+            stage,
+            config,
+            spark,
+            engine,
+            store,
+            lambda after, to: inputs.new_rows(stage, after, to, keep_version=True),
+            output_path=inputs.layout.output(stage.output),
+            input_path=inputs.input_path(stage),
+        )
+        # A backfill is a stateless re-join of the interval.
+        self._interval_join = EquiBaselineDriver(stage, spark, engine, store, inputs)
+
+    @property
+    def stage(self) -> EquiStage:
+        return self._stage
+
+    def step(self, run_id: str) -> StageReport:
+        return self._run(run_id, drain=False)
+
+    def drain(self, run_id: str) -> StageReport:
+        return self._run(run_id, drain=True)
+
+    def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
+        report, input_version = self._interval_join.replace_interval(start, end)
+        self.operator.record_backfill(start, end, input_version)
+        return report
+
+    def pending_table(self) -> str | None:
+        return self.operator.state_path
+
+    def pending_version(self) -> int | None:
+        path = self.operator.state_path
+        return self.engine.snapshot(path).version if self.engine.exists(path) else None
+
+    def pending_at(self, version: int) -> DataFrame:
+        return pending_tuples(self.engine.read(self.operator.state_path, version=version))
+
+    def pending_ages(self, id_column: str) -> DataFrame | None:
+        state = self.operator.state_frame()
+        if state is None:
+            return None
+        operator_state = self.store.operator_state(self._stage.name) or {}
+        return pending_ages(
+            pending_tuples(state),
+            id_column,
+            ENTRY_STEP,
+            int(operator_state.get("next_step", 0)),
+            self._stage.operator.partitions,
+        )
+
+    def _run(self, run_id: str, drain: bool) -> StageReport:
+        stage = self._stage
+        if not self.engine.exists(self.inputs.input_path(stage)):
+            return StageReport(stage.name)
+        steps = self.operator.run(run_id, drain=drain)
+        report = StageReport(
+            stage.name,
+            step=steps[-1].step + 1 if steps else self.store.offset(stage.name).step_seq,
+        )
+        for step in steps:
+            report.tuples_in += step.tuples_in
+            report.output_rows += step.output_rows
+            report.tuples_pending = step.pending_rows
+            report.master_bytes_read += step.master_bytes_read
+            report.seconds += step.seconds
+        return report

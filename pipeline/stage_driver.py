@@ -1,0 +1,90 @@
+"""The one protocol every stage's operator is driven through, and what a step reports.
+
+A :class:`StageDriver` runs a stage's work (a scheduled step, a drain, a backfill of an
+interval) and gives an accounting view of the tuples it holds back (pending), which the
+audit checks: every input tuple is emitted, published earlier, or pending. The runner and
+the audit know drivers only through this protocol; ``pipeline.drivers`` picks the driver
+of each stage once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from pyspark.sql import DataFrame
+
+from pipeline.config import EquiStage, ThetaStage
+
+
+@dataclass
+class StageReport:
+    stage: str
+    step: int = 0
+    tuples_in: int = 0
+    output_rows: int = 0
+    tuples_matched: int = 0
+    tuples_unmatched: int = 0
+    tuples_pending: int = 0
+    master_version: int | None = None
+    master_bytes_read: int = 0
+    seconds: float = 0.0
+    committed: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "tuples_in": self.tuples_in,
+            "output_rows": self.output_rows,
+            "tuples_matched": self.tuples_matched,
+            "tuples_unmatched": self.tuples_unmatched,
+            "tuples_pending": self.tuples_pending,
+            "master_version": float(self.master_version or 0),
+            "master_bytes_read": self.master_bytes_read,
+            "step_seconds": self.seconds,
+            **self.extra,
+        }
+
+
+class PendingAccount(Protocol):
+    """The tuples a driver holds back between steps, for the audit's accounting.
+
+    A stateless driver holds none: ``pending_table`` is None and ``pending_ages`` None.
+    """
+
+    def pending_table(self) -> str | None:
+        """The table holding the pending tuples (the audit pins the versions it reads)."""
+        ...
+
+    def pending_version(self) -> int | None:
+        """That table's version now, None when there is none yet."""
+        ...
+
+    def pending_at(self, version: int) -> DataFrame:
+        """The tuples pending at ``version`` of that table, with the input's columns."""
+        ...
+
+    def pending_ages(self, id_column: str) -> DataFrame | None:
+        """Pending tuples now: ``tuple_id``, ``age_steps``, ``max_age_steps``."""
+        ...
+
+
+class StageDriver(PendingAccount, Protocol):
+    """Runs one stage: a scheduled step, a drain, a backfill."""
+
+    @property
+    def stage(self) -> EquiStage | ThetaStage: ...
+
+    def step(self, run_id: str) -> StageReport:
+        """The scheduled work of one run: join what arrived since the last step."""
+        ...
+
+    def drain(self, run_id: str) -> StageReport:
+        """Join everything that arrived; nothing stays pending afterwards."""
+        ...
+
+    def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
+        """Re-join the input rows of [start, end) against the master as of ``end`` and
+        replace that interval of the output in one commit; live state is not disturbed."""
+        ...

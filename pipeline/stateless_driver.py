@@ -1,0 +1,342 @@
+"""The drivers of stages that keep no tuples between steps: an equi stage in ``baseline``
+mode (:class:`EquiBaselineDriver`: Spark joins each batch to the master snapshot) and every
+theta stage (:class:`ThetaDriver`: A-DSP or the scheme the config names; with
+``persist_layout`` the master's routed layout is kept between runs, ``pipeline.theta_stage``).
+
+Every step is exactly-once:
+
+1. ``plan_step`` fixes the step's input range (offset -> latest input version) and master
+   version in the state store before anything is written.
+2. The output is appended with the app transaction ``stage.<name>`` at the step's sequence
+   number, so a rerun of a step whose commit already landed writes nothing.
+3. ``set_offset`` then records the step as done.
+
+A crash between 2 and 3 reruns the same planned step, whose commit is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from datetime import datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from common.faults import crash_point
+from joins import baseline
+from joins.adsp import adsp_join_flagged
+from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
+from joins.theta_stats import theta_plan
+from pipeline.config import EquiStage, ThetaStage
+from pipeline.layout import WarehouseLayout
+from pipeline.pins import input_versions, stage_holder, union_pins
+from pipeline.row_bytes import measured_row_bytes
+from pipeline.stage_driver import StageReport
+from pipeline.stage_inputs import StageInputs
+from pipeline.theta_stage import AdspLayoutStage
+from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
+from warehouse.delta.api import BACKFILL, operation
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class StatelessDriver(ABC):
+    """Joins each step's new input rows with the master version planned for the step;
+    subclasses say how (:meth:`join`)."""
+
+    def __init__(
+        self,
+        stage: EquiStage | ThetaStage,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+    ) -> None:
+        self._stage = stage
+        self.spark = spark
+        self.engine = engine
+        self.store = store
+        self.inputs = inputs
+        self.layout: WarehouseLayout = inputs.layout
+
+    @property
+    def stage(self) -> EquiStage | ThetaStage:
+        return self._stage
+
+    # ------------------------------------------------------------------ StageDriver
+
+    def step(self, run_id: str) -> StageReport:
+        stage = self._stage
+        started = time.monotonic()
+        input_path = self.inputs.input_path(stage)
+        master_path = self.inputs.master_path(stage)
+        offset = self.store.offset(stage.name)
+        if not self.engine.exists(input_path):
+            logger.info("stage %s: input %s does not exist yet", stage.name, input_path)
+            return StageReport(stage.name, step=offset.step_seq)
+        latest_input = self.engine.snapshot(input_path).version
+        latest_master = self.engine.snapshot(master_path).version
+        # Pin what the step reads before it is planned (holder stage.<name>): exactly the
+        # versions plan_step returns, an earlier attempt's plan if one is open.
+        planned_to, planned_master = latest_input, latest_master
+        if offset.planned_input_version is not None and offset.planned_master_version is not None:
+            planned_to, planned_master = offset.planned_input_version, offset.planned_master_version
+        holder = stage_holder(stage.name)
+        self.store.set_pins(
+            holder,
+            union_pins(
+                {
+                    master_path: [planned_master],
+                    input_path: input_versions(offset.input_version, planned_to),
+                }
+            ),
+        )
+        plan = self.store.plan_step(stage.name, latest_input, latest_master)
+        assert plan.planned_input_version is not None and plan.planned_master_version is not None
+        step = offset.step_seq + 1
+        report = StageReport(stage.name, step=step, master_version=plan.planned_master_version)
+        if plan.planned_input_version <= offset.input_version:
+            self.store.set_offset(stage.name, offset.input_version, offset.step_seq)
+            self.store.set_pins(holder, {})
+            logger.info("stage %s: no new input since version %d", stage.name, offset.input_version)
+            report.step = offset.step_seq
+            return report
+        new_rows = self.inputs.new_rows(stage, offset.input_version, plan.planned_input_version)
+        master = self.engine.snapshot(master_path, plan.planned_master_version)
+        joined = self.join_step(new_rows, master, run_id, report).cache()
+        try:
+            output = baseline.finish(joined, stage.join)
+            self._count(joined, report)
+            report.master_bytes_read = master.size_bytes
+            self._write_output(output, AppTransaction(f"stage.{stage.name}", step), report)
+        finally:
+            joined.unpersist()
+        crash_point("stage.after_output_commit")
+        self.store.set_offset(stage.name, plan.planned_input_version, step)
+        self.store.set_pins(holder, {})
+        report.seconds = time.monotonic() - started
+        self.store.record_metrics(run_id, stage.name, step, report.as_metrics())
+        logger.info(
+            "stage %s step %d: %d tuple(s) in, %d row(s) out (%d matched, %d unmatched) "
+            "against master v%d in %.1fs",
+            stage.name,
+            step,
+            report.tuples_in,
+            report.output_rows,
+            report.tuples_matched,
+            report.tuples_unmatched,
+            master.version,
+            report.seconds,
+        )
+        return report
+
+    def drain(self, run_id: str) -> StageReport:
+        """Nothing is held back between steps: a drain is one step."""
+        return self.step(run_id)
+
+    def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
+        return self.replace_interval(start, end)[0]
+
+    def replace_interval(self, start: datetime, end: datetime) -> tuple[StageReport, int]:
+        """The backfill of [start, end), and the input version whose rows it re-joined."""
+        stage = self._stage
+        started = time.monotonic()
+        where = [
+            PartitionFilter(INTERVAL_START, ">=", start),
+            PartitionFilter(INTERVAL_START, "<", end),
+        ]
+        master = self._master_as_of(self.inputs.master_path(stage), end)
+        input_snapshot = self.engine.snapshot(self.inputs.input_path(stage))
+        rows = self.inputs.with_interval(stage, self.engine.read_files(input_snapshot)).where(
+            (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
+        )
+        joined = self.join(rows, master).cache()
+        try:
+            report = StageReport(stage.name, master_version=master.version)
+            self._count(joined, report)
+            output = baseline.finish(joined, stage.join)
+            path = self.layout.output(stage.output)
+            self.engine.create_table(path, output.schema, (INTERVAL_START,))
+            with operation(self.engine, BACKFILL):
+                outcome = self.engine.replace(path, output, where)
+            report.committed = outcome.committed
+        finally:
+            joined.unpersist()
+        report.seconds = time.monotonic() - started
+        return report, input_snapshot.version
+
+    def pending_table(self) -> str | None:
+        return None
+
+    def pending_version(self) -> int | None:
+        return None
+
+    def pending_at(self, version: int) -> DataFrame:
+        raise ValueError(f"stage {self._stage.name} keeps no pending tuples (asked for v{version})")
+
+    def pending_ages(self, id_column: str) -> DataFrame | None:
+        return None
+
+    # ------------------------------------------------------------------ the join
+
+    @abstractmethod
+    def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
+        """Matches flagged, unmatched stream rows once with nulls (``baseline.finish``
+        makes the output of it); ``rows`` carry ``_interval_start``."""
+
+    def join_step(
+        self, rows: DataFrame, master: Snapshot, run_id: str, report: StageReport
+    ) -> DataFrame:
+        """The join of a scheduled step (a driver may keep structures between steps)."""
+        return self.join(rows, master)
+
+    def _stream_and_master(self, rows: DataFrame, master: Snapshot) -> tuple[DataFrame, DataFrame]:
+        stream = rows.withColumn(ROW_ID, F.monotonically_increasing_id())
+        master_rows = self.inputs.master_rows(self.stage, master)
+        require_disjoint(stream, master_rows, self.stage.name)
+        return stream, master_rows
+
+    def _count(self, joined: DataFrame, report: StageReport) -> None:
+        row = joined.agg(
+            F.count_distinct(ROW_ID).alias("tuples"),
+            F.count_distinct(F.when(F.col(MATCHED), F.col(ROW_ID))).alias("matched"),
+            F.sum(F.col(MATCHED).cast("int")).alias("match_rows"),
+        ).first()
+        assert row is not None
+        report.tuples_in = int(row["tuples"])
+        report.tuples_matched = int(row["matched"])
+        report.tuples_unmatched = report.tuples_in - report.tuples_matched
+        report.output_rows = int(row["match_rows"] or 0) + (
+            report.tuples_unmatched if self._stage.join == "left" else 0
+        )
+
+    def _write_output(self, output: DataFrame, txn: AppTransaction, report: StageReport) -> None:
+        path = self.layout.output(self._stage.output)
+        self.engine.create_table(path, output.schema, (INTERVAL_START,))
+        outcome = self.engine.append(path, output, txn)
+        report.committed = outcome.committed
+        if outcome.committed:
+            report.extra["output_version"] = outcome.table_version
+
+    def _master_as_of(self, path: str, moment: datetime) -> Snapshot:
+        """The master version in force at ``moment``.
+
+        A master first committed after ``moment`` (replayed or late-loaded data) has no such
+        version; the latest one is used then, with a warning, as a live run would.
+        """
+        moment_ms = moment.timestamp() * 1000
+        in_force = [
+            int(h["version"])
+            for h in self.engine.history(path)
+            if h.get("timestamp") is not None and float(h["timestamp"]) <= moment_ms
+        ]
+        if in_force:
+            return self.engine.snapshot(path, version=max(in_force))
+        latest = self.engine.snapshot(path)
+        logger.warning(
+            "master %s has no version as of %s; backfill uses its latest version %d",
+            path,
+            moment,
+            latest.version,
+        )
+        return latest
+
+
+class EquiBaselineDriver(StatelessDriver):
+    """An equi stage in ``baseline`` mode: Spark joins each batch to the master snapshot."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+    ) -> None:
+        super().__init__(stage, spark, engine, store, inputs)
+        self.equi = stage
+
+    def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
+        stream, master_rows = self._stream_and_master(rows, master)
+        return baseline.equi_join_flagged(
+            stream, master_rows, self.equi.join_on, self.equi.master, master.version
+        )
+
+
+class ThetaDriver(StatelessDriver):
+    """A theta stage: A-DSP (or the scheme the config names) over each batch; with
+    ``persist_layout`` the master's routed layout is kept between steps."""
+
+    def __init__(
+        self,
+        stage: ThetaStage,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+    ) -> None:
+        super().__init__(stage, spark, engine, store, inputs)
+        self.theta = stage
+
+    def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
+        stage = self.theta
+        stream, master_rows = self._stream_and_master(rows, master)
+        scheme = stage.operator.scheme
+        if scheme == "spark":
+            return baseline.theta_join_flagged(
+                stream, master_rows, stage.predicate, stage.master, master.version
+            )
+        if scheme == "binning":
+            return baseline.binned_band_join_flagged(
+                stream, master_rows, stage.predicate, stage.master, master.version
+            )
+        plan = theta_plan(
+            stream,
+            master_rows,
+            stage.predicate,
+            stage.operator.task_memory_bytes,
+            scheme,
+            stream_row_bytes=measured_row_bytes(stream) or 1.0,
+            master_row_bytes=measured_row_bytes(master_rows) or 1.0,
+        )
+        logger.info(
+            "theta stage %s: %s plan with %d area(s), %d task(s)",
+            stage.name,
+            scheme,
+            len(plan.areas),
+            plan.tasks,
+        )
+        return adsp_join_flagged(
+            self.spark,
+            stream,
+            master_rows,
+            stage.predicate,
+            plan,
+            stage.master,
+            master.version,
+            ROW_ID,
+        )
+
+    def join_step(
+        self, rows: DataFrame, master: Snapshot, run_id: str, report: StageReport
+    ) -> DataFrame:
+        if not self.theta.operator.uses_layout:
+            return self.join(rows, master)
+        stream, master_rows = self._stream_and_master(rows, master)
+        joined, layout = self.theta_layout().join_flagged(
+            stream, master, master_rows, ROW_ID, run_id
+        )
+        report.extra.update(layout.as_metrics())
+        return joined
+
+    def theta_layout(self) -> AdspLayoutStage:
+        return AdspLayoutStage(
+            self.theta,
+            self.spark,
+            self.engine,
+            self.store,
+            self.layout.operator_state(self.theta.name, "layout"),
+        )
