@@ -12,7 +12,8 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from jobs.enrich import EXIT_BUSY, EXIT_CONFIG, EXIT_OK, main
+from common.errors import EXIT_BUSY, EXIT_CONFIG, EXIT_OK
+from jobs.enrich import main
 from pipeline.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.helpers import tiny_pipeline

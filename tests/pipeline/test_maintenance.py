@@ -12,7 +12,8 @@ import yaml
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from jobs.enrich import EXIT_OK, main
+from common.errors import EXIT_OK
+from jobs.enrich import main
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.maintenance import OwnedTable, maintain, only_maintenance_since, vacuum_table
