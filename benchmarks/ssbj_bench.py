@@ -449,7 +449,7 @@ def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -
             write_deltalake(bronze, batch.cast(arrow_schema), mode="append")
         for mode in MODES:
             stage_tables = Path(layout.operator_state(mode, "x")).parent
-            output = Path(layout.output(f"out_{mode}"))
+            output = Path(layout.staged(f"out_{mode}"))
             before = _table_versions(stage_tables) + _table_versions(output)
             operator = case.store.operator_state(mode) or {}
             waiting = bool(operator.get("chunks"))

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\nEnriched outputs (Delta tables): staged by the operators, published after audit")
     for stage in config.stages:
         for kind, path in (
-            ("staged", layout.output(stage.output)),
+            ("staged", layout.staged(stage.output)),
             ("published", layout.published(stage.output)),
         ):
             table = DeltaTable(path)

@@ -162,7 +162,7 @@ class AuditPublisher:
         return audits
 
     def _audit_live_batch(self, table: str, run_id: str, failures: list[str]) -> TableAudit:
-        silver = self.layout.output(table)
+        silver = self.layout.staged(table)
         stage = self.config.producing_stage(table)
         state = self._state(table)
         self._require_no_backfill_running(table, state)
@@ -268,7 +268,7 @@ class AuditPublisher:
         quarantined: set[str] = set()
         for table in self.config.outputs():
             stage = self.config.producing_stage(table)
-            silver = self.layout.output(table)
+            silver = self.layout.staged(table)
             state = self._state(table)
             self._finish_intent(table, state)
             if not self.engine.exists(silver):
@@ -371,7 +371,7 @@ class AuditPublisher:
             return None
         batch = (int(intent["batch"][0]), int(intent["batch"][1]))
         interval: tuple[datetime, datetime] | None = None
-        silver = self.layout.output(table)
+        silver = self.layout.staged(table)
         if intent.get("interval"):
             interval = (
                 datetime.fromisoformat(intent["interval"][0]),

@@ -34,10 +34,12 @@ class WarehouseLayout:
     def quarantine(self, stream: str) -> str:
         return f"{self.root}/quarantine/{stream}"
 
-    def output(self, table: str) -> str:
+    def staged(self, table: str) -> str:
+        """Where a stage writes its output table before the audit publishes it (silver)."""
         return f"{self.root}/silver/{table}"
 
     def published(self, table: str) -> str:
+        """Where the audit publishes the batches that passed (gold)."""
         return f"{self.root}/gold/{table}"
 
     def quarantined_output(self, table: str) -> str:
@@ -66,5 +68,5 @@ class WarehouseLayout:
         if name in config.streams:
             return self.bronze(name)
         if any(s.output == name for s in config.stages):
-            return self.output(name)
+            return self.staged(name)
         raise ConfigError(f"{name!r} is neither a stream nor a stage output")

@@ -84,7 +84,7 @@ def owned_tables(config: PipelineConfig) -> list[OwnedTable]:
         ]
     for output in config.outputs():
         tables += [
-            OwnedTable("silver", layout.output(output)),
+            OwnedTable("silver", layout.staged(output)),
             OwnedTable("gold", layout.published(output)),
             OwnedTable("quarantined-output", layout.quarantined_output(output)),
         ]

@@ -75,7 +75,7 @@ def audit_pins(
     batch at ``intent.batch[1]`` and records ``intent.record.pending_version``: those are
     pinned too.
     """
-    silver = layout.output(table)
+    silver = layout.staged(table)
     pending: list[int] = []
     pins: dict[str, list[int]] = {silver: []}
     if state.get("output_version") is not None:

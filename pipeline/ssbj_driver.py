@@ -48,7 +48,7 @@ class SsbjDriver:
             engine,
             store,
             lambda after, to: inputs.new_rows(stage, after, to, keep_version=True),
-            output_path=inputs.layout.output(stage.output),
+            output_path=inputs.layout.staged(stage.output),
             input_path=inputs.input_path(stage),
         )
         # A backfill is a stateless re-join of the interval.

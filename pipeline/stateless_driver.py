@@ -158,7 +158,7 @@ class StatelessDriver(ABC):
             report = StageReport(stage.name, master_version=master.version)
             self._count(joined, report)
             output = baseline.finish(joined, stage.join)
-            path = self.layout.output(stage.output)
+            path = self.layout.staged(stage.output)
             self.engine.create_table(path, output.schema, (INTERVAL_START,))
             with operation(self.engine, BACKFILL):
                 outcome = self.engine.replace(path, output, where)
@@ -214,7 +214,7 @@ class StatelessDriver(ABC):
         )
 
     def _write_output(self, output: DataFrame, txn: AppTransaction, report: StageReport) -> None:
-        path = self.layout.output(self._stage.output)
+        path = self.layout.staged(self._stage.output)
         self.engine.create_table(path, output.schema, (INTERVAL_START,))
         outcome = self.engine.append(path, output, txn)
         report.committed = outcome.committed

@@ -44,7 +44,7 @@ def pipeline_status(config: PipelineConfig, store: StateStore) -> dict[str, Any]
             "latest_input_version": latest,
             "versions_behind": max(0, latest - offset.input_version),
             "steps": offset.step_seq,
-            "output": layout.output(stage.output),
+            "output": layout.staged(stage.output),
         }
     streams = {}
     for name in config.streams:

@@ -104,7 +104,7 @@ def test_dag_runs_match_duckdb_oracle(
         LEFT JOIN promotions p ON o.o_orderdate >= p.valid_from AND o.o_orderdate < p.valid_to""",
     )
     assert_same_multiset(
-        delta_rows(layout.output("orders_enriched"), enriched_columns), expected_enriched
+        delta_rows(layout.staged("orders_enriched"), enriched_columns), expected_enriched
     )
 
     supplier_columns = [
@@ -123,15 +123,15 @@ def test_dag_runs_match_duckdb_oracle(
     )
     assert len(expected_suppliers) == 4 * con.execute("SELECT count(*) FROM lineitem").fetchone()[0]
     assert_same_multiset(
-        delta_rows(layout.output("lineitem_suppliers"), supplier_columns), expected_suppliers
+        delta_rows(layout.staged("lineitem_suppliers"), supplier_columns), expected_suppliers
     )
 
     # Every batch passed its suite: the published tables hold exactly the staged rows.
     for stage in config.stages:
-        columns = DeltaTable(layout.output(stage.output)).schema().to_arrow().names
+        columns = DeltaTable(layout.staged(stage.output)).schema().to_arrow().names
         assert_same_multiset(
             delta_rows(layout.published(stage.output), columns),
-            delta_rows(layout.output(stage.output), columns),
+            delta_rows(layout.staged(stage.output), columns),
         )
     results = DeltaTable(layout.quality_results()).to_pyarrow_table().to_pylist()
     assert {r["table"] for r in results} == {s.output for s in config.stages}

@@ -189,7 +189,7 @@ def published_rows(h: SsbjHarness) -> list[tuple[Any, ...]]:
 
 def staged_rows(h: SsbjHarness) -> list[tuple[Any, ...]]:
     return [
-        tuple(r) for r in h.engine.read(h.layout.output("out")).select(*OUTPUT_COLUMNS).collect()
+        tuple(r) for r in h.engine.read(h.layout.staged("out")).select(*OUTPUT_COLUMNS).collect()
     ]
 
 
@@ -204,7 +204,7 @@ def quarantined_second_batch(
     copy_pipeline(base, root)
     h = quality_harness(spark, root, warn_only=warn_only)
     h.arrive(SECOND_BATCH)
-    with defect_in(h, h.layout.output("out"), out_of_range_price):
+    with defect_in(h, h.layout.staged("out"), out_of_range_price):
         h.run("r2")
     return h
 

@@ -173,7 +173,7 @@ class SsbjHarness:
         return driver.operator
 
     def output(self) -> list[tuple[Any, ...]]:
-        table = DeltaTable(self.layout.output("out")).to_pyarrow_table(
+        table = DeltaTable(self.layout.staged("out")).to_pyarrow_table(
             columns=["id", "k", "mk", "supplier", "price", "_version_m"]
         )
         return [tuple(r.values()) for r in table.to_pylist()]

@@ -90,7 +90,7 @@ class ThetaHarness:
         return report.extra
 
     def output(self) -> list[tuple[Any, ...]]:
-        table = DeltaTable(self.layout.output("out")).to_pyarrow_table(
+        table = DeltaTable(self.layout.staged("out")).to_pyarrow_table(
             columns=["id", "x", "mk", "y", "_version_m"]
         )
         return [tuple(r.values()) for r in table.to_pylist()]

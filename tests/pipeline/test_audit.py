@@ -73,7 +73,7 @@ def test_defect_is_caught_quarantined_and_reported(
     published_before = published_rows(h)
     assert published_before, "the clean first batch was published"
     table, inject, expected = DEFECTS[defect]
-    path = h.layout.output("out") if table == "out" else h.paths_of(table)
+    path = h.layout.staged("out") if table == "out" else h.paths_of(table)
     h.arrive(SECOND_BATCH)
     with defect_in(h, path, inject):
         h.run("r2")
@@ -154,7 +154,7 @@ def test_a_tuple_pending_at_the_last_audit_must_still_be_emitted(
     assert 3 in {r["id"] for r in pending_tuples(state).collect()}
 
     h.arrive(SECOND_BATCH)
-    with defect_in(h, h.layout.output("out"), drop_tuple(3)):
+    with defect_in(h, h.layout.staged("out"), drop_tuple(3)):
         h.run("r2")
     with pytest.raises(ValidationFailedError, match="row conservation: a tuple vanished"):
         validate(h, "r2")
@@ -206,7 +206,7 @@ def test_backfill_beside_an_unaudited_live_batch(
     assert validate(h, "r3") == 0
     oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
     expected = h.oracle("left")
-    assert_same_multiset(h.engine.read(h.layout.output("out")).select(*oracle_columns), expected)
+    assert_same_multiset(h.engine.read(h.layout.staged("out")).select(*oracle_columns), expected)
     assert_same_multiset(h.engine.read(h.layout.published("out")).select(*oracle_columns), expected)
 
 

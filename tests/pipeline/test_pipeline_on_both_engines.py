@@ -130,7 +130,7 @@ def run_pipeline(
         paths[f"bronze {stream}"] = layout.bronze(stream)
         paths[f"ingest quarantine {stream}"] = layout.quarantine(stream)
     for stage in config.stages:
-        paths[f"silver {stage.output}"] = layout.output(stage.output)
+        paths[f"silver {stage.output}"] = layout.staged(stage.output)
         paths[f"gold {stage.output}"] = layout.published(stage.output)
         paths[f"quarantined {stage.output}"] = layout.quarantined_output(stage.output)
     return {
