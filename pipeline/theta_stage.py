@@ -45,7 +45,7 @@ from joins.adsp_adapt import (
     task_loads,
     task_ranges,
 )
-from joins.adsp_layout import migrated_rows
+from joins.adsp_migrated_rows import migrated_rows
 from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
 from joins.adsp_plan import ThetaPlan, ValueRange, plan_from_dict, plan_theta, plan_to_dict
 from joins.baseline import MATCHED, version_column

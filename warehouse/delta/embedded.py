@@ -75,7 +75,7 @@ from warehouse.delta.api import (
     Snapshot,
 )
 from warehouse.delta.features import require_readable
-from warehouse.delta.layout import (
+from warehouse.delta.partition_paths import (
     delta_partition_literal,
     normalised_location,
     partition_values_from_path,

@@ -81,7 +81,7 @@ from warehouse.delta.api import (
     PartitionFilter,
     Snapshot,
 )
-from warehouse.delta.layout import delta_partition_literal
+from warehouse.delta.partition_paths import delta_partition_literal
 from warehouse.delta.schema import require_same_definition, require_same_schema
 
 logger = logging.getLogger(__name__)
