@@ -204,10 +204,15 @@ def _partition_rows(
         column = parts.column(master_field(layout.master_keys[0]))
         values = pa.array([key[0] for key in wanted], type=column.type)
         if pa.types.is_floating(column.type):
-            # is_in hashes bits, so -0.0 would miss 0.0 (equal in the join); NaN meets NaN.
-            zero = pa.scalar(0.0, column.type)
-            column = pc.if_else(pc.equal(column, zero), zero, column)
-            values = pc.if_else(pc.equal(values, zero), zero, values)
+            # is_in hashes bits: -0.0 would miss 0.0, and a NaN of other bits would miss
+            # NaN (both equal in the join). One zero and one NaN on both sides.
+            zero, nan = pa.scalar(0.0, column.type), pa.scalar(float("nan"), column.type)
+            column = pc.if_else(
+                pc.is_nan(column), nan, pc.if_else(pc.equal(column, zero), zero, column)
+            )
+            values = pc.if_else(
+                pc.is_nan(values), nan, pc.if_else(pc.equal(values, zero), zero, values)
+            )
         parts = parts.filter(pc.is_in(column, value_set=values))
     partitions: dict[int, list[Row]] = {}
     for row, version in zip(

@@ -1,3 +1,4 @@
-"""Pipeline orchestration: configuration, table layout, stage drivers, runs, publish."""
+"""The pipeline library: configuration, table layout, the stage drivers and the runner that
+runs them, write-audit-publish, status and maintenance."""
 
 from __future__ import annotations

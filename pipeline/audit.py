@@ -188,16 +188,20 @@ class AuditPublisher:
         # in this batch, published by an earlier one, or still pending.
         driver = self.drivers.driver(stage)
         pending_before = state.get("pending_version")
-        if pending_before is not None and state.get("pending_table") != driver.pending_table():
-            # Recorded by a release that kept H_S in its own table: that version is not one
-            # of the state table's. Its tuples were drained before the upgrade (the SSBJ
-            # stage refuses older state with tuples pending), so none is left to account for.
+        recorded_table = state.get("pending_table")
+        if pending_before is not None and (
+            recorded_table is None or recorded_table != driver.pending_table()
+        ):
+            # Recorded by a release that kept H_S in its own table (its tuples were drained
+            # before the upgrade: the SSBJ stage refuses older state with tuples pending), or
+            # the stage's mode changed since: that version is not one of this driver's.
             logger.warning(
-                "audit of %s: the pending version recorded at the last audit (v%s) is of "
-                "another table than %s; not accounted again",
+                "audit of %s: the pending tuples recorded at the last audit (v%s of %s) are "
+                "not %s's; they are not accounted again",
                 table,
                 pending_before,
-                driver.pending_table(),
+                recorded_table or "a table of an earlier release",
+                driver.pending_table() or "a stage that keeps none",
             )
             pending_before = None
         waiting = driver.pending_at(int(pending_before)) if pending_before is not None else None
@@ -612,9 +616,7 @@ class AuditPublisher:
         Pins go first: a crash between the two leaves extra pins, never a saved state whose
         versions a vacuum could delete.
         """
-        stage = self.config.producing_stage(table)
-        pending = self.drivers.driver(stage).pending_table()
-        self.store.set_pins(audit_holder(table), audit_pins(self.layout, pending, table, state))
+        self.store.set_pins(audit_holder(table), audit_pins(self.layout, table, state))
         self.store.save_operator_state(f"audit.{table}", state)
 
     def _state(self, table: str) -> dict[str, Any]:
@@ -637,33 +639,48 @@ class AuditPublisher:
         if stage.join != "left" and isinstance(stage, EquiStage):
             columns += list(stage.join_on)
         tuples = input_rows.select(*columns)
-        if waiting is not None:
-            tuples = tuples.unionByName(waiting.select(*columns))
         if stage.join == "left":
+            if waiting is not None:
+                tuples = tuples.unionByName(waiting.select(*columns))
             return input_accounting(tuples, id_column, must_emit_all=True)
         if isinstance(stage, EquiStage):
             master = self.engine.read(self.layout.master(self.config, stage.master))
-            return input_accounting(tuples, id_column, False, master, stage.join_on)
+            flagged = input_accounting(tuples, id_column, False, master, stage.join_on)
+            if waiting is not None:
+                # Whether a waiting tuple of an inner join has rows depends on the master
+                # version it is pinned to, which may differ from the one read here (a key
+                # added since would demand rows it never had): it is accounted, not required.
+                flagged = flagged.unionByName(
+                    input_accounting(waiting.select(*columns), id_column, must_emit_all=False)
+                )
+            return flagged
         return input_accounting(tuples, id_column, must_emit_all=False)
 
     def _published_view(
         self, table: str, input_rows: DataFrame, waiting: DataFrame | None
     ) -> DataFrame:
-        """Ids of earlier-published rows of the tuples this audit accounts for.
+        """Ids of the tuples this audit accounts for that have rows in an earlier batch,
+        published or quarantined.
 
         Those are the tuples that were waiting at the last audit (a left-join tuple matched
-        earlier has nothing left to emit at expiry) and the new tuples of an interval a
-        backfill has already published.
+        earlier has nothing left to emit at expiry; its rows may sit in a quarantined batch
+        until someone resolves it) and the new tuples of an interval a backfill has already
+        published.
         """
         id_type = self._id_type(table, input_rows)
-        gold = self.layout.published(table)
-        if not self.engine.exists(gold):
+        earlier = [
+            path
+            for path in (self.layout.published(table), self.layout.quarantined_output(table))
+            if self.engine.exists(path)
+        ]
+        if not earlier:
             return no_published(self.spark, id_type)
         id_column = self._id_column(table)
         tuples = input_rows.select(id_column, INTERVAL_START)
         if waiting is not None:
             tuples = tuples.unionByName(waiting.select(id_column, INTERVAL_START))
-        return published_tuples(self.engine.read(gold), tuples, id_column)
+        found = [published_tuples(self.engine.read(path), tuples, id_column) for path in earlier]
+        return found[0] if len(found) == 1 else found[0].unionByName(found[1]).distinct()
 
     def _id_column(self, table: str) -> str:
         return self.config.streams[self.config.root_stream(table)].id_column

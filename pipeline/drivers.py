@@ -16,15 +16,13 @@ from pyspark.sql import SparkSession
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.ssbj_driver import SsbjDriver
 from pipeline.stage_driver import StageDriver
-from pipeline.stage_inputs import StageInputs
+from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.stateless_driver import EquiBaselineDriver, ThetaDriver
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
-Stage = EquiStage | ThetaStage
 
-
-def driver_kind(stage: Stage) -> str:
+def driver_kind(stage: AnyStage) -> str:
     """The registry key of the driver that runs ``stage``."""
     if isinstance(stage, ThetaStage):
         return "theta"
@@ -52,7 +50,7 @@ class StageDrivers:
             "theta": self._theta,
         }
 
-    def driver(self, stage: Stage) -> StageDriver:
+    def driver(self, stage: AnyStage) -> StageDriver:
         return self._factories[driver_kind(stage)](stage)
 
     def _baseline(self, stage: EquiStage) -> EquiBaselineDriver:

@@ -63,30 +63,30 @@ def input_versions(after_version: int, to_version: int) -> range:
 
 
 def audit_pins(
-    layout: WarehouseLayout, pending_table: str | None, table: str, state: Mapping[str, Any]
+    layout: WarehouseLayout, table: str, state: Mapping[str, Any]
 ) -> dict[str, list[int]]:
     """The pins of ``audit.<table>`` for the audit state ``state`` of output ``table``.
 
-    ``pending_table`` is the table holding the pending tuples of the stage producing
-    ``table`` (None for a stage that keeps none); ``state`` is the audit state as
-    ``AuditPublisher`` saves it. The next audit reads the staged rows after
-    ``output_version`` and the pending tuples at ``pending_version`` by time travel. While
-    an ``intent`` is open (decided, not yet recorded), finishing it re-reads the silver
-    batch at ``intent.batch[1]`` and records ``intent.record.pending_version``: those are
-    pinned too.
+    ``state`` is the audit state as ``AuditPublisher`` saves it. The next audit reads the
+    staged rows after ``output_version``, and the pending tuples at ``pending_version`` of
+    ``pending_table`` (the table the stage's driver keeps them in) by time travel. While an
+    ``intent`` is open (decided, not yet recorded), finishing it re-reads the silver batch
+    at ``intent.batch[1]`` and records ``intent.record``'s pending version: those are pinned
+    too.
     """
     silver = layout.staged(table)
-    pending: list[int] = []
     pins: dict[str, list[int]] = {silver: []}
+
+    def pin_pending(record: Mapping[str, Any]) -> None:
+        version, path = record.get("pending_version"), record.get("pending_table")
+        if version is not None and path is not None:
+            pins.setdefault(path, []).append(int(version))
+
     if state.get("output_version") is not None:
         pins[silver].append(int(state["output_version"]))
-    if state.get("pending_version") is not None:
-        pending.append(int(state["pending_version"]))
+    pin_pending(state)
     intent = state.get("intent") or {}
     if intent.get("batch"):
         pins[silver].append(int(intent["batch"][1]))
-    if (intent.get("record") or {}).get("pending_version") is not None:
-        pending.append(int(intent["record"]["pending_version"]))
-    if pending_table is not None:
-        pins[pending_table] = pending
+    pin_pending(intent.get("record") or {})
     return union_pins(pins)

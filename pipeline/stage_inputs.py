@@ -18,7 +18,7 @@ from pipeline.layout import WarehouseLayout
 from warehouse.delta import COMMIT_VERSION, DeltaEngine, Snapshot
 from warehouse.delta.api import live_rows_added
 
-Stage = EquiStage | ThetaStage
+AnyStage = EquiStage | ThetaStage  # a stage of either kind (config.Stage is its parser)
 
 
 class StageInputs:
@@ -29,14 +29,14 @@ class StageInputs:
         self.engine = engine
         self.layout = WarehouseLayout.of(config)
 
-    def input_path(self, stage: Stage) -> str:
+    def input_path(self, stage: AnyStage) -> str:
         return self.layout.input_table(self.config, stage.input)
 
-    def master_path(self, stage: Stage) -> str:
+    def master_path(self, stage: AnyStage) -> str:
         return self.layout.master(self.config, stage.master)
 
     def new_rows(
-        self, stage: Stage, after_version: int, to_version: int, keep_version: bool = False
+        self, stage: AnyStage, after_version: int, to_version: int, keep_version: bool = False
     ) -> DataFrame:
         """Input rows added in (after_version, to_version], with ``_interval_start``; with
         ``keep_version`` also the version that added each, as ``_input_version``."""
@@ -48,13 +48,13 @@ class StageInputs:
         )
         return self.with_interval(stage, rows)
 
-    def with_interval(self, stage: Stage, rows: DataFrame) -> DataFrame:
+    def with_interval(self, stage: AnyStage, rows: DataFrame) -> DataFrame:
         """``rows`` of the stage's input stamped with the schedule interval they fall in."""
         root = self.config.root_stream(stage.input)
         interval = int(self.config.schedule.interval_delta.total_seconds())
         return with_interval_start(rows, self.config.streams[root].event_time, interval)
 
-    def master_rows(self, stage: Stage, master: Snapshot) -> DataFrame:
+    def master_rows(self, stage: AnyStage, master: Snapshot) -> DataFrame:
         """The configured columns of ``master``; a ConfigError names any it lacks."""
         columns = self.config.masters[stage.master].columns
         missing = [c for c in columns if c not in master.schema.fieldNames()]

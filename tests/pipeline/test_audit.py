@@ -142,9 +142,10 @@ def test_clean_runs_publish_everything_exactly_once(spark: SparkSession, tmp_pat
 def test_a_tuple_pending_at_the_last_audit_must_still_be_emitted(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Tuples still in H_S when a batch is published are accounted for at the next audit.
+    """Tuples still in H_S when a batch is audited are accounted for at the next audit.
     Tuple 3 (key 77: no master row) waits in H_S at r1's audit; the left join must emit
-    it unmatched when it leaves H_S in r2. A step that loses it fails row conservation."""
+    it unmatched when it leaves H_S in r2. A step that loses it fails row conservation;
+    rows of waiting tuples in a quarantined batch count as emitted."""
     h = quality_harness(spark, tmp_path, steps=1)
     arrive_and_run(h, FIRST_BATCH, "r1")
     assert validate(h, "r1") == 0
@@ -158,6 +159,11 @@ def test_a_tuple_pending_at_the_last_audit_must_still_be_emitted(
         h.run("r2")
     with pytest.raises(ValidationFailedError, match="row conservation: a tuple vanished"):
         validate(h, "r2")
+
+    # The second batch's tuples waited in H_S at r2's audit, and the rows they emitted in r2
+    # sit in quarantine with that batch: r3 accounts for them there and publishes cleanly.
+    arrive_and_run(h, [(21, 4)], "r3")
+    assert validate(h, "r3") == 0
 
 
 @pytest.mark.parametrize("crash_at", ["audit.before_publish", "audit.after_publish"])

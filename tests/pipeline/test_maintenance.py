@@ -178,17 +178,28 @@ def test_audit_pins_name_the_audited_output_and_pending_versions(tmp_path: Path)
     silver = str(tmp_path / "wh" / "silver" / "out")
     pending = layout.operator_state("enrich", SSBJ_STATE_TABLE)
     assert pending == str(tmp_path / "wh" / "_operators" / "enrich" / "state")
-    state = {"output_version": 7, "input_version": 4, "pending_version": 3, "quarantined": []}
-
-    assert audit_pins(layout, pending, "out", state) == {pending: [3], silver: [7]}
-    # A stateless stage records no pending version; a fresh audit state starts at version 0.
-    assert audit_pins(layout, pending, "out", {**state, "pending_version": None}) == {silver: [7]}
-    assert audit_pins(layout, pending, "out", {"output_version": 0, "quarantined": []}) == {
-        silver: [0]
+    state = {
+        "output_version": 7,
+        "input_version": 4,
+        "pending_version": 3,
+        "pending_table": pending,
+        "quarantined": [],
     }
+
+    assert audit_pins(layout, "out", state) == {pending: [3], silver: [7]}
+    # A stateless stage records no pending version; a fresh audit state starts at version 0.
+    assert audit_pins(layout, "out", {**state, "pending_version": None}) == {silver: [7]}
+    assert audit_pins(layout, "out", {"output_version": 0, "quarantined": []}) == {silver: [0]}
+    # A version recorded without its table (an earlier release's) is not pinned anywhere.
+    legacy = {**state, "pending_table": None}
+    assert audit_pins(layout, "out", legacy) == {silver: [7]}
     # Decided but not recorded: finishing re-reads batch (7, 9] at 9 and records pending 5.
-    intent = {"batch": [7, 9], "action": "published", "record": {"pending_version": 5}}
-    assert audit_pins(layout, pending, "out", {**state, "intent": intent}) == {
+    intent = {
+        "batch": [7, 9],
+        "action": "published",
+        "record": {"pending_version": 5, "pending_table": pending},
+    }
+    assert audit_pins(layout, "out", {**state, "intent": intent}) == {
         pending: [3, 5],
         silver: [7, 9],
     }
