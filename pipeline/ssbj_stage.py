@@ -185,7 +185,7 @@ class SsbjStage:
                 # state. The operator pauses where it is (the cycle position, the cache
                 # and its version stay; the next step brings the cache forward).
                 logger.info(
-                    "ssbj %s: no new input and nothing pending; no step taken",
+                    "ssbj %s: nothing pending and no input to take; no step taken",
                     self.stage.name,
                 )
                 break
