@@ -38,12 +38,13 @@ from joins import baseline
 from joins.adsp import TASK, adsp_join, key_spec, numeric, route
 from joins.adsp_adapt import carry_lines, task_ranges
 from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
+from joins.theta_join import resolve_scheme, scheme_join_flagged
 from joins.theta_predicate import ThetaPredicate
-from joins.theta_stats import theta_plan
+from joins.theta_stats import plan_from_samples, theta_plan, theta_samples
 from warehouse.spark import SparkSettings, build_session
 
 logger = logging.getLogger("theta-bench")
-METHODS = ("adsp", "square", "dynamic", "binning", "spark", "duckdb")
+METHODS = ("auto", "adsp", "square", "dynamic", "binning", "spark", "duckdb")
 
 
 def timed_count(spark: SparkSession, frame: DataFrame, timeout: float) -> tuple[float, int | None]:
@@ -98,7 +99,7 @@ def run_case(
     total_bytes = case["stream_rows"] * 16 + case["master_rows"] * 24
     memory = total_bytes / args.target_tasks
     results = []
-    for method in METHODS:
+    for method in args.methods:
         if method in case.get("skip", ()):
             continue
         row: dict[str, Any] = {
@@ -119,6 +120,33 @@ def run_case(
             joined = stream.join(master, baseline.theta_condition(predicate, stream, master))
             seconds, rows = timed_count(spark, joined, args.spark_timeout)
             row.update(seconds=seconds, rows=rows)
+        elif method == "auto":
+            started = time.perf_counter()
+            choice, samples = resolve_scheme(spark, stream, master, predicate, "auto", 10_000, 24)
+            chosen = time.perf_counter() - started
+            joined = scheme_join_flagged(
+                spark,
+                stream.withColumn("_row_id", F.monotonically_increasing_id()),
+                master,
+                predicate,
+                choice.scheme,
+                master_name="m",
+                master_version=0,
+                row_id="_row_id",
+                task_memory=memory,
+                sample_size=10_000,
+                stream_row_bytes=16,
+                master_row_bytes=24,
+                samples=samples,
+                broadcast=True,
+            ).where("_matched")
+            _, rows = timed_count(spark, joined, args.spark_timeout)
+            row.update(
+                seconds=time.perf_counter() - started,
+                rows=rows,
+                tasks=choice.scheme,
+                stats=chosen,
+            )
         elif method == "binning":
             if predicate.type != "band":
                 continue
@@ -129,8 +157,10 @@ def run_case(
             row.update(seconds=seconds, rows=rows)
         else:
             started = time.perf_counter()
-            plan = theta_plan(
-                stream, master, predicate, memory, method, 16, 24, buckets=args.buckets
+            samples = theta_samples(stream, master, predicate)
+            planned = time.perf_counter() - started
+            plan = plan_from_samples(
+                *samples, predicate, memory, method, 16, 24, buckets=args.buckets
             )
             joined = adsp_join(spark, stream, master, predicate, plan)
             _, rows = timed_count(spark, joined, args.spark_timeout)
@@ -138,6 +168,7 @@ def run_case(
             stats = load_stats(spark, stream, master, plan, predicate)
             row.update(
                 seconds=elapsed,
+                stats=planned,
                 rows=rows,
                 tasks=plan.tasks,
                 replication=f"{stats['replication']:.2f}",
@@ -209,6 +240,8 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
         if args.quick
         else [(20_000, 200_000), (200_000, 1_500_000), (1_000_000, 1_000_000)]
     )
+    if args.size:
+        wanted = [w for w in wanted if f"{w[0] // 1000}k x {w[1] // 1000}k" in args.size]
     sizes = [(min(s, len(price)), min(r, len(price))) for s, r in wanted]
     for s_rows, r_rows in sizes:
         r_index = rng.choice(len(price), size=r_rows, replace=False)
@@ -309,14 +342,19 @@ def render(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
         f"TPC-H SF{args.scale:g} orders, local[2] on 2 cores, V = input bytes / {args.target_tasks}, "
         f"{args.buckets} histogram buckets, Spark timeout {args.spark_timeout:g}s",
         "",
-        "| case | method | tasks | replication | max/mean load | output rows | seconds | vs Spark native | vs DuckDB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| case | method | tasks (auto: chosen) | replication | max/mean load | output rows "
+        "| statistics s | seconds | vs Spark native | vs DuckDB | vs best Spark method |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_case: dict[str, dict[str, dict[str, Any]]] = {}
     for r in results:
         by_case.setdefault(r["case"], {})[r["method"]] = r
     for case, methods in by_case.items():
         spark_row, duck = methods.get("spark"), methods.get("duckdb")
+        finished = [
+            r["seconds"] for m, r in methods.items() if m not in ("duckdb", "auto") and r["rows"]
+        ]
+        best = min(finished, default=None)
         for method, r in methods.items():
             versus_spark = "-"
             if spark_row and r is not spark_row:
@@ -329,9 +367,12 @@ def render(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
                 f"{r['seconds'] / duck['seconds']:.1f}x slower" if duck and r is not duck else "-"
             )
             rows = "timeout" if r["rows"] is None else f"{r['rows']:,}"
+            stats = f"{r['stats']:.2f}" if "stats" in r else "-"
+            versus_best = f"{r['seconds'] / best:.2f}x" if best and method != "duckdb" else "-"
             lines.append(
-                f"| {case} | {method} | {r['tasks']} | {r['replication']} | {r['max/mean']} | {rows} | "
-                f"{r['seconds']:.2f} | {versus_spark} | {versus_duck} |"
+                f"| {case} | {method} | {r['tasks']} | {r['replication']} | {r['max/mean']} | "
+                f"{rows} | {stats} | {r['seconds']:.2f} | {versus_spark} | {versus_duck} | "
+                f"{versus_best} |"
             )
     return "\n".join(lines)
 
@@ -344,6 +385,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--buckets", type=int, default=32)
     parser.add_argument("--spark-timeout", type=float, default=120.0)
     parser.add_argument("--quick", action="store_true", help="only the 20k x 200k size")
+    parser.add_argument(
+        "--size",
+        nargs="+",
+        default=[],
+        help="only these sizes, e.g. '1000k x 1000k' (default: all)",
+    )
+    parser.add_argument(
+        "--methods", nargs="+", default=list(METHODS), choices=METHODS, help="methods to run"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/theta.md"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")

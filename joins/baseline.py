@@ -47,9 +47,13 @@ def theta_join_flagged(
     predicate: ThetaPredicate,
     master_name: str,
     master_version: int,
+    broadcast: bool = False,
 ) -> DataFrame:
-    """Left-join every stream row to the master rows satisfying the theta predicate."""
+    """Left-join every stream row to the master rows satisfying the theta predicate;
+    ``broadcast`` asks for a broadcast nested loop (a small master, ``scheme: auto``)."""
     right = _flagged(master, master_name, master_version)
+    if broadcast:
+        right = F.broadcast(right)
     joined = stream.join(right, theta_condition(predicate, stream, right), "left")
     return joined.withColumn(MATCHED, F.coalesce(F.col(MATCHED), F.lit(False)))
 

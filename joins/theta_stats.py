@@ -1,39 +1,39 @@
-"""Statistics for theta planning: equi-depth histograms of both sides' ordering keys.
+"""Statistics for theta planning on Spark: one sampling job over both sides' keys.
 
-Boundaries come from ``approxQuantile``; per-bucket row counts and key ranges from one
-aggregation per side. Bytes per bucket are row counts times measured bytes per row.
+Each side's ordering key (as a number, :func:`joins.adsp.numeric`) and, for a range
+predicate, the master's interval width go through one ``mapInArrow`` pass that keeps a
+bottom-k sample per partition (:class:`joins.key_sample.BottomK`); the driver merges them
+and derives histograms and candidate ranges (:mod:`joins.key_sample`). Four passes
+(quantiles and bucket counts per side) became one.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
-from pyspark.sql import DataFrame
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from joins.adsp import bucket_of, key_spec, numeric
+from joins.adsp import key_spec, numeric
 from joins.adsp_plan import Histogram, ThetaPlan, ValueRange, plan_theta
+from joins.key_sample import (
+    BottomK,
+    KeySample,
+    PartialSample,
+    boundaries,
+    bucket_ranges,
+    histogram,
+    merge,
+)
 from joins.theta_predicate import ThetaPredicate
 
-
-def _boundaries(frame: DataFrame, key: str, buckets: int) -> tuple[float, ...]:
-    probabilities = [i / buckets for i in range(1, buckets)]
-    values = frame.where(F.col(key).isNotNull()).approxQuantile(key, probabilities, 0.001)
-    return tuple(sorted(set(values)))
-
-
-def candidate_range(predicate: ThetaPredicate, low: float, high: float, top: float) -> ValueRange:
-    """Stream values that can match master keys in [low, high] (``top``: max of range hi)."""
-    lower, upper = predicate.band_bounds()
-    kind = predicate.type
-    if kind == "band":
-        return ValueRange(low - upper, high + lower)
-    if kind in ("less", "less_equal"):
-        return ValueRange(-math.inf, high)
-    if kind in ("greater", "greater_equal"):
-        return ValueRange(low, math.inf)
-    return ValueRange(low, top)  # range: lo <= s < hi
+DEFAULT_SAMPLE_SIZE = 10_000
+DEFAULT_BUCKETS = 32
+SAMPLE_SCHEMA = "side int, rows long, keyed long, widest double, tag double, key double"
 
 
 @dataclass(frozen=True)
@@ -44,73 +44,168 @@ class MasterStatistics:
     ranges: tuple[ValueRange | None, ...]
 
 
+def master_statistics_of(
+    sample: KeySample, predicate: ThetaPredicate, row_bytes: float, buckets: int
+) -> MasterStatistics:
+    bounds = boundaries(sample, buckets)
+    return MasterStatistics(
+        histogram(sample, row_bytes, bounds), bucket_ranges(predicate, bounds, sample.widest)
+    )
+
+
+def stream_histogram_of(
+    sample: KeySample,
+    row_bytes: float,
+    buckets: int,
+    bounds: Sequence[float] | None = None,
+) -> Histogram:
+    return histogram(sample, row_bytes, boundaries(sample, buckets) if bounds is None else bounds)
+
+
+def _sampler(sides: int, size: int, seed: int):  # type: ignore[no-untyped-def]
+    """The per-partition function: one :class:`BottomK` per side, then its rows out."""
+
+    def sample(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        parts = [BottomK(size, np.random.default_rng([seed, partition, s])) for s in range(sides)]
+        for batch in batches:
+            side = batch.column(0).to_numpy(zero_copy_only=False)
+            keys = batch.column(1).to_numpy(zero_copy_only=False).astype(float)
+            widths = batch.column(2).to_numpy(zero_copy_only=False).astype(float)
+            for s, part in enumerate(parts):
+                mine = side == s
+                if mine.any():
+                    part.add(keys[mine], widths[mine])
+        for s, part in enumerate(parts):
+            n = len(part.keys)
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "side": pa.array([s] * (n + 1), pa.int32()),
+                    "rows": pa.array([part.rows] + [None] * n, pa.int64()),
+                    "keyed": pa.array([part.keyed] + [None] * n, pa.int64()),
+                    "widest": pa.array([part.widest] + [None] * n, pa.float64()),
+                    "tag": pa.array([None, *part.tags.tolist()], pa.float64()),
+                    "key": pa.array([None, *part.keys.tolist()], pa.float64()),
+                }
+            )
+
+    return sample
+
+
+def key_samples(
+    sides: Sequence[tuple[DataFrame, Column, Column | None]],
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+) -> list[KeySample]:
+    """A uniform sample of each side's keys (with exact counts), in one Spark job.
+
+    ``sides``: (frame, numeric key, numeric interval width or None) per side.
+    """
+    parts = [
+        frame.select(
+            F.lit(index).cast("int").alias("side"),
+            key.cast("double").alias("key"),
+            (width if width is not None else F.lit(None)).cast("double").alias("width"),
+        )
+        for index, (frame, key, width) in enumerate(sides)
+    ]
+    union = reduce(DataFrame.unionByName, parts)
+    table = union.mapInArrow(_sampler(len(sides), sample_size, seed), SAMPLE_SCHEMA).toArrow()
+    side = table.column("side").to_numpy()
+    summary = table.column("rows").is_valid().to_numpy(zero_copy_only=False)
+    samples = []
+    for s in range(len(sides)):
+        partials = []
+        mine = side == s
+        heads = np.flatnonzero(mine & summary)
+        bodies = mine & ~summary
+        for head in heads:
+            partials.append(
+                PartialSample(
+                    int(table.column("rows")[head].as_py()),
+                    int(table.column("keyed")[head].as_py()),
+                    float(table.column("widest")[head].as_py()),
+                    np.empty(0),
+                    np.empty(0),
+                )
+            )
+        tags = table.column("tag").to_numpy(zero_copy_only=False)[bodies]
+        keys = table.column("key").to_numpy(zero_copy_only=False)[bodies]
+        partials.append(PartialSample(0, 0, 0.0, tags.astype(float), keys.astype(float)))
+        samples.append(merge(partials, sample_size))
+    return samples
+
+
+def stream_key(stream: DataFrame, predicate: ThetaPredicate) -> Column:
+    keys = key_spec(predicate)
+    return numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
+
+
+def master_key(master: DataFrame, predicate: ThetaPredicate) -> tuple[Column, Column | None]:
+    """The master's ordering key and, for a range predicate, its interval width."""
+    keys = key_spec(predicate)
+    key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
+    if keys.master_high is None:
+        return key, None
+    high = numeric(F.col(keys.master_high), master.schema[keys.master_high].dataType)
+    return key, high - key
+
+
 def master_statistics(
     master: DataFrame,
     predicate: ThetaPredicate,
     master_row_bytes: float,
-    buckets: int = 32,
+    buckets: int = DEFAULT_BUCKETS,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> MasterStatistics:
-    keys = key_spec(predicate)
-    r_type = master.schema[keys.master_key].dataType
-    r_cols = [numeric(F.col(keys.master_key), r_type).alias("k")]
-    if keys.master_high:
-        r_cols.append(
-            numeric(F.col(keys.master_high), master.schema[keys.master_high].dataType).alias("h")
-        )
-    else:
-        r_cols.append(F.lit(None).cast("double").alias("h"))
-    r_key = master.select(*r_cols)
-    r_bounds = _boundaries(r_key, "k", buckets)
-    r_hist_stub = Histogram(r_bounds, (0.0,) * (len(r_bounds) + 1))
-    r_rows = (
-        r_key.groupBy(bucket_of(F.col("k"), r_hist_stub).alias("b"))
-        .agg(F.count(F.lit(1)), F.min("k"), F.max("k"), F.max("h"))
-        .collect()
-    )
-    r_stats = {row[0]: row for row in r_rows if row[0] is not None}
-    histogram = Histogram(
-        r_bounds,
-        tuple(
-            (r_stats[b][1] if b in r_stats else 0) * master_row_bytes
-            for b in range(len(r_bounds) + 1)
-        ),
-    )
-    ranges: list[ValueRange | None] = []
-    for b in range(len(r_bounds) + 1):
-        row = r_stats.get(b)
-        if row is None:
-            ranges.append(None)
-            continue
-        top = row[4] if row[4] is not None else row[3]
-        ranges.append(candidate_range(predicate, row[2], row[3], top))
-    return MasterStatistics(histogram, tuple(ranges))
+    key, width = master_key(master, predicate)
+    (sample,) = key_samples([(master, key, width)], sample_size)
+    return master_statistics_of(sample, predicate, master_row_bytes, buckets)
 
 
 def stream_histogram(
     stream: DataFrame,
     predicate: ThetaPredicate,
     stream_row_bytes: float,
-    buckets: int = 32,
+    buckets: int = DEFAULT_BUCKETS,
     boundaries: tuple[float, ...] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> Histogram:
     """Equi-depth histogram of the stream keys; over given ``boundaries`` if passed."""
-    keys = key_spec(predicate)
-    s_key = stream.select(
-        numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType).alias("k")
+    (sample,) = key_samples([(stream, stream_key(stream, predicate), None)], sample_size)
+    return stream_histogram_of(sample, stream_row_bytes, buckets, boundaries)
+
+
+def theta_samples(
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+) -> tuple[KeySample, KeySample]:
+    """Both sides' key samples in one job: (stream, master)."""
+    key, width = master_key(master, predicate)
+    stream_sample, master_sample = key_samples(
+        [(stream, stream_key(stream, predicate), None), (master, key, width)], sample_size
     )
-    s_bounds = boundaries if boundaries is not None else _boundaries(s_key, "k", buckets)
-    s_counts = {
-        row[0]: row[1]
-        for row in s_key.groupBy(
-            bucket_of(F.col("k"), Histogram(s_bounds, (0.0,) * (len(s_bounds) + 1))).alias("b")
-        )
-        .count()
-        .collect()
-        if row[0] is not None
-    }
-    return Histogram(
-        s_bounds, tuple(s_counts.get(b, 0) * stream_row_bytes for b in range(len(s_bounds) + 1))
-    )
+    return stream_sample, master_sample
+
+
+def plan_from_samples(
+    stream: KeySample,
+    master: KeySample,
+    predicate: ThetaPredicate,
+    task_memory: float,
+    scheme: str,
+    stream_row_bytes: float,
+    master_row_bytes: float,
+    buckets: int = DEFAULT_BUCKETS,
+) -> ThetaPlan:
+    stats = master_statistics_of(master, predicate, master_row_bytes, buckets)
+    stream_hist = stream_histogram_of(stream, stream_row_bytes, buckets)
+    return plan_theta(stats.histogram, stream_hist, stats.ranges, task_memory, scheme)
 
 
 def theta_plan(
@@ -121,8 +216,17 @@ def theta_plan(
     scheme: str,
     stream_row_bytes: float,
     master_row_bytes: float,
-    buckets: int = 32,
+    buckets: int = DEFAULT_BUCKETS,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> ThetaPlan:
-    stats = master_statistics(master, predicate, master_row_bytes, buckets)
-    stream_hist = stream_histogram(stream, predicate, stream_row_bytes, buckets)
-    return plan_theta(stats.histogram, stream_hist, stats.ranges, task_memory, scheme)
+    stream_sample, master_sample = theta_samples(stream, master, predicate, sample_size)
+    return plan_from_samples(
+        stream_sample,
+        master_sample,
+        predicate,
+        task_memory,
+        scheme,
+        stream_row_bytes,
+        master_row_bytes,
+        buckets,
+    )

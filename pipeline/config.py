@@ -222,19 +222,26 @@ class EquiStage(Strict):
     operator: SsbjParams = Field(default_factory=SsbjParams)
 
 
+LAYOUT_SCHEMES = ("adsp", "square", "dynamic")
+
+
 class ThetaParams(Strict):
-    scheme: Literal["adsp", "square", "dynamic", "binning", "spark"] = "adsp"
+    scheme: Literal["auto", "adsp", "square", "dynamic", "binning", "spark"] = Field(
+        default="auto",
+        description="auto picks, per run, Spark's broadcast nested loop, range binning or "
+        "A-DSP from both sides' key samples (joins/theta_choice.py); the others force one",
+    )
     task_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
-    sample_size: int = Field(default=10_000, ge=100)
+    sample_size: int = Field(
+        default=10_000,
+        ge=100,
+        description="keys sampled per side for the histograms and the auto choice",
+    )
     persist_layout: bool = Field(
         default=True,
-        description="keep the master's routed layout between runs (adsp, square, dynamic); "
-        "each run then routes only its new stream rows",
+        description="keep the master's routed layout between runs (adsp, square, dynamic, "
+        "and auto when it picks adsp); each run then routes only its new stream rows",
     )
-
-    @property
-    def uses_layout(self) -> bool:
-        return self.persist_layout and self.scheme in ("adsp", "square", "dynamic")
 
 
 class ThetaStage(Strict):

@@ -26,10 +26,9 @@ from pyspark.sql import functions as F
 
 from common.faults import crash_point
 from joins import baseline
-from joins.adsp import adsp_join_flagged
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
-from joins.theta_stats import theta_plan
-from pipeline.config import EquiStage, ThetaStage
+from joins.theta_join import resolve_scheme, scheme_join_flagged
+from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, stage_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
@@ -282,61 +281,71 @@ class ThetaDriver(StatelessDriver):
         self.theta = stage
 
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
-        stage = self.theta
-        stream, master_rows = self._stream_and_master(rows, master)
-        scheme = stage.operator.scheme
-        if scheme == "spark":
-            return baseline.theta_join_flagged(
-                stream, master_rows, stage.predicate, stage.master, master.version
-            )
-        if scheme == "binning":
-            return baseline.binned_band_join_flagged(
-                stream, master_rows, stage.predicate, stage.master, master.version
-            )
-        plan = theta_plan(
-            stream,
-            master_rows,
-            stage.predicate,
-            stage.operator.task_memory_bytes,
-            scheme,
-            stream_row_bytes=measured_row_bytes(stream) or 1.0,
-            master_row_bytes=measured_row_bytes(master_rows) or 1.0,
-        )
-        logger.info(
-            "theta stage %s: %s plan with %d area(s), %d task(s)",
-            stage.name,
-            scheme,
-            len(plan.areas),
-            plan.tasks,
-        )
-        return adsp_join_flagged(
-            self.spark,
-            stream,
-            master_rows,
-            stage.predicate,
-            plan,
-            stage.master,
-            master.version,
-            ROW_ID,
-        )
+        return self._join(rows, master, None, None)
 
     def join_step(
         self, rows: DataFrame, master: Snapshot, run_id: str, report: StageReport
     ) -> DataFrame:
-        if not self.theta.operator.uses_layout:
-            return self.join(rows, master)
-        stream, master_rows = self._stream_and_master(rows, master)
-        joined, layout = self.theta_layout().join_flagged(
-            stream, master, master_rows, ROW_ID, run_id
-        )
-        report.extra.update(layout.as_metrics())
-        return joined
+        return self._join(rows, master, run_id, report)
 
-    def theta_layout(self) -> AdspLayoutStage:
+    def _join(
+        self, rows: DataFrame, master: Snapshot, run_id: str | None, report: StageReport | None
+    ) -> DataFrame:
+        """A scheduled step (``run_id`` set) may use the persisted layout; a backfill re-joins
+        against an older master, so it plans afresh."""
+        stage = self.theta
+        operator = stage.operator
+        stream, master_rows = self._stream_and_master(rows, master)
+        master_row_bytes = measured_row_bytes(master_rows) or 1.0
+        choice, samples = resolve_scheme(
+            self.spark,
+            stream,
+            master_rows,
+            stage.predicate,
+            operator.scheme,
+            operator.sample_size,
+            master_row_bytes,
+        )
+        if operator.scheme == "auto":
+            logger.info(
+                "theta stage %s: auto chose %s: %s", stage.name, choice.scheme, choice.reason
+            )
+        if report is not None:
+            report.extra[f"theta_scheme_{choice.scheme}"] = 1.0
+        if (
+            choice.scheme in LAYOUT_SCHEMES
+            and operator.persist_layout
+            and run_id is not None
+            and report is not None
+        ):
+            joined, layout = self.theta_layout(choice.scheme).join_flagged(
+                stream, master, master_rows, ROW_ID, run_id, samples
+            )
+            report.extra.update(layout.as_metrics())
+            return joined
+        return scheme_join_flagged(
+            self.spark,
+            stream,
+            master_rows,
+            stage.predicate,
+            choice.scheme,
+            master_name=stage.master,
+            master_version=master.version,
+            row_id=ROW_ID,
+            task_memory=operator.task_memory_bytes,
+            sample_size=operator.sample_size,
+            stream_row_bytes=measured_row_bytes(stream) or 1.0,
+            master_row_bytes=master_row_bytes,
+            samples=samples,
+            broadcast=operator.scheme == "auto",
+        )
+
+    def theta_layout(self, scheme: str | None = None) -> AdspLayoutStage:
         return AdspLayoutStage(
             self.theta,
             self.spark,
             self.engine,
             self.store,
             self.layout.operator_state(self.theta.name, "layout"),
+            scheme,
         )

@@ -49,7 +49,15 @@ from joins.adsp_migrated_rows import migrated_rows
 from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
 from joins.adsp_plan import ThetaPlan, ValueRange, plan_from_dict, plan_theta, plan_to_dict
 from joins.baseline import MATCHED, version_column
-from joins.theta_stats import MasterStatistics, master_statistics, stream_histogram
+from joins.key_sample import KeySample
+from joins.theta_stats import (
+    MasterStatistics,
+    master_key,
+    master_statistics_of,
+    stream_histogram_of,
+    stream_key,
+)
+from joins.theta_stats import key_samples as sample_keys
 from pipeline.config import ThetaStage
 from pipeline.maintenance import only_maintenance_since
 from pipeline.pins import adsp_holder, union_pins
@@ -60,6 +68,7 @@ from warehouse.state_store import StateStore
 logger = logging.getLogger(__name__)
 
 SLOTS = 64
+BUCKETS = 32
 STATE_KEY = "layout"
 
 
@@ -91,8 +100,14 @@ class AdspLayoutStage:
         engine: DeltaEngine,
         store: StateStore,
         layout_path: str,
+        scheme: str | None = None,
     ) -> None:
         self.stage = stage
+        # The scheme this layout is planned with: the config's, or what ``auto`` chose.
+        self.scheme = scheme or stage.operator.scheme
+        self.sample_size = stage.operator.sample_size
+        self._samples: tuple[KeySample, KeySample] | None = None
+        self._stream_drawn: KeySample | None = None
         self.spark = spark
         self.engine = engine
         self.store = store
@@ -108,7 +123,10 @@ class AdspLayoutStage:
         master_rows: DataFrame,
         row_id: str,
         run_id: str,
+        samples: tuple[KeySample, KeySample] | None = None,
     ) -> tuple[DataFrame, LayoutReport]:
+        """``samples`` (stream, master), when the caller already drew them (``auto``)."""
+        self._samples, self._stream_drawn = samples, None
         plan, instances, report = self._prepare(stream, master, master_rows, run_id)
         keys = key_spec(self.predicate)
         stream_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
@@ -141,8 +159,11 @@ class AdspLayoutStage:
         old = plan_from_dict(saved["plan"])
         current = dataclasses.replace(
             old,
-            stream=stream_histogram(
-                stream, self.predicate, stream_bytes, boundaries=old.stream.boundaries
+            stream=stream_histogram_of(
+                self._stream_sample(stream),
+                stream_bytes,
+                len(old.stream.bucket_bytes),
+                old.stream.boundaries,
             ),
         )
         reason = scheme_change_reason(task_loads(current, SLOTS), self.task_memory)
@@ -160,11 +181,8 @@ class AdspLayoutStage:
             self.engine, master.table_path, saved["master_version"], master.version
         ):
             return f"master moved from v{saved['master_version']} to v{master.version}"
-        if (
-            saved["scheme"] != self.stage.operator.scheme
-            or saved["task_memory"] != self.task_memory
-        ):
-            return "operator scheme or task memory changed in the config"
+        if saved["scheme"] != self.scheme or saved["task_memory"] != self.task_memory:
+            return f"scheme ({saved['scheme']} -> {self.scheme}) or task memory changed"
         if not self.engine.exists(self.path):
             return "layout table missing"
         if not only_maintenance_since(
@@ -176,11 +194,28 @@ class AdspLayoutStage:
     def _plan(self, stats: MasterStatistics, stream: DataFrame, stream_bytes: float) -> ThetaPlan:
         return plan_theta(
             stats.histogram,
-            stream_histogram(stream, self.predicate, stream_bytes),
+            stream_histogram_of(self._stream_sample(stream), stream_bytes, BUCKETS),
             stats.ranges,
             self.plan_memory,
-            self.stage.operator.scheme,
+            self.scheme,
         )
+
+    def _stream_sample(self, stream: DataFrame) -> KeySample:
+        """This run's stream keys, drawn once (a re-plan after the reuse check needs them too)."""
+        if self._samples is not None:
+            return self._samples[0]
+        if self._stream_drawn is None:
+            (self._stream_drawn,) = sample_keys(
+                [(stream, stream_key(stream, self.predicate), None)], self.sample_size
+            )
+        return self._stream_drawn
+
+    def _master_sample(self, master_rows: DataFrame) -> KeySample:
+        if self._samples is None:
+            key, width = master_key(master_rows, self.predicate)
+            (sample,) = sample_keys([(master_rows, key, width)], self.sample_size)
+            return sample
+        return self._samples[1]
 
     # ------------------------------------------------------------------ build
 
@@ -193,8 +228,11 @@ class AdspLayoutStage:
         state: dict[str, Any],
         reason: str,
     ) -> tuple[ThetaPlan, list[int], LayoutReport]:
-        stats = master_statistics(
-            master_rows, self.predicate, measured_row_bytes(master_rows) or 1.0
+        stats = master_statistics_of(
+            self._master_sample(master_rows),
+            self.predicate,
+            measured_row_bytes(master_rows) or 1.0,
+            BUCKETS,
         )
         plan = self._plan(stats, stream, stream_bytes)
         instances = list(range(plan.tasks))
@@ -336,7 +374,7 @@ class AdspLayoutStage:
             "instances": instances,
             "master_version": master_version,
             "layout_version": layout_version,
-            "scheme": self.stage.operator.scheme,
+            "scheme": self.scheme,
             "task_memory": self.task_memory,
             "migrations": [*previous, migration] if migration else previous,
         }

@@ -267,3 +267,34 @@ def has_delta_jars(session: SparkSession) -> bool:
         return bool(jvm.org.apache.spark.util.Utils.classIsLoadable("io.delta.tables.DeltaTable"))
     except Exception:  # noqa: BLE001 - py4j raises a generic Py4JJavaError
         return False
+
+
+DEFAULT_BROADCAST_BYTES = 10 * 1024 * 1024  # Spark's own default autoBroadcastJoinThreshold
+
+
+def parallelism(session: SparkSession) -> int:
+    """How many tasks run at once: the default parallelism in-process; over Spark Connect,
+    ``spark.default.parallelism`` if the server sets it, else the shuffle partitions."""
+    if not is_connect(session):
+        return max(1, session.sparkContext.defaultParallelism)
+    configured = session.conf.get("spark.default.parallelism", None)
+    if configured:
+        return max(1, int(configured))
+    return max(1, int(session.conf.get("spark.sql.shuffle.partitions", "200") or 200))
+
+
+def broadcast_threshold(session: SparkSession) -> float:
+    """Spark's broadcast threshold in bytes (``-1`` disables broadcasting: 0 here)."""
+    raw = session.conf.get("spark.sql.autoBroadcastJoinThreshold", None)
+    if raw is None:
+        return float(DEFAULT_BROADCAST_BYTES)
+    text = str(raw).strip().lower()
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    found = re.fullmatch(r"(-?\d+)\s*([kmgt]?)b?", text)
+    if found is None:
+        raise ConfigError(
+            f"spark.sql.autoBroadcastJoinThreshold is {raw!r}; expected bytes such as 10485760 "
+            "or 10m"
+        )
+    value = int(found.group(1)) * units[found.group(2) or "b"]
+    return float(max(0, value))

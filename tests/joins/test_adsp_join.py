@@ -55,10 +55,18 @@ def predicate_for(kind: str, lower: float, upper: float) -> ThetaPredicate:
     scheme=st.sampled_from(["adsp", "square", "dynamic", "full"]),
     skew=st.booleans(),
     memory=st.sampled_from([200.0, 2_000.0, 50_000.0]),
+    sample_size=st.sampled_from([3, 10_000]),
 )
 def test_theta_join_equals_duckdb(
-    spark: SparkSession, seed: int, kind: str, scheme: str, skew: bool, memory: float
+    spark: SparkSession,
+    seed: int,
+    kind: str,
+    scheme: str,
+    skew: bool,
+    memory: float,
+    sample_size: int,
 ) -> None:
+    """Exact whatever the plan, including plans from a 3-key sample of each side."""
     rng = random.Random(seed)
     draw = (
         (lambda: round(rng.paretovariate(1.2), 1))
@@ -75,7 +83,15 @@ def test_theta_join_equals_duckdb(
     s_df = spark.createDataFrame(stream, STREAM)
     m_df = spark.createDataFrame(master, MASTER)
     plan = theta_plan(
-        s_df, m_df, predicate, memory, scheme, stream_row_bytes=16, master_row_bytes=32, buckets=8
+        s_df,
+        m_df,
+        predicate,
+        memory,
+        scheme,
+        stream_row_bytes=16,
+        master_row_bytes=32,
+        buckets=8,
+        sample_size=sample_size,
     )
     result = adsp_join(spark, s_df, m_df, predicate, plan).select("sid", "rid")
 
@@ -130,3 +146,98 @@ def test_binning_and_flagged_adsp_keep_unmatched_rows(spark: SparkSession) -> No
     assert_same_multiset(finish(flagged, "left").select("sid", "rid"), expected)
     versions = {r[0] for r in finish(flagged, "left").select("_version_m").collect()}
     assert versions == {3, None}
+
+
+@pytest.mark.parametrize("kind", sorted(ORACLE))
+def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, kind: str) -> None:
+    """``scheme: auto`` end to end (choice, then the chosen join) on the flagged left join."""
+    from joins.baseline import finish
+    from joins.theta_join import resolve_scheme, scheme_join_flagged
+
+    rng = random.Random(len(kind))
+    stream = [(i, None if i % 17 == 0 else round(rng.uniform(0, 60), 1)) for i in range(90)]
+    master = []
+    for i in range(50):
+        lo = round(rng.uniform(0, 60), 1)
+        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 4.0])))
+    predicate = predicate_for(kind, 0.5, 2.0)
+    s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid"))
+    m_df = spark.createDataFrame(master, MASTER)
+    choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 100, 32.0)
+    assert samples is not None and samples[0].rows == 90 and samples[1].rows == 50
+    assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
+    joined = scheme_join_flagged(
+        spark,
+        s_df,
+        m_df,
+        predicate,
+        choice.scheme,
+        master_name="m",
+        master_version=1,
+        row_id="_row_id",
+        task_memory=300.0,
+        sample_size=100,
+        stream_row_bytes=16.0,
+        master_row_bytes=32.0,
+        samples=samples,
+        broadcast=True,
+    )
+    con = duckdb.connect()
+    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
+    con.register(
+        "m", pa.table({k: [r[i] for r in master] for i, k in enumerate(["rid", "y", "lo", "hi"])})
+    )
+    condition = ORACLE[kind].format(lower=0.5, upper=2.0)
+    expected = con.execute(f"SELECT s.sid, m.rid FROM s LEFT JOIN m ON {condition}").fetchall()
+    assert_same_multiset(finish(joined, "left").select("sid", "rid"), expected)
+
+
+@pytest.mark.parametrize("kind", ["range", "band"])
+def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
+    spark: SparkSession, kind: str
+) -> None:
+    """Broadcasting off: a range predicate, and a band whose hot bin holds over half of all
+    input rows (2 tasks at once), go to A-DSP, planned from the samples the choice drew."""
+    from joins.baseline import finish
+    from joins.theta_join import resolve_scheme, scheme_join_flagged
+
+    rng = random.Random(5)
+    stream = [(i, 7.0 if i < 140 else round(rng.uniform(0, 60), 1)) for i in range(160)]
+    master = []
+    for i in range(50):
+        lo = round(rng.uniform(0, 60), 1)
+        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 9.0])))
+    predicate = predicate_for(kind, 0.5, 2.0)
+    s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid"))
+    m_df = spark.createDataFrame(master, MASTER)
+    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0)
+        assert choice.scheme == "adsp", choice
+        joined = scheme_join_flagged(
+            spark,
+            s_df,
+            m_df,
+            predicate,
+            choice.scheme,
+            master_name="m",
+            master_version=1,
+            row_id="_row_id",
+            task_memory=600.0,
+            sample_size=20,
+            stream_row_bytes=16.0,
+            master_row_bytes=32.0,
+            samples=samples,
+        )
+        actual = finish(joined, "left").select("sid", "rid").collect()
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
+    con = duckdb.connect()
+    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
+    con.register(
+        "m", pa.table({k: [r[i] for r in master] for i, k in enumerate(["rid", "y", "lo", "hi"])})
+    )
+    condition = ORACLE[kind].format(lower=0.5, upper=2.0)
+    expected = con.execute(f"SELECT s.sid, m.rid FROM s LEFT JOIN m ON {condition}").fetchall()
+    assert_same_multiset(actual, expected)

@@ -1,0 +1,92 @@
+"""One theta join under a named scheme, ``auto`` included: resolve it, then run it.
+
+``resolve_scheme`` turns ``auto`` into a concrete scheme from one sampling job
+(:mod:`joins.theta_choice`); the samples it drew then plan A-DSP too, so choosing costs no
+second pass. ``scheme_join_flagged`` runs a concrete scheme with the flagged output of
+:mod:`joins.baseline` (matches flagged, unmatched stream rows once with nulls).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql import DataFrame, SparkSession
+
+from joins import baseline
+from joins.adsp import adsp_join_flagged
+from joins.key_sample import KeySample
+from joins.theta_choice import SchemeChoice, choose_scheme
+from joins.theta_predicate import ThetaPredicate
+from joins.theta_stats import plan_from_samples, theta_samples
+from warehouse.spark import broadcast_threshold, parallelism
+
+logger = logging.getLogger(__name__)
+
+Samples = tuple[KeySample, KeySample]
+
+
+def resolve_scheme(
+    spark: SparkSession,
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    scheme: str,
+    sample_size: int,
+    master_row_bytes: float,
+) -> tuple[SchemeChoice, Samples | None]:
+    """The concrete scheme, and the (stream, master) key samples if choosing drew them."""
+    if scheme != "auto":
+        return SchemeChoice(scheme, "named in the config"), None
+    samples = theta_samples(stream, master, predicate, sample_size)
+    choice = choose_scheme(
+        predicate,
+        samples[0],
+        samples[1],
+        master_row_bytes,
+        parallelism(spark),
+        broadcast_threshold(spark),
+    )
+    return choice, samples
+
+
+def scheme_join_flagged(
+    spark: SparkSession,
+    stream: DataFrame,
+    master: DataFrame,
+    predicate: ThetaPredicate,
+    scheme: str,
+    *,
+    master_name: str,
+    master_version: int,
+    row_id: str,
+    task_memory: float,
+    sample_size: int,
+    stream_row_bytes: float,
+    master_row_bytes: float,
+    samples: Samples | None = None,
+    broadcast: bool = False,
+) -> DataFrame:
+    """``stream`` joined to ``master`` by ``scheme`` (spark, binning, adsp, square, dynamic);
+    ``broadcast`` hints Spark's nested loop to broadcast the master (``auto`` chose it)."""
+    if scheme == "spark":
+        return baseline.theta_join_flagged(
+            stream, master, predicate, master_name, master_version, broadcast=broadcast
+        )
+    if scheme == "binning":
+        return baseline.binned_band_join_flagged(
+            stream, master, predicate, master_name, master_version
+        )
+    stream_sample, master_sample = samples or theta_samples(stream, master, predicate, sample_size)
+    plan = plan_from_samples(
+        stream_sample,
+        master_sample,
+        predicate,
+        task_memory,
+        scheme,
+        stream_row_bytes=stream_row_bytes,
+        master_row_bytes=master_row_bytes,
+    )
+    logger.info("theta %s plan: %d area(s), %d task(s)", scheme, len(plan.areas), plan.tasks)
+    return adsp_join_flagged(
+        spark, stream, master, predicate, plan, master_name, master_version, row_id
+    )

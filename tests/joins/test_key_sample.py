@@ -1,0 +1,174 @@
+"""Bottom-k key samples: uniform merging, exact counts, and candidate ranges that never
+lose a matching pair whatever the sample (joins/key_sample.py)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from joins.adsp_plan import Histogram, candidate_columns
+from joins.key_sample import (
+    BottomK,
+    KeySample,
+    PartialSample,
+    boundaries,
+    bucket_ranges,
+    histogram,
+    merge,
+)
+from joins.theta_predicate import ThetaPredicate
+
+keys = st.lists(
+    st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.just(math.nan)), min_size=0, max_size=80
+)
+
+
+def sample_of(values: list[float], k: int, partitions: int, seed: int) -> KeySample:
+    parts = []
+    for p in range(partitions):
+        part = BottomK(k, np.random.default_rng([seed, p]))
+        chunk = np.asarray(values[p::partitions], dtype=float)
+        for batch in np.array_split(chunk, 3):
+            part.add(batch)
+        parts.append(PartialSample.of(part))
+    return merge(parts, k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=keys, k=st.integers(1, 30), partitions=st.integers(1, 4), seed=st.integers(0, 99))
+def test_merged_sample_counts_every_row_and_draws_from_the_keys(
+    values: list[float], k: int, partitions: int, seed: int
+) -> None:
+    sample = sample_of(values, k, partitions, seed)
+    present = [v for v in values if not math.isnan(v)]
+    assert sample.rows == len(values)
+    assert sample.keyed == len(present)
+    assert len(sample.keys) == min(k, len(present))
+    assert not Counter(sample.keys.tolist()) - Counter(present)  # a sub-multiset
+    if len(present) <= k:
+        assert sample.exact and sorted(sample.keys.tolist()) == sorted(present)
+
+
+def test_bottom_k_is_uniform_whatever_the_partitioning() -> None:
+    """Each of 20 keys lands in a 5-key sample with probability 1/4, even when one
+    partition holds 16 of them and the other 4."""
+    values = [float(v) for v in range(20)]
+    hits: Counter[float] = Counter()
+    trials = 4000
+    for seed in range(trials):
+        parts = []
+        for p, chunk in enumerate((values[:16], values[16:])):
+            part = BottomK(5, np.random.default_rng([seed, p]))
+            part.add(np.asarray(chunk))
+            parts.append(PartialSample.of(part))
+        hits.update(merge(parts, 5).keys.tolist())
+    for value in values:
+        assert abs(hits[value] / trials - 0.25) < 0.04, (value, hits[value] / trials)
+
+
+def test_a_whole_sample_gives_exact_bucket_bytes() -> None:
+    values = [1.0, 2.0, 2.0, 3.0, 7.0, 9.0, 9.0, 9.0]
+    sample = sample_of(values, 100, 2, 0)
+    bounds = boundaries(sample, 4)
+    hist = histogram(sample, 10.0, bounds)
+    exact = Histogram(bounds, (0.0,) * (len(bounds) + 1))
+    expected = Counter(exact.bucket(v) for v in values)
+    assert hist.bucket_bytes == tuple(10.0 * expected[b] for b in range(len(bounds) + 1))
+
+
+def test_an_estimated_histogram_scales_to_the_keyed_rows() -> None:
+    values = list(np.random.default_rng(3).normal(size=5000))
+    sample = sample_of(values, 200, 3, 1)
+    hist = histogram(sample, 2.0, boundaries(sample, 8))
+    assert len(sample.keys) == 200
+    assert math.isclose(sum(hist.bucket_bytes), 2.0 * 5000)
+
+
+predicates = st.one_of(
+    st.builds(
+        lambda lower, upper: ThetaPredicate(
+            type="band", stream_column="x", master_column="y", lower=lower, upper=upper
+        ),
+        st.sampled_from([0.0, 0.5, 3.0]),
+        st.sampled_from([0.0, 1.0, 40.0]),
+    ),
+    st.sampled_from(["less", "less_equal", "greater", "greater_equal"]).map(
+        lambda kind: ThetaPredicate(type=kind, stream_column="x", master_column="y")
+    ),
+    st.just(ThetaPredicate(type="range", stream_column="x", lo="lo", hi="hi")),
+)
+
+
+def matches(predicate: ThetaPredicate, s: float, r: float, hi: float) -> bool:
+    lower, upper = predicate.band_bounds()
+    return {
+        "band": s - lower <= r <= s + upper,
+        "less": s < r,
+        "less_equal": s <= r,
+        "greater": s > r,
+        "greater_equal": s >= r,
+        "range": r <= s < hi,
+    }[predicate.type]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    predicate=predicates,
+    stream=st.lists(st.floats(-100, 100, allow_nan=False), min_size=1, max_size=40),
+    master=st.lists(
+        st.tuples(st.floats(-100, 100, allow_nan=False), st.floats(0, 50, allow_nan=False)),
+        min_size=1,
+        max_size=40,
+    ),
+    k=st.integers(1, 12),
+    buckets=st.integers(2, 8),
+)
+@example(  # a range row starting at a bucket's upper bound reaches past it
+    predicate=ThetaPredicate(type="range", stream_column="x", lo="lo", hi="hi"),
+    stream=[10.0, 30.0, 80.0, 90.0],
+    master=[(0.0, 0.0), (50.0, 40.0), (100.0, 0.0)],
+    k=12,
+    buckets=2,
+)
+@example(  # a band reaches the neighbouring buckets
+    predicate=ThetaPredicate(type="band", stream_column="x", master_column="y", eps=6.0),
+    stream=[0.0, 10.0, 20.0, 30.0],
+    master=[(5.0, 0.0), (15.0, 0.0), (25.0, 0.0), (35.0, 0.0)],
+    k=2,
+    buckets=4,
+)
+@example(  # an asymmetric band: master rows reach stream values below them
+    predicate=ThetaPredicate(
+        type="band", stream_column="x", master_column="y", lower=0.0, upper=40.0
+    ),
+    stream=[0.0, 45.0, 70.0, 90.0],
+    master=[(10.0, 0.0), (60.0, 0.0), (80.0, 0.0)],
+    k=12,
+    buckets=4,
+)
+def test_every_matching_pair_lies_in_a_candidate_cell_whatever_was_sampled(
+    predicate: ThetaPredicate,
+    stream: list[float],
+    master: list[tuple[float, float]],
+    k: int,
+    buckets: int,
+) -> None:
+    """The invariant that keeps sampled A-DSP exact: the plan covers every result cell."""
+    s_sample = sample_of(stream, k, 2, 7)
+    r_keys = [r for r, _ in master]
+    r_sample = sample_of(r_keys, k, 2, 8)
+    widest = max(width for _, width in master) if predicate.type == "range" else 0.0
+    r_sample = KeySample(r_sample.rows, r_sample.keyed, r_sample.keys, widest)
+    r_bounds = boundaries(r_sample, buckets)
+    s_hist = histogram(s_sample, 1.0, boundaries(s_sample, buckets))
+    r_hist = histogram(r_sample, 1.0, r_bounds)
+    columns = candidate_columns(bucket_ranges(predicate, r_bounds, r_sample.widest), s_hist)
+    for s in stream:
+        for r, width in master:
+            if matches(predicate, s, r, r + width):
+                first, last = columns[r_hist.bucket(r)]
+                assert first <= s_hist.bucket(s) <= last, (s, r, width)
