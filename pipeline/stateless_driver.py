@@ -20,6 +20,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -41,20 +42,22 @@ from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
+StageT = TypeVar("StageT", EquiStage, ThetaStage)
 
-class StatelessDriver(ABC):
+
+class StatelessDriver(ABC, Generic[StageT]):
     """Joins each step's new input rows with the master version planned for the step;
     subclasses say how (:meth:`join`)."""
 
     def __init__(
         self,
-        stage: EquiStage | ThetaStage,
+        stage: StageT,
         spark: SparkSession,
         engine: DeltaEngine,
         store: StateStore,
         inputs: StageInputs,
     ) -> None:
-        self._stage = stage
+        self._stage: StageT = stage
         self.spark = spark
         self.engine = engine
         self.store = store
@@ -62,7 +65,7 @@ class StatelessDriver(ABC):
         self.layout: WarehouseLayout = inputs.layout
 
     @property
-    def stage(self) -> EquiStage | ThetaStage:
+    def stage(self) -> StageT:
         return self._stage
 
     # ------------------------------------------------------------------ StageDriver
@@ -244,41 +247,19 @@ class StatelessDriver(ABC):
         return latest
 
 
-class EquiBaselineDriver(StatelessDriver):
+class EquiBaselineDriver(StatelessDriver[EquiStage]):
     """An equi stage in ``baseline`` mode: Spark joins each batch to the master snapshot."""
-
-    def __init__(
-        self,
-        stage: EquiStage,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-        inputs: StageInputs,
-    ) -> None:
-        super().__init__(stage, spark, engine, store, inputs)
-        self.equi = stage
 
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
         stream, master_rows = self._stream_and_master(rows, master)
         return baseline.equi_join_flagged(
-            stream, master_rows, self.equi.join_on, self.equi.master, master.version
+            stream, master_rows, self.stage.join_on, self.stage.master, master.version
         )
 
 
-class ThetaDriver(StatelessDriver):
+class ThetaDriver(StatelessDriver[ThetaStage]):
     """A theta stage: A-DSP (or the scheme the config names) over each batch; with
     ``persist_layout`` the master's routed layout is kept between steps."""
-
-    def __init__(
-        self,
-        stage: ThetaStage,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-        inputs: StageInputs,
-    ) -> None:
-        super().__init__(stage, spark, engine, store, inputs)
-        self.theta = stage
 
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
         return self._join(rows, master, None, None)
@@ -293,7 +274,7 @@ class ThetaDriver(StatelessDriver):
     ) -> DataFrame:
         """A scheduled step (``run_id`` set) may use the persisted layout; a backfill re-joins
         against an older master, so it plans afresh."""
-        stage = self.theta
+        stage = self.stage
         operator = stage.operator
         stream, master_rows = self._stream_and_master(rows, master)
         master_row_bytes = measured_row_bytes(master_rows) or 1.0
@@ -342,10 +323,10 @@ class ThetaDriver(StatelessDriver):
 
     def theta_layout(self, scheme: str | None = None) -> AdspLayoutStage:
         return AdspLayoutStage(
-            self.theta,
+            self.stage,
             self.spark,
             self.engine,
             self.store,
-            self.layout.operator_state(self.theta.name, "layout"),
+            self.layout.operator_state(self.stage.name, "layout"),
             scheme,
         )
