@@ -185,7 +185,15 @@ def join_routed(
     stream_schema: T.StructType,
     master_schema: T.StructType,
 ) -> DataFrame:
-    """The local joins: both sides already carry ``_task``; each task joins its rows."""
+    """The local joins: both sides already carry ``_task``; each task joins its rows.
+
+    A band predicate joins in the JVM (:func:`binned_local_join`); the others sort and
+    search in Python workers (:func:`local_join_function`).
+    """
+    if predicate.type == "band":
+        return binned_local_join(
+            routed_stream, routed_master, predicate, stream_schema, master_schema
+        )
     from pyspark.sql.pandas.types import to_arrow_schema
 
     out_schema = T.StructType([*stream_schema.fields, *master_schema.fields])
@@ -200,6 +208,59 @@ def join_routed(
         .groupBy(TASK)
         .cogroup(routed_master.select(*master_schema.fieldNames(), TASK).groupBy(TASK))
         .applyInArrow(function, out_schema)
+    )
+    if predicate.residual:
+        joined = joined.where(F.expr(predicate.residual))
+    return joined
+
+
+def binned_local_join(
+    routed_stream: DataFrame,
+    routed_master: DataFrame,
+    predicate: ThetaPredicate,
+    stream_schema: T.StructType,
+    master_schema: T.StructType,
+) -> DataFrame:
+    """Band local joins as one JVM equi-join on (task, bin), then the exact band filter.
+
+    Bins have the band's width ``w = lower + upper``: a stream row sits in bin
+    ``floor(s / w)``, a master row in every bin its band ``[r - upper, r + lower]`` reaches
+    (at most two). A matching pair shares the stream row's bin, so it is found once inside
+    the one task where routing makes it meet (Alg. 3). The A-DSP task id salts the bin: a
+    hot bin is split over the tasks the plan gave its stream rows. NaN keys never match,
+    as in the Python local join (``floor(NaN)`` is no bin). No Python worker runs
+    (BENCHMARKS.md, skew simulation: a Python task costs about 0.2 s on its own).
+    """
+    assert predicate.master_column
+    lower, upper = predicate.band_bounds()
+    width = F.lit(max(lower + upper, 1e-9))
+    s_key = numeric(F.col(predicate.stream_column), stream_schema[predicate.stream_column].dataType)
+    r_key = numeric(F.col(predicate.master_column), master_schema[predicate.master_column].dataType)
+    stream = routed_stream.where(~F.isnan(s_key)).select(
+        *stream_schema.fieldNames(),
+        F.col(TASK).alias("_s_task"),
+        F.floor(s_key / width).cast("long").alias("_s_bin"),
+        s_key.alias("_s_key"),
+    )
+    master = routed_master.where(~F.isnan(r_key)).select(
+        *master_schema.fieldNames(),
+        F.col(TASK).alias("_r_task"),
+        F.explode(
+            F.sequence(
+                F.floor((r_key - F.lit(upper)) / width).cast("long"),
+                F.floor((r_key + F.lit(lower)) / width).cast("long"),
+            )
+        ).alias("_r_bin"),
+        r_key.alias("_r_key"),
+    )
+    condition = (
+        (F.col("_s_task") == F.col("_r_task"))
+        & (F.col("_s_bin") == F.col("_r_bin"))
+        & (F.col("_r_key") >= F.col("_s_key") - F.lit(lower))
+        & (F.col("_r_key") <= F.col("_s_key") + F.lit(upper))
+    )
+    joined = stream.join(master, condition, "inner").select(
+        *stream_schema.fieldNames(), *master_schema.fieldNames()
     )
     if predicate.residual:
         joined = joined.where(F.expr(predicate.residual))

@@ -571,8 +571,7 @@ class AuditPublisher:
 
     def _publish(self, table: str, rows: DataFrame, txn: AppTransaction) -> int:
         path = self.layout.published(table)
-        self.engine.create_table(path, rows.schema, (INTERVAL_START,))
-        outcome = self.engine.append(path, rows, txn)
+        outcome = self.engine.append(path, rows, txn, partition_by=(INTERVAL_START,))
         return outcome.rows_added
 
     def _quarantine(self, audit: TableAudit, staged: DataFrame) -> None:
@@ -588,8 +587,12 @@ class AuditPublisher:
             .withColumn(QUARANTINED_AT, F.current_timestamp())
         )
         path = self.layout.quarantined_output(audit.table)
-        self.engine.create_table(path, rows.schema)
-        self.engine.append(path, rows, AppTransaction(f"quarantine.{audit.table}", audit.batch[1]))
+        self.engine.append(
+            path,
+            rows,
+            AppTransaction(f"quarantine.{audit.table}", audit.batch[1]),
+            partition_by=(),
+        )
 
     def _write_results(self, audit: TableAudit) -> None:
         rows = result_rows(
@@ -603,11 +606,11 @@ class AuditPublisher:
         if not rows:
             return
         path = self.layout.quality_results()
-        self.engine.create_table(path, RESULTS_SCHEMA)
         self.engine.append(
             path,
             self.spark.createDataFrame(rows, RESULTS_SCHEMA),
             AppTransaction(f"quality.{audit.table}", audit.batch[1]),
+            partition_by=(),
         )
 
     def _save_state(self, table: str, state: dict[str, Any]) -> None:

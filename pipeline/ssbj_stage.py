@@ -640,9 +640,11 @@ class SsbjStage:
             for name, value in ssbj.metrics_of(result).collect():
                 counts[name] += int(value)
             output = wide.enriched(result)
-            self.engine.create_table(self.output_path, output.schema, (INTERVAL_START,))
             outcome = self.engine.append(
-                self.output_path, output, AppTransaction(f"stage.{self.stage.name}", step + 1)
+                self.output_path,
+                output,
+                AppTransaction(f"stage.{self.stage.name}", step + 1),
+                partition_by=(INTERVAL_START,),
             )
             if outcome.committed:
                 report.output_version = outcome.table_version

@@ -217,8 +217,7 @@ class StatelessDriver(ABC, Generic[StageT]):
 
     def _write_output(self, output: DataFrame, txn: AppTransaction, report: StageReport) -> None:
         path = self.layout.staged(self._stage.output)
-        self.engine.create_table(path, output.schema, (INTERVAL_START,))
-        outcome = self.engine.append(path, output, txn)
+        outcome = self.engine.append(path, output, txn, partition_by=(INTERVAL_START,))
         report.committed = outcome.committed
         if outcome.committed:
             report.extra["output_version"] = outcome.table_version

@@ -121,11 +121,15 @@ class DefectEngine:
         return getattr(self._inner, name)
 
     def append(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self,
+        path: str,
+        data: DataFrame,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
     ) -> CommitOutcome:
         if path == self._path:
             data = self._defect(data)
-        return self._inner.append(path, data, txn)
+        return self._inner.append(path, data, txn, partition_by)
 
     def overwrite(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None

@@ -402,6 +402,22 @@ def test_arrow_schema_of_created_table_uses_utc_microseconds(
         engine.create_table(path, SCHEMA, ("label",))
 
 
+def test_append_with_partition_columns_creates_a_missing_table(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "made")
+    rows = spark.createDataFrame(LABELS, SCHEMA)
+    first = engine.append(path, rows, partition_by=("label",))
+    assert first.committed and engine.snapshot(path).partition_columns == ("label",)
+    engine.append(path, rows, partition_by=("label",))  # the same definition: appended
+    assert_same_multiset(engine.read(path), LABELS + LABELS)
+    with pytest.raises(DeltaTableError, match="partitioned by"):
+        engine.append(path, rows, partition_by=())
+    with pytest.raises(TableNotFoundError, match="no Delta table"):
+        engine.append(str(tmp_path / "not-made"), rows)  # without partition_by: must exist
+    assert not engine.exists(str(tmp_path / "not-made"))
+
+
 def test_missing_table_is_a_clear_error(engine: DeltaEngine, tmp_path: Path) -> None:
     missing = str(tmp_path / "nope")
     assert not engine.exists(missing)

@@ -145,8 +145,16 @@ class DeltaEngine(Protocol):
     ) -> DataFrame: ...
 
     def append(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
-    ) -> CommitOutcome: ...
+        self,
+        path: str,
+        data: DataFrame,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """Add ``data``'s rows in one commit. With ``partition_by`` a missing table is created
+        first (the data's schema, those partition columns), and an existing one must have
+        that definition; without it the table must exist."""
+        ...
 
     def replace(
         self,

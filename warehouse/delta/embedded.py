@@ -400,8 +400,14 @@ class EmbeddedDeltaEngine:
     # ------------------------------------------------------------------ writes
 
     def append(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self,
+        path: str,
+        data: DataFrame,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
     ) -> CommitOutcome:
+        if partition_by is not None:
+            self.create_table(path, data.schema, partition_by)
         return self._write(path, data, None, txn)
 
     def _write(

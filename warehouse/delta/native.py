@@ -560,8 +560,14 @@ class NativeDeltaEngine:
         return _logical_schema(StructType.fromJson(json.loads(stored)))
 
     def append(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self,
+        path: str,
+        data: DataFrame,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
     ) -> CommitOutcome:
+        if partition_by is not None:
+            self.create_table(path, data.schema, partition_by)
         root = _table_root(path)
         schema = self._schema(root)
         require_same_schema(root, schema, data.schema)
