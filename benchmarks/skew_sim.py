@@ -8,9 +8,9 @@ benchmark runs each theta join here, reads every task's duration from Spark's RE
 list scheduling (:mod:`benchmarks.makespan`). Each stage waits for the one before it.
 
 Setup, the same for every method: inputs in 128 partitions, 128 shuffle partitions, and
-AQE partition coalescing off, so a task is one hash partition (binning: a set of bins; A-DSP,
-Square, Dynamic: one task of the plan, its physical id chosen so that every plan task gets
-its own shuffle partition). A-DSP, Square and Dynamic are planned with the per-task memory
+AQE partition coalescing off, so a task is one hash partition: binning's tasks hold sets of
+bins, A-DSP's (and Square's and Dynamic's) sets of (plan task, bin) pairs, since a band's
+local join is an equi-join on both (``joins.adsp.binned_local_join``). A-DSP, Square and Dynamic are planned with the per-task memory
 V = input bytes / ``--memory-divisor`` (16: A-DSP then plans tens of tasks; a task holds
 both an R and an S share, so the count is not the divisor) from one sampling job, which
 is counted too.
@@ -87,26 +87,6 @@ class TaskMetrics:
         return out
 
 
-def distinct_partition_ids(spark: SparkSession, tasks: int, partitions: int) -> list[int]:
-    """Task ids whose hash partition (Spark's Murmur3 with seed 42, as in the shuffle) is
-    ``0, 1, ..., tasks - 1``: every plan task gets a shuffle partition of its own."""
-    if tasks > partitions:
-        raise ValueError(f"{tasks} tasks do not fit in {partitions} distinct partitions")
-    rows = (
-        spark.range(0, 64 * partitions)
-        .select(
-            F.col("id").cast("int").alias("id"),
-            F.pmod(F.hash(F.col("id").cast("int")), F.lit(partitions)).alias("p"),
-        )
-        .where(F.col("p") < tasks)
-        .groupBy("p")
-        .agg(F.min("id").alias("id"))
-        .collect()
-    )
-    found = {r["p"]: r["id"] for r in rows}
-    return [found[p] for p in range(tasks)]
-
-
 def run(
     spark: SparkSession,
     metrics: TaskMetrics,
@@ -128,12 +108,11 @@ def run(
         samples = theta_samples(stream, master, predicate)
         plan = plan_from_samples(*samples, predicate, memory, method, 16, 24)
         tasks = str(plan.tasks)
-        ids = distinct_partition_ids(spark, plan.tasks, PARTITIONS)
         keys = key_spec(predicate)
         s_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
         r_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
-        routed_s = route(spark, stream, s_key, plan.stream, plan, "stream", 64, ids)
-        routed_r = route(spark, master, r_key, plan.master, plan, "master", 64, ids)
+        routed_s = route(spark, stream, s_key, plan.stream, plan, "stream", 64)
+        routed_r = route(spark, master, r_key, plan.master, plan, "master", 64)
         joined = join_routed(routed_s, routed_r, predicate, stream.schema, master.schema)
     rows = joined.count()
     seconds = time.perf_counter() - started
