@@ -188,12 +188,28 @@ def join_routed(
     """The local joins: both sides already carry ``_task``; each task joins its rows.
 
     A band predicate joins in the JVM (:func:`binned_local_join`); the others sort and
-    search in Python workers (:func:`local_join_function`).
+    search in Python workers (:func:`sorted_local_join`).
     """
     if predicate.type == "band":
-        return binned_local_join(
+        joined = binned_local_join(
             routed_stream, routed_master, predicate, stream_schema, master_schema
         )
+    else:
+        joined = sorted_local_join(
+            routed_stream, routed_master, predicate, stream_schema, master_schema
+        )
+    # The residual is plain SQL over both sides' columns: Spark applies it to the pairs.
+    return joined.where(F.expr(predicate.residual)) if predicate.residual else joined
+
+
+def sorted_local_join(
+    routed_stream: DataFrame,
+    routed_master: DataFrame,
+    predicate: ThetaPredicate,
+    stream_schema: T.StructType,
+    master_schema: T.StructType,
+) -> DataFrame:
+    """Each task's rows in one Python call (``cogroup().applyInArrow``): sorted search."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     out_schema = T.StructType([*stream_schema.fields, *master_schema.fields])
@@ -203,15 +219,12 @@ def join_routed(
         master_schema.fieldNames(),
         to_arrow_schema(out_schema, timestamp_utc=True),
     )
-    joined = (
+    return (
         routed_stream.select(*stream_schema.fieldNames(), TASK)
         .groupBy(TASK)
         .cogroup(routed_master.select(*master_schema.fieldNames(), TASK).groupBy(TASK))
         .applyInArrow(function, out_schema)
     )
-    if predicate.residual:
-        joined = joined.where(F.expr(predicate.residual))
-    return joined
 
 
 def binned_local_join(
@@ -259,12 +272,9 @@ def binned_local_join(
         & (F.col("_r_key") >= F.col("_s_key") - F.lit(lower))
         & (F.col("_r_key") <= F.col("_s_key") + F.lit(upper))
     )
-    joined = stream.join(master, condition, "inner").select(
+    return stream.join(master, condition, "inner").select(
         *stream_schema.fieldNames(), *master_schema.fieldNames()
     )
-    if predicate.residual:
-        joined = joined.where(F.expr(predicate.residual))
-    return joined
 
 
 def flag_matches(

@@ -38,6 +38,18 @@ ORACLE = {
 }
 
 
+def duckdb_pairs(
+    stream: list[tuple], master: list[tuple], condition: str, how: str = ""
+) -> list[tuple]:
+    """(sid, rid) of DuckDB's ``s <how> JOIN m ON condition`` over the same rows."""
+    con = duckdb.connect()
+    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
+    con.register(
+        "m", pa.table({k: [r[i] for r in master] for i, k in enumerate(["rid", "y", "lo", "hi"])})
+    )
+    return con.execute(f"SELECT s.sid, m.rid FROM s {how} JOIN m ON {condition}").fetchall()
+
+
 def predicate_for(kind: str, lower: float, upper: float) -> ThetaPredicate:
     if kind == "range":
         return ThetaPredicate(type="range", stream_column="x", lo="lo", hi="hi")
@@ -95,13 +107,7 @@ def test_theta_join_equals_duckdb(
     )
     result = adsp_join(spark, s_df, m_df, predicate, plan).select("sid", "rid")
 
-    con = duckdb.connect()
-    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
-    con.register(
-        "m", pa.table({k: [r[i] for r in master] for i, k in enumerate(["rid", "y", "lo", "hi"])})
-    )
-    condition = ORACLE[kind].format(lower=lower, upper=upper)
-    expected = con.execute(f"SELECT s.sid, m.rid FROM s JOIN m ON {condition}").fetchall()
+    expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=lower, upper=upper))
     assert_same_multiset(result, expected)
 
 
@@ -182,13 +188,7 @@ def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, ki
         samples=samples,
         broadcast=True,
     )
-    con = duckdb.connect()
-    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
-    con.register(
-        "m", pa.table({k: [r[i] for r in master] for i, k in enumerate(["rid", "y", "lo", "hi"])})
-    )
-    condition = ORACLE[kind].format(lower=0.5, upper=2.0)
-    expected = con.execute(f"SELECT s.sid, m.rid FROM s LEFT JOIN m ON {condition}").fetchall()
+    expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
     assert_same_multiset(finish(joined, "left").select("sid", "rid"), expected)
 
 
@@ -233,11 +233,5 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
         actual = finish(joined, "left").select("sid", "rid").collect()
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
-    con = duckdb.connect()
-    con.register("s", pa.table({"sid": [r[0] for r in stream], "x": [r[1] for r in stream]}))
-    con.register(
-        "m", pa.table({k: [r[i] for r in master] for i, k in enumerate(["rid", "y", "lo", "hi"])})
-    )
-    condition = ORACLE[kind].format(lower=0.5, upper=2.0)
-    expected = con.execute(f"SELECT s.sid, m.rid FROM s LEFT JOIN m ON {condition}").fetchall()
+    expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
     assert_same_multiset(actual, expected)
