@@ -154,29 +154,21 @@ def master_key(master: DataFrame, predicate: ThetaPredicate) -> tuple[Column, Co
     return key, high - key
 
 
-def master_statistics(
-    master: DataFrame,
-    predicate: ThetaPredicate,
-    master_row_bytes: float,
-    buckets: int = DEFAULT_BUCKETS,
-    sample_size: int = DEFAULT_SAMPLE_SIZE,
-) -> MasterStatistics:
+def stream_sample(
+    stream: DataFrame, predicate: ThetaPredicate, sample_size: int = DEFAULT_SAMPLE_SIZE
+) -> KeySample:
+    """The stream's key sample alone (one job)."""
+    (sample,) = key_samples([(stream, stream_key(stream, predicate), None)], sample_size)
+    return sample
+
+
+def master_sample(
+    master: DataFrame, predicate: ThetaPredicate, sample_size: int = DEFAULT_SAMPLE_SIZE
+) -> KeySample:
+    """The master's key sample alone (one job), with the widest interval for ranges."""
     key, width = master_key(master, predicate)
     (sample,) = key_samples([(master, key, width)], sample_size)
-    return master_statistics_of(sample, predicate, master_row_bytes, buckets)
-
-
-def stream_histogram(
-    stream: DataFrame,
-    predicate: ThetaPredicate,
-    stream_row_bytes: float,
-    buckets: int = DEFAULT_BUCKETS,
-    boundaries: tuple[float, ...] | None = None,
-    sample_size: int = DEFAULT_SAMPLE_SIZE,
-) -> Histogram:
-    """Equi-depth histogram of the stream keys; over given ``boundaries`` if passed."""
-    (sample,) = key_samples([(stream, stream_key(stream, predicate), None)], sample_size)
-    return stream_histogram_of(sample, stream_row_bytes, buckets, boundaries)
+    return sample
 
 
 def theta_samples(

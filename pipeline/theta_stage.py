@@ -52,12 +52,11 @@ from joins.baseline import MATCHED, version_column
 from joins.key_sample import KeySample
 from joins.theta_stats import (
     MasterStatistics,
-    master_key,
+    master_sample,
     master_statistics_of,
     stream_histogram_of,
-    stream_key,
+    stream_sample,
 )
-from joins.theta_stats import key_samples as sample_keys
 from pipeline.config import ThetaStage
 from pipeline.maintenance import only_maintenance_since
 from pipeline.pins import adsp_holder, union_pins
@@ -205,16 +204,12 @@ class AdspLayoutStage:
         if self._samples is not None:
             return self._samples[0]
         if self._stream_drawn is None:
-            (self._stream_drawn,) = sample_keys(
-                [(stream, stream_key(stream, self.predicate), None)], self.sample_size
-            )
+            self._stream_drawn = stream_sample(stream, self.predicate, self.sample_size)
         return self._stream_drawn
 
     def _master_sample(self, master_rows: DataFrame) -> KeySample:
         if self._samples is None:
-            key, width = master_key(master_rows, self.predicate)
-            (sample,) = sample_keys([(master_rows, key, width)], self.sample_size)
-            return sample
+            return master_sample(master_rows, self.predicate, self.sample_size)
         return self._samples[1]
 
     # ------------------------------------------------------------------ build
