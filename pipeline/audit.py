@@ -54,7 +54,7 @@ from common.errors import BackfillIncompleteError, ConfigError, ValidationFailed
 from common.faults import crash_point
 from common.phase_clock import optional_phase
 from joins.columns import INTERVAL_START
-from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.config import PipelineConfig
 from pipeline.drivers import StageDrivers
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import audit_holder, audit_pins
@@ -62,7 +62,6 @@ from quality.audit_views import (
     INPUT_VIEW,
     PENDING_VIEW,
     PUBLISHED_VIEW,
-    input_accounting,
     no_pending,
     no_published,
     published_tuples,
@@ -207,7 +206,7 @@ class AuditPublisher:
         waiting = driver.pending_at(int(pending_before)) if pending_before is not None else None
         pending = driver.pending_ages(self._id_column(table))
         views = {
-            INPUT_VIEW: self._input_view(stage, table, input_rows, waiting),
+            INPUT_VIEW: driver.input_accounting(input_rows, waiting, self._id_column(table)),
             PENDING_VIEW: (
                 pending
                 if pending is not None
@@ -289,7 +288,9 @@ class AuditPublisher:
             )
             id_type = self._id_type(table, input_rows)
             views = {
-                INPUT_VIEW: self._input_view(stage, table, input_rows, None),
+                INPUT_VIEW: self.drivers.driver(stage).input_accounting(
+                    input_rows, None, self._id_column(table)
+                ),
                 PENDING_VIEW: no_pending(self.spark, id_type),
                 PUBLISHED_VIEW: no_published(self.spark, id_type),
             }
@@ -629,35 +630,6 @@ class AuditPublisher:
             "quarantined": [],
             "last": None,
         }
-
-    def _input_view(
-        self,
-        stage: EquiStage | ThetaStage,
-        table: str,
-        input_rows: DataFrame,
-        waiting: DataFrame | None,
-    ) -> DataFrame:
-        id_column = self._id_column(table)
-        columns = [id_column]
-        if stage.join != "left" and isinstance(stage, EquiStage):
-            columns += list(stage.join_on)
-        tuples = input_rows.select(*columns)
-        if stage.join == "left":
-            if waiting is not None:
-                tuples = tuples.unionByName(waiting.select(*columns))
-            return input_accounting(tuples, id_column, must_emit_all=True)
-        if isinstance(stage, EquiStage):
-            master = self.engine.read(self.layout.master(self.config, stage.master))
-            flagged = input_accounting(tuples, id_column, False, master, stage.join_on)
-            if waiting is not None:
-                # Whether a waiting tuple of an inner join has rows depends on the master
-                # version it is pinned to, which may differ from the one read here (a key
-                # added since would demand rows it never had): it is accounted, not required.
-                flagged = flagged.unionByName(
-                    input_accounting(waiting.select(*columns), id_column, must_emit_all=False)
-                )
-            return flagged
-        return input_accounting(tuples, id_column, must_emit_all=False)
 
     def _published_view(
         self, table: str, input_rows: DataFrame, waiting: DataFrame | None

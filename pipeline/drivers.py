@@ -13,8 +13,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from common.errors import ConfigError
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.ssbj_driver import SsbjDriver
+from pipeline.ssbj_stage import held_back
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.stateless_driver import EquiBaselineDriver, ThetaDriver
@@ -51,7 +53,22 @@ class StageDrivers:
         }
 
     def driver(self, stage: AnyStage) -> StageDriver:
-        return self._factories[driver_kind(stage)](stage)
+        kind = driver_kind(stage)
+        if kind != "ssbj":
+            self._refuse_held_tuples(stage, kind)
+        return self._factories[kind](stage)
+
+    def _refuse_held_tuples(self, stage: AnyStage, kind: str) -> None:
+        """A stage whose SSBJ state still holds tuples (H_S, or a half-done step) cannot
+        move to a driver that keeps none: those tuples would never be emitted."""
+        held = held_back(self.store.operator_state(stage.name))
+        if held:
+            raise ConfigError(
+                f"stages.{stage.name}: the config now runs it with the {kind} driver, but its "
+                f"SSBJ state is not empty ({held}); set operator.mode back to ssbj or "
+                "meshjoin and run `enrich drain` first, then change it (nothing was read or "
+                "written)"
+            )
 
     def _baseline(self, stage: EquiStage) -> EquiBaselineDriver:
         return EquiBaselineDriver(stage, self.spark, self.engine, self.store, self.inputs)

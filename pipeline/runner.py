@@ -89,7 +89,7 @@ class PipelineRunner:
         return StageDrivers(self.config, self.spark, self.engine, self.store).driver(stage)
 
     def run_stage_step(self, stage: EquiStage | ThetaStage, run_id: str) -> StageReport:
-        return self.driver(stage).step(run_id)
+        return self._recorded(run_id, self.driver(stage).step(run_id))
 
     def drain(self, run_id: str) -> list[StageReport]:
         """Bring every stage up to date with its input; nothing stays pending afterwards.
@@ -99,7 +99,7 @@ class PipelineRunner:
         reports = []
         for stage in self.config.stages:
             self._progress(f"drain {stage.name}")
-            reports.append(self.driver(stage).drain(run_id))
+            reports.append(self._recorded(run_id, self.driver(stage).drain(run_id)))
         return reports
 
     def backfill(self, start: datetime, end: datetime, run_id: str) -> list[StageReport]:
@@ -116,3 +116,13 @@ class PipelineRunner:
             self.store.record_metrics(run_id, f"backfill.{stage.name}", 0, report.as_metrics())
             reports.append(report)
         return reports
+
+    def _recorded(self, run_id: str, report: StageReport) -> StageReport:
+        """Record the metrics of each step the driver took, under the stage's name.
+
+        Recorded once the driver returns: a command killed between two steps of one run
+        loses the first step's metric rows (never its data; the rerun records its own).
+        """
+        for step in report.steps:
+            self.store.record_metrics(run_id, report.stage, step.step, step.values)
+        return report

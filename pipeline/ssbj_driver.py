@@ -16,8 +16,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from joins.ssbj import ENTRY_STEP, pending_tuples
 from pipeline.config import EquiStage, PipelineConfig
+from pipeline.emission import equi_input_accounting
 from pipeline.ssbj_stage import SsbjStage
-from pipeline.stage_driver import StageReport
+from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import EquiBaselineDriver
 from quality.audit_views import pending_ages
@@ -92,6 +93,12 @@ class SsbjDriver:
             self._stage.operator.partitions,
         )
 
+    def input_accounting(
+        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
+    ) -> DataFrame:
+        master = self.engine.read(self.inputs.master_path(self._stage))
+        return equi_input_accounting(self._stage, master, tuples, waiting, id_column)
+
     def _run(self, run_id: str, drain: bool) -> StageReport:
         stage = self._stage
         if not self.engine.exists(self.inputs.input_path(stage)):
@@ -107,4 +114,5 @@ class SsbjDriver:
             report.tuples_pending = step.pending_rows
             report.master_bytes_read += step.master_bytes_read
             report.seconds += step.seconds
+            report.steps.append(StepMetrics(step.step + 1, step.as_metrics()))
         return report

@@ -134,6 +134,21 @@ class SsbjStepReport:
         return values
 
 
+def held_back(state: dict[str, Any] | None) -> str | None:
+    """What the controller ``state`` still holds that a later step must finish, or None:
+    tuples waiting in H_S (their chunks) or a step that was planned and not completed.
+
+    Such a stage must keep its SSBJ driver until a drain empties it (``pipeline.drivers``).
+    """
+    if not state:
+        return None
+    if state.get("chunks"):
+        return f"{int(state.get('pending_rows', 0))} tuple(s) wait in H_S"
+    if state.get("plan"):
+        return f"its step {state.get('next_step')} was planned and not completed"
+    return None
+
+
 class SsbjStage:
     """Runs SSBJ (or MESHJOIN, with the cache off) steps for one equi stage."""
 
@@ -180,7 +195,8 @@ class SsbjStage:
         reports: list[SsbjStepReport] = []
         for index in range(self.params.steps_per_run):
             take_input = index == 0 or budgeted
-            if self.idle(take_input):
+            state = self._state()  # one read a step: the idle check and the step share it
+            if self.idle(take_input, state):
                 # Nothing pending and nothing new: a step would only rewrite the same
                 # state. The operator pauses where it is (the cycle position, the cache
                 # and its version stay; the next step brings the cache forward).
@@ -189,17 +205,19 @@ class SsbjStage:
                     self.stage.name,
                 )
                 break
-            reports.append(self.step(run_id, take_input=take_input))
+            reports.append(self.step(run_id, take_input, state))
         if drain:
-            while self.pending_rows() > 0:
-                reports.append(self.step(run_id, take_input=False))
+            state = self._state()
+            while int(state.get("pending_rows", 0)) > 0:
+                reports.append(self.step(run_id, False, state))
+                state = self._state()
         return reports
 
-    def idle(self, take_input: bool) -> bool:
-        """True when a step would have nothing to do: no tuple waits in H_S, no step is
-        half done and (if the step would take input) no input version is new."""
-        state = self.store.operator_state(self.stage.name)
-        if state is not None and (state.get("chunks") or state.get("plan")):
+    def idle(self, take_input: bool, state: dict[str, Any] | None = None) -> bool:
+        """True when a step from ``state`` (the controller state, read when not given)
+        would have nothing to do: no tuple waits in H_S, no step is half done and (if the
+        step would take input) no input version is new."""
+        if held_back(self._state() if state is None else state):
             return False
         if not take_input or not self.engine.exists(self.input_path):
             return True
@@ -488,9 +506,14 @@ class SsbjStage:
 
     # ------------------------------------------------------------------ one step
 
-    def step(self, run_id: str, take_input: bool) -> SsbjStepReport:
+    def step(
+        self, run_id: str, take_input: bool, state: dict[str, Any] | None = None
+    ) -> SsbjStepReport:
+        """One Algorithm 1 iteration from ``state`` (the controller state, read afresh when
+        not given); the caller records the report's metrics."""
         started = time.monotonic()
-        state = self._state()
+        if state is None:
+            state = self._state()
         position = self._position(state)
         plan = self._plan(state, take_input)
         step = plan["step"]
@@ -554,7 +577,6 @@ class SsbjStage:
         completing = time.monotonic()
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
         self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
-        self.store.record_metrics(run_id, self.stage.name, step + 1, report.as_metrics())
         logger.debug(
             "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
             "then %.2f to complete the step in the state store",

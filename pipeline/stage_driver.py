@@ -18,6 +18,14 @@ from pyspark.sql import DataFrame
 from pipeline.config import EquiStage, ThetaStage
 
 
+@dataclass(frozen=True)
+class StepMetrics:
+    """The metrics of one operator step, as the run ledger records them."""
+
+    step: int
+    values: dict[str, float]
+
+
 @dataclass
 class StageReport:
     stage: str
@@ -32,6 +40,9 @@ class StageReport:
     seconds: float = 0.0
     committed: bool = False
     extra: dict[str, float] = field(default_factory=dict)
+    # Each step the driver took, in order; the runner records them (a step that found
+    # nothing to do has none).
+    steps: list[StepMetrics] = field(default_factory=list)
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -67,6 +78,14 @@ class PendingAccount(Protocol):
 
     def pending_ages(self, id_column: str) -> DataFrame | None:
         """Pending tuples now: ``tuple_id``, ``age_steps``, ``max_age_steps``."""
+        ...
+
+    def input_accounting(
+        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
+    ) -> DataFrame:
+        """``audit_input`` rows (``tuple_id``, ``must_emit``) for the input ``tuples`` that
+        entered the stage and the ``waiting`` ones pending at the last audit: whether this
+        stage's join must emit rows for each (``pipeline.emission``)."""
         ...
 
 

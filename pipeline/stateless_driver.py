@@ -30,10 +30,11 @@ from joins import baseline
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
 from joins.theta_join import resolve_scheme, scheme_join_flagged
 from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
+from pipeline.emission import equi_input_accounting, theta_input_accounting
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, stage_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
-from pipeline.stage_driver import StageReport
+from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.theta_stage import AdspLayoutStage
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
@@ -120,7 +121,7 @@ class StatelessDriver(ABC, Generic[StageT]):
         self.store.set_offset(stage.name, plan.planned_input_version, step)
         self.store.set_pins(holder, {})
         report.seconds = time.monotonic() - started
-        self.store.record_metrics(run_id, stage.name, step, report.as_metrics())
+        report.steps.append(StepMetrics(step, report.as_metrics()))
         logger.info(
             "stage %s step %d: %d tuple(s) in, %d row(s) out (%d matched, %d unmatched) "
             "against master v%d in %.1fs",
@@ -181,6 +182,12 @@ class StatelessDriver(ABC, Generic[StageT]):
 
     def pending_ages(self, id_column: str) -> DataFrame | None:
         return None
+
+    @abstractmethod
+    def input_accounting(
+        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
+    ) -> DataFrame:
+        """Which tuples this stage's join must emit rows for (``pipeline.emission``)."""
 
     # ------------------------------------------------------------------ the join
 
@@ -255,6 +262,12 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             stream, master_rows, self.stage.join_on, self.stage.master, master.version
         )
 
+    def input_accounting(
+        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
+    ) -> DataFrame:
+        master = self.engine.read(self.inputs.master_path(self.stage))
+        return equi_input_accounting(self.stage, master, tuples, waiting, id_column)
+
 
 class ThetaDriver(StatelessDriver[ThetaStage]):
     """A theta stage: A-DSP (or the scheme the config names) over each batch; with
@@ -262,6 +275,11 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
 
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
         return self._join(rows, master, None, None)
+
+    def input_accounting(
+        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
+    ) -> DataFrame:
+        return theta_input_accounting(self.stage, tuples, waiting, id_column)
 
     def join_step(
         self, rows: DataFrame, master: Snapshot, run_id: str, report: StageReport
