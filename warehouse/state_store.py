@@ -10,12 +10,15 @@ SQLite is the embedded default; a deployment passes a PostgreSQL URL
 behave the same: timestamps are aware UTC datetimes, byte counts are 64-bit, JSON state keeps
 non-finite floats, and a duplicate key is a :class:`DuplicateRecordError`. The schema is
 created or migrated on first use, under a lock so that processes opening a fresh store
-together do not collide; ``SCHEMA_VERSION`` and ``_MIGRATIONS`` record how. Messages show
+together do not collide (PostgreSQL: an advisory lock; SQLite: an ``flock`` on a ``.lock`` file
+beside the database, held while the file is switched to WAL and the schema is created);
+``SCHEMA_VERSION`` and ``_MIGRATIONS`` record how. Messages show
 the URL with its password masked (:attr:`StateStore.safe_url`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -45,7 +48,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy import DateTime as SQLDateTime
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -332,12 +335,14 @@ class StateStore:
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         event.listen(self._sessions, "before_flush", _remember_flushed)
         self._guard: Callable[[Session], None] | None = None
-        self._migrate()
+        with _sqlite_file_lock(self._engine):
+            self._migrate()
 
     def _migrate(self) -> None:
         """Create or upgrade the schema in one transaction that holds the schema lock."""
         try:
             with self._engine.connect() as connection:
+                _use_wal(connection)
                 _lock_schema(connection)
                 Base.metadata.create_all(connection)
                 current = connection.scalar(select(func.max(SchemaVersion.version)))
@@ -733,11 +738,46 @@ def _landing_row(
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    # WAL lets the Airflow scheduler read while a task writes; the timeout rides out locks.
+    # Per connection: the timeout rides out another writer's lock. The journal mode is a
+    # property of the file, set once by ``_use_wal``.
     cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
     cursor.close()
+
+
+def _use_wal(connection: Connection) -> None:
+    """Switch a SQLite database file to WAL, so the Airflow scheduler reads while a task writes.
+
+    Switching needs the file's exclusive lock and SQLite answers "database is locked" at once,
+    without its busy handler, when another connection switches at the same moment; so it runs
+    only inside :func:`_sqlite_file_lock`, and only while the file is not in WAL already (the
+    mode persists in the file, so later opens skip it).
+    """
+    if connection.dialect.name != "sqlite":
+        return
+    mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
+    if str(mode).lower() not in ("wal", "memory"):
+        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<database>.lock`` (SQLite files only; else a no-op).
+
+    It serialises the first opens of one database file across processes and threads on this
+    host, which is where a SQLite file can be shared.
+    """
+    database = make_url(engine.url).database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    lock_path = Path(database).with_name(Path(database).name + ".lock")
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def rejected_files_in_place(store: StateStore, stream: str) -> list[LandingFile]:

@@ -11,6 +11,7 @@ import math
 import threading
 import traceback
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -154,6 +155,40 @@ def test_processes_opening_a_fresh_store_at_once_all_succeed(state_store_url: st
     assert [v for (v,) in versions] == [SCHEMA_VERSION]
     for store in stores:
         store.dispose()
+
+
+def test_many_fresh_sqlite_files_opened_at_once_all_succeed(tmp_path: Path) -> None:
+    # Switching a fresh file to WAL fails at once ("database is locked", no busy wait) when
+    # two connections switch together; that happened in a few percent of single trials, so
+    # the race runs on many fresh files. Each must open on every thread and end in WAL.
+    openers, rounds = 4, 100
+    errors: list[BaseException] = []
+    for trial in range(rounds):
+        url = f"sqlite:///{tmp_path / str(trial) / 'store.db'}"
+        barrier = threading.Barrier(openers)
+        stores: list[StateStore] = []
+
+        def open_store(
+            url: str = url,
+            barrier: threading.Barrier = barrier,
+            stores: list[StateStore] = stores,
+        ) -> None:
+            barrier.wait()
+            try:
+                stores.append(StateStore(url))
+            except StateStoreError as e:  # collected and reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_store) for _ in range(openers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == [], f"round {trial}"
+        with stores[0].engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        for store in stores:
+            store.dispose()
 
 
 # ---------------------------------------------------------------------- URLs and secrets
