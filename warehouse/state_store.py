@@ -48,7 +48,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy import DateTime as SQLDateTime
-from sqlalchemy.engine import Connection, Dialect, Engine, make_url
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -767,7 +767,7 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     It serialises the first opens of one database file across processes and threads on this
     host, which is where a SQLite file can be shared.
     """
-    database = make_url(engine.url).database if engine.dialect.name == "sqlite" else None
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
     if not database or database == ":memory:" or database.startswith("file:"):
         yield
         return

@@ -130,24 +130,33 @@ def test_store_written_by_newer_code_is_refused(state_store_url: str) -> None:
         StateStore(state_store_url)
 
 
-def test_processes_opening_a_fresh_store_at_once_all_succeed(state_store_url: str) -> None:
-    # Airflow starts the first tasks of a new deployment together: each creates the schema.
-    openers, barrier = 4, threading.Barrier(4)
+def open_at_once(
+    url: str, openers: int, timeout: float
+) -> tuple[list[StateStore], list[BaseException]]:
+    """Open ``url`` from ``openers`` threads released together: the stores and the errors."""
+    barrier = threading.Barrier(openers)
     errors: list[BaseException] = []
     stores: list[StateStore] = []
 
     def open_store() -> None:
         barrier.wait()
         try:
-            stores.append(StateStore(state_store_url))
-        except StateStoreError as e:  # collected and reported below
+            stores.append(StateStore(url))
+        except StateStoreError as e:  # collected and reported by the caller
             errors.append(e)
 
     threads = [threading.Thread(target=open_store) for _ in range(openers)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=timeout)
+    return stores, errors
+
+
+def test_processes_opening_a_fresh_store_at_once_all_succeed(state_store_url: str) -> None:
+    # Airflow starts the first tasks of a new deployment together: each creates the schema.
+    openers = 4
+    stores, errors = open_at_once(state_store_url, openers, timeout=120)
     assert errors == []
     assert len(stores) == openers
     with stores[0]._engine.connect() as connection:
@@ -161,29 +170,9 @@ def test_many_fresh_sqlite_files_opened_at_once_all_succeed(tmp_path: Path) -> N
     # Switching a fresh file to WAL fails at once ("database is locked", no busy wait) when
     # two connections switch together; that happened in a few percent of single trials, so
     # the race runs on many fresh files. Each must open on every thread and end in WAL.
-    openers, rounds = 4, 100
-    errors: list[BaseException] = []
-    for trial in range(rounds):
+    for trial in range(100):
         url = f"sqlite:///{tmp_path / str(trial) / 'store.db'}"
-        barrier = threading.Barrier(openers)
-        stores: list[StateStore] = []
-
-        def open_store(
-            url: str = url,
-            barrier: threading.Barrier = barrier,
-            stores: list[StateStore] = stores,
-        ) -> None:
-            barrier.wait()
-            try:
-                stores.append(StateStore(url))
-            except StateStoreError as e:  # collected and reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=open_store) for _ in range(openers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        stores, errors = open_at_once(url, openers=4, timeout=60)
         assert errors == [], f"round {trial}"
         with stores[0].engine.connect() as connection:
             assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
