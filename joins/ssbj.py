@@ -61,6 +61,7 @@ from joins.ssbj_buckets import (
     master_field,
     stream_field,
 )
+from warehouse.delta.api import ADDED_CHANGES, REMOVED_CHANGES
 
 INPUT_VERSION = "_input_version"
 SCAN_PART = "_scan_part"
@@ -183,8 +184,8 @@ class WideTable:
         """Rows a master's commits changed: removed (delete, update pre-image) or added."""
         kind = F.col(change_type)
         change = (
-            F.when(kind.isin("delete", "update_preimage"), F.lit(REMOVED))
-            .when(kind.isin("insert", "update_postimage"), F.lit(ADDED))
+            F.when(kind.isin(*REMOVED_CHANGES), F.lit(REMOVED))
+            .when(kind.isin(*ADDED_CHANGES), F.lit(ADDED))
             .otherwise(F.lit(None))
         )
         role = SWITCH_CHANGE if for_switch else CACHE_CHANGE

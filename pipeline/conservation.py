@@ -53,7 +53,7 @@ def check_run(
                     )
                 )
             version = int(values["output_version"])
-            written = engine.changes(layout.staged(stage.output), version - 1, version).count()
+            written = engine.rows_added(layout.staged(stage.output), version - 1, version).count()
             if written != values["output_rows"]:
                 problems.append(
                     ConservationProblem(

@@ -58,7 +58,7 @@ def union_pins(*pins: Mapping[str, Iterable[int]]) -> dict[str, list[int]]:
 
 
 def input_versions(after_version: int, to_version: int) -> range:
-    """The versions ``changes(after_version, to_version)`` reads the added files of."""
+    """The versions ``rows_added(after_version, to_version)`` reads the added files of."""
     return range(after_version + 1, to_version + 1)
 
 

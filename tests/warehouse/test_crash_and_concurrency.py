@@ -18,7 +18,7 @@ from common.faults import CRASH_ENV_VAR
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
 from tests.warehouse.append_worker import SCHEMA
-from tests.warehouse.test_delta_engines import ENGINES, make_engine
+from tests.warehouse.delta.test_engines import ENGINES, make_engine
 
 pytestmark = pytest.mark.slow
 

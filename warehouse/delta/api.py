@@ -39,6 +39,12 @@ EngineChoice = Literal["auto", "embedded", "native"]
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+# The values of ``CHANGE_TYPE``, as Delta's change data feed spells them: rows a commit
+# removed, and rows it added (``changes`` of an append-only range has only INSERT).
+INSERT, DELETE = "insert", "delete"
+UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "update_preimage", "update_postimage"
+REMOVED_CHANGES = (DELETE, UPDATE_PREIMAGE)
+ADDED_CHANGES = (INSERT, UPDATE_POSTIMAGE)
 
 PARTITION_OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in")
 
@@ -183,13 +189,28 @@ class DeltaEngine(Protocol):
         keys: Sequence[str],
         delete_flag: str | None = None,
         txn: AppTransaction | None = None,
-    ) -> CommitOutcome: ...
+    ) -> CommitOutcome:
+        """Upsert ``source`` by ``keys``; rows whose ``delete_flag`` is true delete instead.
+
+        How a master changes (slowly changing dimensions): the pipeline itself never merges
+        into the tables it owns, but SSBJ follows a merged master through :meth:`changes`.
+        One commit, exactly once under ``txn``.
+        """
+        ...
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
-    def changes(
-        self, path: str, after_version: int, to_version: int, added_only: bool = False
-    ) -> DataFrame: ...
+    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
+        """Every row change of the commits ``(after_version, to_version]``.
+
+        Each row carries ``CHANGE_TYPE`` (one of ``ADDED_CHANGES`` or ``REMOVED_CHANGES``)
+        and ``COMMIT_VERSION``. From the change data feed when the table enables it
+        (``CDF_PROPERTY``); otherwise the range must be append-only and every row is an
+        ``INSERT`` of an added file, and a commit that removed a file raises
+        :class:`NotAppendOnlyError` (its removed rows cannot be known). A reader that wants
+        only the rows added, whatever was removed, asks :meth:`rows_added`.
+        """
+        ...
 
     def rows_added(
         self,

@@ -68,6 +68,7 @@ from warehouse.delta.api import (
     CDF_PROPERTY,
     CHANGE_TYPE,
     COMMIT_VERSION,
+    INSERT,
     AppTransaction,
     CommitOutcome,
     DataFile,
@@ -260,17 +261,12 @@ class EmbeddedDeltaEngine:
     def transaction_version(self, path: str, app_id: str) -> int | None:
         return self._open(path).transaction_version(app_id)
 
-    def changes(
-        self, path: str, after_version: int, to_version: int, added_only: bool = False
-    ) -> DataFrame:
+    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
         """Rows added or changed in versions ``(after_version, to_version]``.
 
         Uses the change data feed when the table enables it. Otherwise the table must have
         been append-only over the range, and the answer is the rows of the files added,
-        tagged ``insert``; a file removed in the range raises :class:`NotAppendOnlyError`,
-        unless ``added_only`` says the caller wants the added rows regardless (a stage
-        reading its input: replaced partitions are a backfill's business, not the live
-        stage's).
+        tagged ``insert``; a file removed in the range raises :class:`NotAppendOnlyError`.
         """
         if to_version < after_version:
             raise DeltaTableError(
@@ -297,7 +293,7 @@ class EmbeddedDeltaEngine:
             target = spark_to_arrow(change_schema)
             feed = feed.select(target.names).cast(target)
             return self._spark.createDataFrame(feed, change_schema)
-        return self._appended_rows(root, after_version, end, change_schema, added_only)
+        return self._appended_rows(root, after_version, end, change_schema)
 
     def _appended_rows(
         self,
@@ -305,11 +301,10 @@ class EmbeddedDeltaEngine:
         after_version: int,
         end: Snapshot,
         change_schema: StructType,
-        added_only: bool,
     ) -> DataFrame:
         parts: list[DataFrame] = []
         for version, added, removed in self._file_changes(root, after_version, end.version):
-            if removed and not added_only:
+            if removed:
                 raise NotAppendOnlyError(
                     f"table {root} removed {len(removed)} file(s) in version {version} and does "
                     f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
@@ -318,7 +313,7 @@ class EmbeddedDeltaEngine:
             if added:
                 parts.append(
                     self.read_files(end, added)
-                    .withColumn(CHANGE_TYPE, F.lit("insert"))
+                    .withColumn(CHANGE_TYPE, F.lit(INSERT))
                     .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
                 )
         return _union_or_empty(self._spark, parts, change_schema)

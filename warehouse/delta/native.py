@@ -75,6 +75,7 @@ from warehouse.delta.api import (
     CDF_PROPERTY,
     CHANGE_TYPE,
     COMMIT_VERSION,
+    INSERT,
     AppTransaction,
     CommitOutcome,
     DataFile,
@@ -408,16 +409,13 @@ class NativeDeltaEngine:
         recorded = jsnap.transactions().get(app_id)
         return None if recorded.isEmpty() else int(recorded.get())
 
-    def changes(
-        self, path: str, after_version: int, to_version: int, added_only: bool = False
-    ) -> DataFrame:
+    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
         """Rows added or changed in versions ``(after_version, to_version]``.
 
         The change data feed when the table enables it (``_change_type`` and
         ``_commit_version`` as delta-spark gives them); otherwise the table must have been
         append-only over the range and the answer is the rows of the files added, tagged
-        ``insert``. A data-changing remove then raises :class:`NotAppendOnlyError`, unless
-        ``added_only`` asks for the added rows regardless, as in the embedded engine.
+        ``insert``. A data-changing remove then raises :class:`NotAppendOnlyError`.
         """
         root = _table_root(path)
         if to_version < after_version:
@@ -447,7 +445,7 @@ class NativeDeltaEngine:
             return feed.select(*change_schema.fieldNames())
         parts = []
         for version, added, removed in self._commits(root, after_version, to_version):
-            if removed and not added_only:
+            if removed:
                 raise NotAppendOnlyError(
                     f"table {root} removed {len(removed)} file(s) in version {version} and does "
                     f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
@@ -457,7 +455,7 @@ class NativeDeltaEngine:
                 parts.append(
                     self._files_frame(root, end_j, added)
                     .select(*end.schema.fieldNames())
-                    .withColumn(CHANGE_TYPE, F.lit("insert"))
+                    .withColumn(CHANGE_TYPE, F.lit(INSERT))
                     .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
                 )
         return _union_or_empty(self._spark, parts, change_schema)

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 
 from common.errors import UnsupportedTableFeatureError
 from tests.helpers import assert_same_multiset
-from tests.warehouse.test_delta_engines import AWKWARD_ROWS, SCHEMA, make_engine, naive, plain
+from tests.warehouse.delta.test_engines import AWKWARD_ROWS, SCHEMA, make_engine, naive, plain
 from warehouse.delta import DeltaEngine, PartitionFilter
 
 UTC = dt.UTC
@@ -71,9 +71,7 @@ def test_a_table_written_by_one_engine_reads_the_same_on_the_other_and_on_delta_
     assert file_summary(reader, path) == file_summary(writer, path)
     assert reader.snapshot(path).schema == writer.snapshot(path).schema
     assert_same_multiset(reader.rows_added(path, 0, 2), writer.rows_added(path, 0, 2).collect())
-    assert_same_multiset(
-        reader.changes(path, 1, 2, added_only=True), [(*r, "insert", 2) for r in replacement]
-    )
+    assert_same_multiset(reader.rows_added(path, 1, 2), [(*r, 2) for r in replacement])
 
     # The reader engine writes next; the table stays one table for all three readers.
     more = [(9, "new", dt.date(2024, 2, 1), dt.datetime(2024, 2, 1, 1, 2, 3, tzinfo=UTC), 9.0)]
