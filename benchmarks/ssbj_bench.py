@@ -70,19 +70,30 @@ from warehouse.state_store import StateStore
 
 logger = logging.getLogger("bench")
 
+
+@dataclass(frozen=True)
+class MasterSpec:
+    """A TPC-H table used as the master, and the stream column that joins it."""
+
+    file: str
+    key: str
+    columns: list[str]
+    stream_key: str
+
+
 MASTERS = {
-    "customer": {
-        "file": "customer.parquet",
-        "key": "c_custkey",
-        "columns": ["c_custkey", "c_name", "c_nationkey", "c_acctbal", "c_mktsegment"],
-        "stream_key": "o_custkey",
-    },
-    "partsupp": {
-        "file": "partsupp.parquet",
-        "key": "ps_partkey",
-        "columns": ["ps_partkey", "ps_suppkey", "ps_availqty", "ps_supplycost"],
-        "stream_key": "l_partkey",
-    },
+    "customer": MasterSpec(
+        file="customer.parquet",
+        key="c_custkey",
+        columns=["c_custkey", "c_name", "c_nationkey", "c_acctbal", "c_mktsegment"],
+        stream_key="o_custkey",
+    ),
+    "partsupp": MasterSpec(
+        file="partsupp.parquet",
+        key="ps_partkey",
+        columns=["ps_partkey", "ps_suppkey", "ps_availqty", "ps_supplycost"],
+        stream_key="l_partkey",
+    ),
 }
 MODES = ("plain", "meshjoin", "ssbj_paper", "ssbj")
 MEMORY_MODES = ("meshjoin", "ssbj")
@@ -104,7 +115,7 @@ def build_config(root: Path, master: str, partitions: int) -> dict:
                 "kind": "equi",
                 "input": "s",
                 "master": "m",
-                "join_on": {spec["stream_key"]: spec["key"]},
+                "join_on": {spec.stream_key: spec.key},
                 "join": "inner",
                 "output": f"out_{mode}",
                 "operator": {**OPERATORS[mode], "partitions": partitions},
@@ -121,13 +132,13 @@ def build_config(root: Path, master: str, partitions: int) -> dict:
                 "id_column": "sid",
                 "columns": [
                     {"name": "sid", "type": "bigint", "nullable": False},
-                    {"name": spec["stream_key"], "type": "bigint"},
+                    {"name": spec.stream_key, "type": "bigint"},
                     {"name": "payload", "type": "double"},
                     {"name": "ts", "type": "timestamp", "nullable": False},
                 ],
             }
         },
-        "masters": {"m": {"table": "masters/m", "keys": [spec["key"]], "columns": spec["columns"]}},
+        "masters": {"m": {"table": "masters/m", "keys": [spec.key], "columns": spec.columns}},
         "stages": stages,
     }
 
@@ -177,14 +188,14 @@ class Case:
 
 
 def stream_batch(
-    spec: dict, first_sid: int, keys: np.ndarray, payload: np.ndarray, batch_id: int
+    spec: MasterSpec, first_sid: int, keys: np.ndarray, payload: np.ndarray, batch_id: int
 ) -> pa.Table:
     """Bronze rows of one stream commit: ids from ``first_sid``, the sampled join keys."""
     n = len(keys)
     return pa.table(
         {
             "sid": pa.array(np.arange(first_sid, first_sid + n), pa.int64()),
-            spec["stream_key"]: pa.array(keys, pa.int64()),
+            spec.stream_key: pa.array(keys, pa.int64()),
             "payload": pa.array(payload),
             "ts": pa.array([dt.datetime(2024, 1, 1)] * n, pa.timestamp("us", tz="UTC")),
             "_source_file": pa.array([f"bench-{batch_id}"] * n),
@@ -197,11 +208,11 @@ def run_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace)
     spec = MASTERS[master]
     root = Path(tempfile.mkdtemp(prefix=f"ssbj-{master}-z{z}-"))
     case = Case.open(spark, build_config(root, master, args.partitions))
-    table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
+    table = _plain(pq.read_table(tpch / spec.file)).select(spec.columns)
     frame = spark.createDataFrame(table, arrow_to_spark(table.schema))
     master_path = case.load_master(frame.repartition(4 * args.partitions))
     master_bytes = case.engine.snapshot(master_path).size_bytes
-    keys = np.unique(table.column(spec["key"]).to_numpy())
+    keys = np.unique(table.column(spec.key).to_numpy())
     rng = np.random.default_rng(42)
     sampler = ZipfSampler(keys, z, rng)  # one ranking: the same keys stay hot in every batch
     bronze = case.create_bronze()
@@ -323,7 +334,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
 
     spec = MASTERS[master]
     root = Path(tempfile.mkdtemp(prefix=f"ssbj-mem-{master}-z{z}-"))
-    table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
+    table = _plain(pq.read_table(tpch / spec.file)).select(spec.columns)
     schema = arrow_to_spark(table.schema)
     frame = spark.createDataFrame(table, schema)
     v_r = measured_row_bytes(frame) or 1.0
@@ -333,7 +344,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     # One file, as delta-rs and many small writers lay a dimension out: the scan copy must
     # still give every step |R|/k rows.
     case.load_master(frame.coalesce(1))
-    keys = np.unique(table.column(spec["key"]).to_numpy())
+    keys = np.unique(table.column(spec.key).to_numpy())
     rng = np.random.default_rng(42)
     sampler = ZipfSampler(keys, z, rng)
     bronze = case.create_bronze()
@@ -429,10 +440,10 @@ def run_anatomy_case(spark, tpch: Path, master: str, args: argparse.Namespace) -
     root = Path(tempfile.mkdtemp(prefix=f"ssbj-anatomy-{master}-"))
     case = Case.open(spark, build_config(root, master, args.partitions))
     layout = case.layout
-    table = _plain(pq.read_table(tpch / spec["file"])).select(spec["columns"])
+    table = _plain(pq.read_table(tpch / spec.file)).select(spec.columns)
     case.load_master(spark.createDataFrame(table, arrow_to_spark(table.schema)).coalesce(1))
     sampler = ZipfSampler(
-        np.unique(table.column(spec["key"]).to_numpy()), 1.0, np.random.default_rng(7)
+        np.unique(table.column(spec.key).to_numpy()), 1.0, np.random.default_rng(7)
     )
     bronze = case.create_bronze()
     arrow_schema = pa.schema(DeltaTable(bronze).schema().to_arrow())

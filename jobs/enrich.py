@@ -7,7 +7,7 @@
                                                   publish (or quarantine) them
     enrich [--config FILE] drain                  finish every pending tuple now
     enrich [--config FILE] backfill --start T --end T
-    enrich [--config FILE] status [--json]
+    enrich [--config FILE] status [--json]        offsets, lag, landing files, last runs
     enrich [--config FILE] report [--start T --end T] [--out FILE] [--fail-on-unresolved]
     enrich [--config FILE] resolve TABLE --run-id R [--publish]
     enrich [--config FILE] demo-data [--scale S --intervals N --zipf Z]
@@ -36,6 +36,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("enrich")
 
 DEFAULT_CONFIG = "configs/demo.yaml"
+DISTRIBUTION = "stream-enrichment"
 PACKAGE_LOGGERS = (
     "enrich",
     "common",
@@ -101,10 +103,54 @@ def _timestamp(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+DESCRIPTION = """\
+Enrich stream micro-batches with Delta Lake master tables: equi joins through SSBJ (a hot
+cache plus a MESHJOIN cyclic scan), theta joins (band, range, inequality) through A-DSP,
+every output audited by Great Expectations before it is published.
+
+Airflow runs `ingest`, one `stage NAME` per stage, then `validate`; every command that
+writes holds the pipeline's lease (one writer at a time)."""
+
+EPILOG = """\
+exit codes: 0 done; 1 pipeline error; 2 bad configuration or arguments; 3 a quality gate
+failed; 4 done, but some landing files were rejected or changed (they stay in place);
+5 another run holds the pipeline lease.
+
+`enrich COMMAND --help` describes one command."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="enrich", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG))
-    parser.add_argument("--log-level", default="INFO")
+    from rich_argparse import RawDescriptionRichHelpFormatter
+
+    formatter = RawDescriptionRichHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="enrich", description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path(DEFAULT_CONFIG),
+        metavar="FILE",
+        help=f"the pipeline's YAML config (default {DEFAULT_CONFIG})",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        metavar="LEVEL",
+        help=f"log level of the pipeline's own loggers: {', '.join(LOG_LEVELS)} (default INFO)",
+    )
     parser.add_argument(
         "--wait",
         type=float,
@@ -112,62 +158,148 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="wait this long for another run's pipeline lease before exiting 5 (default 0)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("ingest", "run", "validate", "drain", "status", "report"):
-        sub = commands.add_parser(name)
-        sub.add_argument("--run-id", default=None)
-        sub.add_argument("--start", type=_timestamp, default=None, help="data interval start")
-        sub.add_argument("--end", type=_timestamp, default=None, help="data interval end")
-        if name == "status":
-            sub.add_argument("--json", action="store_true")
-        if name == "report":
-            sub.add_argument("--out", type=Path, default=None)
-            sub.add_argument(
-                "--fail-on-unresolved",
-                action="store_true",
-                help="exit 3 if a run in the range has a quarantined batch nobody resolved",
-            )
-    resolve = commands.add_parser("resolve", help="close a quarantined output batch")
-    resolve.add_argument("name", metavar="TABLE")
-    resolve.add_argument("--run-id", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=summary + (f"\n\n{details}" if details else ""),
+            formatter_class=formatter,
+        )
+
+    def run_id(sub: argparse.ArgumentParser, required: bool = False) -> None:
+        sub.add_argument(
+            "--run-id",
+            required=required,
+            default=None,
+            metavar="ID",
+            help="the run this command belongs to (Airflow passes its run id; default: "
+            "the command and the current time)",
+        )
+
+    def interval(sub: argparse.ArgumentParser, what: str, required: bool = False) -> None:
+        sub.add_argument(
+            "--start",
+            type=_timestamp,
+            required=required,
+            default=None,
+            metavar="T",
+            help=f"{what} start, ISO-8601 (UTC unless it has an offset)",
+        )
+        sub.add_argument(
+            "--end",
+            type=_timestamp,
+            required=required,
+            default=None,
+            metavar="T",
+            help=f"{what} end, exclusive, ISO-8601",
+        )
+
+    scheduled = {
+        "ingest": ("pick up complete landing files into the bronze tables", ""),
+        "run": ("ingest, then one step of every stage, in config order", ""),
+        "validate": (
+            "audit each output's new batch, then publish it or quarantine it",
+            "Runs the output's Great Expectations suites and the row-conservation checks; "
+            "exits 3 if a batch was quarantined.",
+        ),
+        "drain": ("join every pending tuple now; nothing stays pending afterwards", ""),
+    }
+    for name, (summary, details) in scheduled.items():
+        sub = command(name, summary, details)
+        run_id(sub)
+        interval(sub, "data interval")
+    stage = command(
+        "stage",
+        "one step of one stage",
+        "SSBJ stages take `operator.steps_per_run` steps; other stages join what arrived "
+        "since their last step.",
+    )
+    stage.add_argument("name", metavar="NAME", help="the stage's name in the config")
+    run_id(stage)
+    interval(stage, "data interval")
+    backfill = command(
+        "backfill",
+        "re-join an interval against the masters as of its end and replace it",
+        "The replaced interval is audited before it is published; live state is not disturbed.",
+    )
+    interval(backfill, "interval", required=True)
+    run_id(backfill)
+    status = command("status", "offsets, lag, landing files and the last runs (no Spark)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    report = command("report", "write the HTML run report of a range of runs")
+    interval(report, "report range")
+    report.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the report file (default: reports/ under the warehouse root)",
+    )
+    report.add_argument(
+        "--fail-on-unresolved",
+        action="store_true",
+        help="exit 3 if a run in the range has a quarantined batch nobody resolved",
+    )
+    resolve = command(
+        "resolve",
+        "close a quarantined output batch",
+        "Without --publish the batch stays out of the published table; with it, its rows "
+        "are published as they are.",
+    )
+    resolve.add_argument("name", metavar="TABLE", help="the output table")
+    run_id(resolve, required=True)
     resolve.add_argument(
         "--publish", action="store_true", help="publish the quarantined rows as they are"
     )
-    stage = commands.add_parser("stage")
-    stage.add_argument("name")
-    stage.add_argument("--run-id", default=None)
-    stage.add_argument("--start", type=_timestamp, default=None)
-    stage.add_argument("--end", type=_timestamp, default=None)
-    backfill = commands.add_parser("backfill")
-    backfill.add_argument("--start", type=_timestamp, required=True)
-    backfill.add_argument("--end", type=_timestamp, required=True)
-    backfill.add_argument("--run-id", default=None)
-    demo = commands.add_parser("demo-data")
-    demo.add_argument("--scale", type=float, default=0.01)
-    demo.add_argument("--intervals", type=int, default=3)
-    demo.add_argument("--zipf", type=float, default=0.0)
-    demo.add_argument("--start", type=_timestamp, default=None, help="first interval start")
-    generate = commands.add_parser("generate-dag")
-    generate.add_argument("--out", type=Path, required=True)
-    maintain = commands.add_parser(
-        "maintain", help="vacuum every Delta table of the pipeline, keeping pinned versions"
+    demo = command("demo-data", "generate TPC-H masters and Zipf stream files for the demo config")
+    demo.add_argument(
+        "--scale", type=float, default=0.01, metavar="SF", help="TPC-H scale factor (0.01)"
     )
-    maintain.add_argument("--run-id", default=None)
+    demo.add_argument(
+        "--intervals",
+        type=int,
+        default=3,
+        metavar="N",
+        help="hourly stream intervals to write (3)",
+    )
+    demo.add_argument(
+        "--zipf", type=float, default=0.0, metavar="Z", help="Zipf skew of stream keys (0)"
+    )
+    demo.add_argument(
+        "--start", type=_timestamp, default=None, metavar="T", help="first interval start"
+    )
+    generate = command(
+        "generate-dag",
+        "write the config's Airflow DAG file (and quality_report_<name>.py beside it)",
+    )
+    generate.add_argument(
+        "--out", type=Path, required=True, metavar="FILE", help="the DAG file to write"
+    )
+    maintain = command(
+        "maintain",
+        "vacuum every Delta table of the pipeline, keeping the versions it pins",
+    )
+    run_id(maintain)
     maintain.add_argument(
         "--retention-hours",
         type=float,
         default=None,
+        metavar="H",
         help="override warehouse.vacuum_retention_hours for this run",
     )
-    server = commands.add_parser(
+    server = command(
         "spark-server",
-        help="run a Spark Connect server in the foreground for commands with spark.remote",
+        "run a Spark Connect server in the foreground for commands with spark.remote",
     )
-    server.add_argument("--host", default=None, help="default: spark.remote's, else 127.0.0.1")
+    server.add_argument("--host", default=None, help="default: spark.remote's host, else 127.0.0.1")
     server.add_argument(
-        "--port", type=int, default=None, help="default: spark.remote's, else 15002"
+        "--port", type=int, default=None, help="default: spark.remote's port, else 15002"
     )
-    server.add_argument("--log", type=Path, default=None, help="the server's log file")
+    server.add_argument(
+        "--log", type=Path, default=None, metavar="FILE", help="the server's log file"
+    )
     return parser
 
 
@@ -207,13 +339,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except SystemExit as e:  # argparse: --help and --version (0), a bad argument (2)
+        return e.code if isinstance(e.code, int) else EXIT_CONFIG
     # Inside Airflow the root logger is already configured and must stay so (task logs).
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from common.secrets import install_secret_filter
 
     install_secret_filter(logging.getLogger().handlers)  # URL passwords, ${VAR} secrets
     for name in PACKAGE_LOGGERS:
-        logging.getLogger(name).setLevel(level.upper())
+        logging.getLogger(name).setLevel(level)
     try:
         return _dispatch(args)
     except ValidationFailedError as e:
@@ -255,7 +389,12 @@ def _dispatch(args: JobArgs) -> int:
             status = pipeline_status(config, store)
         finally:
             store.dispose()
-        print(json.dumps(status, indent=2, default=str) if args.as_json else _format_status(status))
+        if args.as_json:
+            print(json.dumps(status, indent=2, default=str))
+        else:
+            from jobs.status_view import print_status
+
+            print_status(status)
         return EXIT_OK
     if args.stage is not None and args.command == "stage":
         config.stage(args.stage)  # an unknown stage is a config error before Spark starts
@@ -349,19 +488,6 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
         server.log_tail(),
     )
     return EXIT_ERROR
-
-
-def _format_status(status: dict[str, object]) -> str:
-    lines = ["streams:"]
-    for name, info in status["streams"].items():  # type: ignore[attr-defined]
-        lines.append(f"  {name}: {info}")
-    lines.append("stages:")
-    for name, info in status["stages"].items():  # type: ignore[attr-defined]
-        lines.append(f"  {name}: {info}")
-    lines.append("last runs:")
-    for run in status["last_runs"]:  # type: ignore[attr-defined]
-        lines.append(f"  {run}")
-    return "\n".join(lines)
 
 
 def run() -> None:

@@ -105,13 +105,14 @@ class AuditPublisher:
         engine: DeltaEngine,
         store: StateStore,
         gate: Any = None,
+        drivers: StageDrivers | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.store = store
         self.spark = spark
         self.layout = WarehouseLayout.of(config)
-        self.drivers = StageDrivers(config, spark, engine, store)
+        self.drivers = drivers or StageDrivers(config, spark, engine, store)
         self.inputs = self.drivers.inputs
         self._gate = gate
 
@@ -178,14 +179,14 @@ class AuditPublisher:
             return TableAudit(
                 table, run_id, tuple(last["batch"]), last["action"], failures=last["failures"]
             )
-        consumed = self.store.offset(stage.name).input_version
         if latest == audited and not failures:
             return TableAudit(table, run_id, (audited, latest), NOTHING_NEW)
+        driver = self.drivers.driver(stage)
+        consumed = driver.consumed_version()
         staged = self._live_batch(silver, audited, latest)
         input_rows = self.inputs.new_rows(stage, int(state["input_version"]), consumed)
         # Tuples that were still pending at the last audit are accounted for now: emitted
         # in this batch, published by an earlier one, or still pending.
-        driver = self.drivers.driver(stage)
         pending_before = state.get("pending_version")
         recorded_table = state.get("pending_table")
         if pending_before is not None and (

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from common.errors import EXIT_OK, EXIT_PARTIAL, ConfigError, EnrichmentError
 from common.phase_clock import SECONDS_PREFIX, TASK_PREFIX, TOTAL, PhaseClock
 from pipeline.audit import AuditPublisher
+from pipeline.backfill import backfill
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
@@ -49,8 +50,9 @@ class PipelineContext:
 
     @cached_property
     def auditor(self) -> AuditPublisher:
-        runner = self.runner  # its engine, which tests may wrap
-        return AuditPublisher(runner.config, runner.spark, runner.engine, runner.store)
+        return AuditPublisher(
+            self.config, self.spark, self.engine, self.store, drivers=self.runner.drivers
+        )
 
     @contextmanager
     def exclusive(self, purpose: str, wait_seconds: float = 0.0) -> Iterator[PipelineLease]:
@@ -145,10 +147,9 @@ class PipelineContext:
         if command == "drain":
             self.runner.drain(run_id)
         if command == "backfill":
-            assert start is not None and end is not None
-            self.auditor.begin_backfill(run_id, start, end)
-            self.runner.backfill(start, end, run_id)
-            self.auditor.audit_backfill(run_id, start, end)
+            if start is None or end is None:
+                raise ConfigError("backfill: --start and --end are required")
+            backfill(self.runner, self.auditor, start, end, run_id)
         if command == "validate":
             from pipeline.conservation import check_run
 

@@ -1,16 +1,17 @@
 """The pipeline runner: ingestion, then each stage's work through its driver.
 
-The runner orchestrates: it ingests the streams, runs every stage's step, drain or
-backfill in config order through the stage's :class:`~pipeline.stage_driver.StageDriver`
-(``pipeline.drivers`` picks it), reports progress and records the backfill metrics. It
-knows no operator's internals; exactly-once and point-in-time are the drivers' contracts.
+The runner orchestrates: it ingests the streams, runs every stage's step or drain in
+config order through the stage's :class:`~pipeline.stage_driver.StageDriver` (one
+:class:`~pipeline.drivers.StageDrivers` registry picks it), reports progress and records
+each step's metrics; ``pipeline.backfill`` drives backfills through the same drivers. The
+runner knows no operator's internals; exactly-once and point-in-time are the drivers'
+contracts.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -37,13 +38,15 @@ class PipelineRunner:
         engine: DeltaEngine,
         store: StateStore,
         progress: Callable[[str], None] | None = None,
+        drivers: StageDrivers | None = None,
     ) -> None:
         self.config = config
         self.spark = spark
         self.engine = engine
         self.store = store
         self.layout = WarehouseLayout.of(config)
-        self._progress = progress or (lambda message: logger.info("%s", message))
+        self.drivers = drivers or StageDrivers(config, spark, engine, store)
+        self.progress = progress or (lambda message: logger.info("%s", message))
 
     # ------------------------------------------------------------------ ingestion
 
@@ -66,7 +69,7 @@ class PipelineRunner:
     def ingest(self, run_id: str) -> list[IngestReport]:
         reports = []
         for name in self.config.streams:
-            self._progress(f"ingest {name}")
+            self.progress(f"ingest {name}")
             report = ingest_stream(
                 self.spark, self.engine, self.store, self.stream_source(name), run_id
             )
@@ -79,14 +82,14 @@ class PipelineRunner:
     def run_stages(self, run_id: str) -> list[StageReport]:
         reports = []
         for index, stage in enumerate(self.config.stages, start=1):
-            self._progress(f"stage {index}/{len(self.config.stages)}: {stage.name}")
+            self.progress(f"stage {index}/{len(self.config.stages)}: {stage.name}")
             report = self.run_stage_step(stage, run_id)
             reports.append(report)
         return reports
 
     def driver(self, stage: EquiStage | ThetaStage) -> StageDriver:
-        """The driver of ``stage`` over this runner's engine (tests may swap the engine)."""
-        return StageDrivers(self.config, self.spark, self.engine, self.store).driver(stage)
+        """The driver of ``stage``, from the one registry this runner was built with."""
+        return self.drivers.driver(stage)
 
     def run_stage_step(self, stage: EquiStage | ThetaStage, run_id: str) -> StageReport:
         return self._recorded(run_id, self.driver(stage).step(run_id))
@@ -98,23 +101,8 @@ class PipelineRunner:
         """
         reports = []
         for stage in self.config.stages:
-            self._progress(f"drain {stage.name}")
+            self.progress(f"drain {stage.name}")
             reports.append(self._recorded(run_id, self.driver(stage).drain(run_id)))
-        return reports
-
-    def backfill(self, start: datetime, end: datetime, run_id: str) -> list[StageReport]:
-        """Re-join the interval's rows against the masters as of ``end``; replace the output.
-
-        Each stage reads its input's rows of the interval (for a chained stage, the
-        replaced output of the previous stage) and replaces the output partitions whose
-        ``_interval_start`` lies in [start, end), atomically, in one commit.
-        """
-        reports = []
-        for stage in self.config.stages:
-            self._progress(f"backfill {stage.name} [{start.isoformat()}, {end.isoformat()})")
-            report = self.driver(stage).backfill(start, end, run_id)
-            self.store.record_metrics(run_id, f"backfill.{stage.name}", 0, report.as_metrics())
-            reports.append(report)
         return reports
 
     def _recorded(self, run_id: str, report: StageReport) -> StageReport:
@@ -125,4 +113,9 @@ class PipelineRunner:
         """
         for step in report.steps:
             self.store.record_metrics(run_id, report.stage, step.step, step.values)
+        self.progress(
+            f"{report.stage}: {len(report.steps)} step(s), {report.tuples_in:,} tuple(s) in, "
+            f"{report.output_rows:,} row(s) out, {report.tuples_pending:,} pending, "
+            f"{report.seconds:.1f}s"
+        )
         return report

@@ -70,6 +70,9 @@ class SsbjDriver:
         self.operator.record_backfill(start, end, input_version)
         return report
 
+    def consumed_version(self) -> int:
+        return self.store.offset(self._stage.name).input_version
+
     def pending_table(self) -> str | None:
         return self.operator.state_path
 

@@ -64,6 +64,11 @@ class PendingAccount(Protocol):
     A stateless driver holds none: ``pending_table`` is None and ``pending_ages`` None.
     """
 
+    def consumed_version(self) -> int:
+        """The input table's version up to which every row has entered the stage (joined
+        or pending); the audit accounts for the input rows up to it."""
+        ...
+
     def pending_table(self) -> str | None:
         """The table holding the pending tuples (the audit pins the versions it reads)."""
         ...

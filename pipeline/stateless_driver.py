@@ -171,6 +171,9 @@ class StatelessDriver(ABC, Generic[StageT]):
         report.seconds = time.monotonic() - started
         return report, input_snapshot.version
 
+    def consumed_version(self) -> int:
+        return self.store.offset(self.stage.name).input_version
+
     def pending_table(self) -> str | None:
         return None
 

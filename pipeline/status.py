@@ -31,7 +31,10 @@ def table_version(path: str) -> int | None:
     return DeltaTable(path).version()
 
 
-def pipeline_status(config: PipelineConfig, store: StateStore) -> dict[str, Any]:
+def pipeline_status(
+    config: PipelineConfig, store: StateStore, runs_shown: int = 5
+) -> dict[str, Any]:
+    """Streams, stages and the last ``runs_shown`` ledger rows, as plain JSON-able values."""
     layout = WarehouseLayout.of(config)
     stages = {}
     for stage in config.stages:
@@ -63,7 +66,14 @@ def pipeline_status(config: PipelineConfig, store: StateStore) -> dict[str, Any]
             ],
         }
     runs = [
-        {"run_id": r.run_id, "kind": r.kind, "status": r.status, "error": r.error}
-        for r in store.runs(limit=5)
+        {
+            "run_id": r.run_id,
+            "kind": r.kind,
+            "status": r.status,
+            "started_at": r.started_at,
+            "seconds": ((r.finished_at - r.started_at).total_seconds() if r.finished_at else None),
+            "error": r.error,
+        }
+        for r in store.runs(limit=runs_shown)
     ]
     return {"streams": streams, "stages": stages, "last_runs": runs}

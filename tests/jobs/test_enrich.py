@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import threading
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,12 @@ import yaml
 from pyspark.sql import SparkSession
 
 from common.errors import EXIT_BUSY, EXIT_CONFIG, EXIT_OK
-from jobs.enrich import main
+from jobs.enrich import build_parser, main
 from pipeline.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.helpers import tiny_pipeline
 from warehouse.lease import LeaseSettings, PipelineLease
-from warehouse.state_store import StateStore
+from warehouse.state_store import REJECTED, StateStore
 
 
 def test_bad_arguments_and_config_exit_with_code_2(
@@ -42,9 +44,79 @@ def test_bad_arguments_and_config_exit_with_code_2(
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\nstreams: {}\n")
     assert main(["--config", str(broken), "status"]) == EXIT_CONFIG
-    with pytest.raises(SystemExit) as info:
-        main(["--config", str(broken), "backfill", "--start", "yesterday", "--end", "today"])
-    assert info.value.code == 2
+    capsys.readouterr()
+    bad_time = ["--config", str(broken), "backfill", "--start", "yesterday", "--end", "today"]
+    assert main(bad_time) == EXIT_CONFIG
+    assert "expected an ISO-8601 timestamp, got 'yesterday'" in capsys.readouterr().err
+    # A log level that does not exist is refused before anything runs, naming the choices.
+    assert main(["--log-level", "verbose", "--config", str(broken), "status"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "--log-level" in err and "'VERBOSE'" in err and "DEBUG" in err and "Traceback" not in err
+
+
+def test_every_command_and_option_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    summaries = {choice.dest: choice.help for choice in commands._choices_actions}
+    assert set(summaries) == set(commands.choices)
+    undocumented = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, sub in [("enrich", parser), *commands.choices.items()]
+        for action in sub._actions
+        if not action.help and not isinstance(action, argparse._SubParsersAction)
+    ]
+    assert undocumented == []
+    assert all(summaries.values()), summaries
+    assert main(["--help"]) == EXIT_OK
+    top = capsys.readouterr().out
+    assert all(name in top for name in commands.choices) and "exit codes" in top
+    assert "``" not in top  # reST markup of the module docstring does not leak into help
+    for name in commands.choices:
+        assert main([name, "--help"]) == EXIT_OK
+        assert summaries[name].split()[0] in capsys.readouterr().out
+    assert main(["--version"]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == f"enrich {metadata.version('stream-enrichment')}"
+
+
+def test_status_prints_tables_of_streams_stages_and_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough that no path folds inside its cell
+    raw = tiny_pipeline(tmp_path, "k", "bigint") | {
+        "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk"]}},
+        "stages": [
+            {
+                "name": "enrich",
+                "kind": "equi",
+                "input": "s",
+                "master": "m",
+                "join_on": {"k": "mk"},
+                "output": "out",
+            }
+        ],
+    }
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    (tmp_path / "landing").mkdir()
+    bad = tmp_path / "landing" / "broken.json"
+    bad.write_text("{")
+    store = StateStore(load_config(config).warehouse.resolved_state_store())
+    try:
+        store.register_landing_file("s", str(bad), 1, "0" * 64, "r1", status=REJECTED, error="bad")
+        store.start_run("r1/ingest", "scheduled")
+        store.finish_run("r1/ingest", error="exit code 4")
+        store.start_run("r2/ingest", "scheduled")
+    finally:
+        store.dispose()
+    assert main(["--log-level", "debug", "--config", str(config), "status"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "{" not in out  # tables, not Python reprs
+    for title in ("streams", "rejected files still in the landing zone", "stages", "last runs"):
+        assert title in out
+    assert "broken.json" in out and "exit code 4" in out
+    assert "r2/ingest" in out and "running" in out
+    stage_row = next(line for line in out.splitlines() if "enrich" in line and "v0" in line)
+    assert "out" in stage_row
 
 
 def test_run_status_and_report(

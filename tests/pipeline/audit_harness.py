@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from joins.ssbj import ENTRY_STEP
+from pipeline.drivers import StageDrivers
 from tests.pipeline.ssbj_harness import SsbjHarness
 from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine
 
@@ -143,12 +144,14 @@ class DefectEngine:
 def defect_in(
     h: SsbjHarness, path: str, defect: Callable[[DataFrame], DataFrame]
 ) -> Iterator[None]:
-    real = h.runner.engine
-    h.runner.engine = DefectEngine(real, path, defect)  # type: ignore[assignment]
+    """Stage steps run inside the block write through a :class:`DefectEngine`."""
+    real = h.runner.drivers
+    defective = DefectEngine(h.engine, path, defect)
+    h.runner.drivers = StageDrivers(h.config, h.spark, defective, h.store)  # type: ignore[arg-type]
     try:
         yield
     finally:
-        h.runner.engine = real
+        h.runner.drivers = real
 
 
 # --------------------------------------------------------------------------- defects

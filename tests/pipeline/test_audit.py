@@ -18,6 +18,7 @@ from common.errors import BackfillIncompleteError, ValidationFailedError
 from common.faults import CRASH_ENV_VAR
 from joins.ssbj import pending_tuples
 from pipeline.audit import FAILED_EXPECTATIONS, RUN_ID
+from pipeline.backfill import rejoin_interval
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, row_multiset
 from tests.pipeline.audit_harness import (
@@ -225,7 +226,7 @@ def test_live_publish_waits_for_an_interrupted_backfill(
     arrive_and_run(h, SECOND_BATCH, "r2")
     # What a backfill killed after replacing silver, before its audit, leaves behind.
     h.context.auditor.begin_backfill("bf", BASE_TIME_UTC, BASE_TIME_UTC + ONE_HOUR)
-    h.runner.backfill(BASE_TIME_UTC, BASE_TIME_UTC + ONE_HOUR, "bf")
+    rejoin_interval(h.runner, BASE_TIME_UTC, BASE_TIME_UTC + ONE_HOUR, "bf")
     gold_before = published_rows(h)
     with pytest.raises(BackfillIncompleteError, match="Rerun `enrich backfill"):
         validate(h, "r2")

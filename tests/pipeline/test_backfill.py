@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from pipeline.backfill import rejoin_interval
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import BASE_TIME, SsbjHarness
 from warehouse.delta.api import EngineChoice
@@ -25,7 +26,7 @@ def test_backfill_with_tuples_pending_then_live_catch_up(
     h.run()  # batch A: 1 of 3 partitions scanned, its tuples still pending
     h.arrive([(i, i % 6) for i in range(8, 14)])  # batch B: not yet consumed by the live stage
     start = BASE_TIME.replace(tzinfo=dt.UTC)
-    h.runner.backfill(start, start + dt.timedelta(hours=1), "backfill")
+    rejoin_interval(h.runner, start, start + dt.timedelta(hours=1), "backfill")
     everything_so_far = h.oracle_for_batches([list(range(0, 14))], how="left")
     assert_same_multiset(h.output(), everything_so_far)
 
