@@ -76,6 +76,7 @@ from warehouse.delta.api import (
     Snapshot,
 )
 from warehouse.delta.features import require_readable
+from warehouse.delta.file_stats import delta_stats_json
 from warehouse.delta.partition_paths import (
     delta_partition_literal,
     normalised_location,
@@ -676,8 +677,8 @@ class EmbeddedDeltaEngine:
                 continue
             relative = os.path.relpath(info.path, base)
             with filesystem.open_input_file(info.path) as handle:
-                rows = pq.read_metadata(handle).num_rows
-            total_rows += rows
+                footer = pq.read_metadata(handle)
+            total_rows += footer.num_rows
             adds.append(
                 AddAction(
                     path=f"{prefix}/{relative}",
@@ -685,7 +686,7 @@ class EmbeddedDeltaEngine:
                     partition_values=partition_values_from_path(os.path.dirname(relative)),
                     modification_time=now_ms,
                     data_change=True,
-                    stats=f'{{"numRecords": {rows}}}',
+                    stats=delta_stats_json(footer),
                 )
             )
         logger.debug("wrote %d file(s) under %s", len(adds), staging)
