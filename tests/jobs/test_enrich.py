@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import EXIT_BUSY, EXIT_CONFIG, EXIT_OK
 from jobs.enrich import build_parser, main
 from pipeline.config import load_config
+from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
 from tests.helpers import tiny_pipeline
 from warehouse.lease import LeaseSettings, PipelineLease
@@ -135,6 +137,9 @@ def test_run_status_and_report(
     (landing / first.name).write_bytes(first.read_bytes())
     assert main(["--config", config, "ingest", "--run-id", "r1"]) == EXIT_OK
     capsys.readouterr()
+    # Each commit names the command and run that made it, for anyone reading the history.
+    bronze = WarehouseLayout.of(load_config(Path(config))).bronze("orders")
+    assert DeltaTable(bronze).history(1)[0]["enrichment.run"] == "ingest r1"
     assert main(["--config", config, "status", "--json"]) == EXIT_OK
     status = json.loads(capsys.readouterr().out)
     assert status["streams"]["orders"]["files_loaded"] == 1
