@@ -341,13 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     except SystemExit as e:  # argparse: --help and --version (0), a bad argument (2)
         return e.code if isinstance(e.code, int) else EXIT_CONFIG
-    # Inside Airflow the root logger is already configured and must stay so (task logs).
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from common.secrets import install_secret_filter
+    from common.command_logging import configure_command_logging
 
-    install_secret_filter(logging.getLogger().handlers)  # URL passwords, ${VAR} secrets
-    for name in PACKAGE_LOGGERS:
-        logging.getLogger(name).setLevel(level)
+    # Inside Airflow the root handler filters at Airflow's own level: lowered to ours.
+    configure_command_logging(level, PACKAGE_LOGGERS)
     try:
         return _dispatch(args)
     except ValidationFailedError as e:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from common.command_logging import configure_command_logging
 from orchestration.airflow_env import REPO_ROOT, prepare_airflow_home
 
 CONFIG = REPO_ROOT / "configs" / "demo.yaml"
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--zipf", type=float, default=0.0)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_command_logging("INFO", ("demo",))
     started = time.monotonic()
     var = REPO_ROOT / "var"
     for folder in (var / "demo", var / "airflow"):
@@ -52,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     from airflow.dag_processing.dagbag import DagBag
+
+    configure_command_logging("INFO", ("demo",))  # Airflow replaced the root handler
 
     from demo.data import deliver
     from pipeline.config import load_config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,11 @@ def oracle_rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
 
 
 def test_dag_runs_match_duckdb_oracle(
-    airflow_home: Path, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    airflow_home: Path,
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the demo config's relative paths now land in tmp_path
     assert (
@@ -67,6 +72,12 @@ def test_dag_runs_match_duckdb_oracle(
         end = dt.datetime.fromisoformat(start).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
         run = dag.test(logical_date=end)
         assert str(run.state).endswith("success"), f"interval {index} ended {run.state}"
+    # The pipeline's own INFO lines get through Airflow's logging (its root handler is at
+    # WARNING in this Airflow home): each stage's summary and the ingest progress.
+    printed = "".join(capfd.readouterr())
+    for stage in ("orders_customer", "lineitem_partsupp", "orders_promotions"):
+        assert re.search(rf"{stage}: \d+ step\(s\), [\d,]+ tuple\(s\) in", printed), stage
+    assert "ingest orders" in printed
 
     con = duckdb.connect()
     for name in config.masters:
