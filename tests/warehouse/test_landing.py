@@ -16,11 +16,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from common.errors import ConfigError
-from pipeline.config import ColumnSpec, StreamConfig, parse_config
-from pipeline.runner import PipelineRunner
+from pipeline.config import ColumnSpec, StreamConfig
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
-from pipeline.status import pipeline_status
-from tests.helpers import assert_same_multiset, tiny_pipeline
+from tests.helpers import assert_same_multiset
 from warehouse import landing
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.landing import (
@@ -532,20 +530,3 @@ def test_rejected_file_corrected_in_place_is_loaded_under_a_new_ledger_id(
     entry = h.entry("a.json")
     assert entry.status == "loaded" and entry.id > h.entry("b.json").id
     assert_same_multiset(h.bronze(), [(1, 1, "l1"), (2, 2, "l2")])
-
-
-def test_status_lists_rejected_files_still_in_place(spark: SparkSession, tmp_path: Path) -> None:
-    config = parse_config(tiny_pipeline(tmp_path, "k", "bigint"))
-    store = StateStore(config.warehouse.resolved_state_store())
-    runner = PipelineRunner(config, spark, EmbeddedDeltaEngine(spark), store)
-    landing = Path(config.streams["s"].landing)
-    landing.mkdir(parents=True)
-    (landing / "drift.json").write_text(json_lines([{"id": 1, "zzz": 2}]))
-    store.start_run("r1", "ingest")
-    runner.ingest("r1")
-    stream = pipeline_status(config, store)["streams"]["s"]
-    assert stream["files_rejected"] == 1
-    (rejected,) = stream["rejected_in_place"]
-    assert rejected["path"] == str(landing / "drift.json") and "zzz" in rejected["reason"]
-    (landing / "drift.json").unlink()
-    assert pipeline_status(config, store)["streams"]["s"]["rejected_in_place"] == []
