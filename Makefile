@@ -5,14 +5,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# The browser test drives Debian's chromium; Data Docs pages load jQuery, Bootstrap and
-# bootstrap-table from CDNs this machine cannot reach, so the same npm releases are fetched
-# once into var/docs-assets and the test serves them in place of the CDN.
+# The browser test drives Debian's chromium. Data Docs pages load jQuery, Bootstrap,
+# bootstrap-table, Font Awesome and Vega from CDNs; the same npm releases are fetched once
+# into var/docs-assets (part of `setup`), and every Data Docs build copies them into its
+# site and points its pages at the copies (quality/docs_offline.py), so the site renders
+# offline. The list below must match quality/docs_offline.py's VENDORED.
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CHROMIUM    := /usr/bin/chromium
 DOCS_ASSETS := var/docs-assets
 DOCS_NPM    := jquery@3.7.1 popper.js@1.12.9 bootstrap@4.3.1 bootstrap-table@1.19.1 \
-               bootstrap-datepicker@1.9.0 @fortawesome/fontawesome-free@6.6.0
+               bootstrap-datepicker@1.9.0 @fortawesome/fontawesome-free@6.6.0 \
+               @forevolve/bootstrap-dark@1.1.0 vega@5.33.1 vega-lite@5.23.0 vega-embed@6.29.0
 
 # The state-store tests also run on a real PostgreSQL server that the tests start themselves
 # (initdb + pg_ctl on loopback, see tests/postgres.py): Debian's postgresql package provides
@@ -30,9 +33,9 @@ PG_INITDB   := /usr/lib/postgresql/*/bin/initdb
 DELTA_JARS_DIR := var/jars
 DELTA_JARS     := io.delta:delta-spark_4.1_2.13:4.4.0 io.delta:delta-storage:4.4.0
 
-.PHONY: setup jars browser-deps postgres-deps demo spark-server test lint typecheck unit bench clean
+.PHONY: setup jars docs-assets browser-deps postgres-deps demo spark-server test lint typecheck unit bench clean
 
-setup: $(STAMP) jars
+setup: $(STAMP) jars docs-assets
 
 $(STAMP): pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (expected Python 3.11)"; exit 2; }
@@ -59,7 +62,9 @@ $(DELTA_JARS_DIR)/.fetched: Makefile
 	echo "$(DELTA_JARS)" > $(DELTA_JARS_DIR).tmp/.fetched
 	rm -rf $(DELTA_JARS_DIR) && mv $(DELTA_JARS_DIR).tmp $(DELTA_JARS_DIR)
 
-browser-deps: $(CHROMIUM) $(DOCS_ASSETS)/.fetched
+browser-deps: $(CHROMIUM) docs-assets
+
+docs-assets: $(DOCS_ASSETS)/.fetched
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
@@ -71,13 +76,17 @@ postgres-deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 	@ls $(PG_INITDB) >/dev/null 2>&1 || { echo "error: no $(PG_INITDB) after installing postgresql"; exit 2; }
 
-$(DOCS_ASSETS)/.fetched:
-	@command -v npm >/dev/null || { echo "error: npm not found (needed to fetch Data Docs assets)"; exit 2; }
-	mkdir -p $(DOCS_ASSETS)
-	cd $(DOCS_ASSETS) && npm pack --silent $(DOCS_NPM) >/dev/null
-	cd $(DOCS_ASSETS) && for f in *.tgz; do d=$${f%.tgz}; d=$${d#fortawesome-}; \
+# Re-fetched into a fresh folder when the Makefile (the list) changes.
+$(DOCS_ASSETS)/.fetched: Makefile
+	@command -v npm >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm >/dev/null; }
+	rm -rf $(DOCS_ASSETS).tmp && mkdir -p $(DOCS_ASSETS).tmp
+	cd $(DOCS_ASSETS).tmp && npm pack --silent $(DOCS_NPM) >/dev/null
+	cd $(DOCS_ASSETS).tmp && for f in *.tgz; do d=$${f%.tgz}; d=$${d#fortawesome-}; \
 		mkdir -p $$d && tar -xzf $$f -C $$d && rm $$f; done
-	touch $@
+	touch $(DOCS_ASSETS).tmp/.fetched
+	rm -rf $(DOCS_ASSETS) && mv $(DOCS_ASSETS).tmp $(DOCS_ASSETS)
 
 demo: setup
 	$(PY) -m orchestration.demo_run

@@ -121,7 +121,8 @@ class AuditPublisher:
         if self._gate is None:
             from quality.gate import QualityGate  # GX loads only when a suite runs
 
-            self._gate = QualityGate(self.layout.gx_project())
+            assets = self.config.docs_assets_dir
+            self._gate = QualityGate(self.layout.gx_project(), Path(assets) if assets else None)
         return self._gate
 
     def _update_docs(self) -> None:

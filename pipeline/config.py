@@ -272,6 +272,12 @@ class PipelineConfig(Strict):
         description="where the Great Expectations suite files live; a relative path is "
         "anchored at the config file's folder, since suites are versioned with the config",
     )
+    docs_assets_dir: str | None = Field(
+        default=None,
+        description="the npm packages Data Docs pages load (jQuery, Bootstrap, ...), copied "
+        "into the site so it renders offline; default: var/docs-assets of the source "
+        "checkout, where `make setup` fetches them",
+    )
 
     @model_validator(mode="after")
     def _references(self) -> PipelineConfig:
@@ -332,6 +338,9 @@ class PipelineConfig(Strict):
                 "warehouse": warehouse,
                 "streams": streams,
                 "expectations_dir": anchor(self.expectations_dir),
+                "docs_assets_dir": (
+                    anchor(self.docs_assets_dir) if self.docs_assets_dir is not None else None
+                ),
             }
         )  # expectations_dir is already absolute when the config came from a file
 

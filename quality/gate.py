@@ -11,12 +11,15 @@ Each output table is a Spark dataframe asset; the staged batch is handed over as
 Data Docs are rendered once per command, not once per validation: ``update_docs`` builds
 the pages of the results validated since the last call, and the site index, in one pass
 (the index lists every stored result, so building it per table multiplied the work).
+Each build is followed by ``quality.docs_offline.make_offline``: the pages it wrote load
+their scripts and styles from copies inside the site, so they render without the internet.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
+from quality.docs_offline import make_offline
 from quality.results import SuiteOutcome, outcome_from_gx
 
 if TYPE_CHECKING:
@@ -32,13 +36,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DATASOURCE = "pipeline"
+DEFAULT_DOCS_ASSETS = Path(__file__).resolve().parent.parent / "var" / "docs-assets"
 BATCH_DEFINITION = "staged_batch"
 
 
 class QualityGate:
     """A GX file context rooted at ``project_dir``; created once per process and reused."""
 
-    def __init__(self, project_dir: str | Path) -> None:
+    def __init__(self, project_dir: str | Path, docs_assets: Path | None = None) -> None:
         # No usage statistics leave this machine (and the network is closed anyway).
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
         import great_expectations as gx
@@ -51,6 +56,8 @@ class QualityGate:
         self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
         self._undocumented: list[Any] = []  # result and suite identifiers not yet rendered
+        self._site = Path(project_dir) / "gx" / "uncommitted" / "data_docs" / "local_site"
+        self._docs_assets = docs_assets or DEFAULT_DOCS_ASSETS
 
     def validate(
         self,
@@ -108,8 +115,10 @@ class QualityGate:
         """Render the results validated since the last call, and the index, into Data Docs."""
         if not self._undocumented:
             return
+        started = time.time()
         self._context.build_data_docs(resource_identifiers=list(self._undocumented))
         self._undocumented.clear()  # kept for the next call if the build failed
+        make_offline(self._site, self._docs_assets, since=started)
 
     def _batch_definition(self, table: str) -> Any:
         try:

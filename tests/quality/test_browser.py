@@ -1,9 +1,9 @@
 """End to end in real headless Chromium: the run report's plots and the failing expectation.
 
 Debian's ``chromium`` is installed by ``make test`` (target ``browser-deps``) and driven by
-Playwright. The machine has no internet, so Data Docs' CDN scripts (jQuery, Bootstrap,
-bootstrap-table) are served from copies of the same npm releases, fetched by the same
-make target into ``var/docs-assets``; any other outside request is aborted.
+Playwright. Every request that is not a ``file://`` URL is aborted and recorded, with no
+substitute served: the report and the Data Docs must render from the files on disk alone
+(Data Docs load copies of their scripts from inside the site, quality/docs_offline.py).
 """
 
 from __future__ import annotations
@@ -26,25 +26,7 @@ from tests.pipeline.audit_harness import quarantined_second_batch, validate
 pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
-ASSETS = REPO_ROOT / "var" / "docs-assets"
 SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
-CDN_FILES = {
-    "https://code.jquery.com/jquery-3.7.1.min.js": "jquery-3.7.1/package/dist/jquery.min.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js": (
-        "popper.js-1.12.9/package/dist/umd/popper.min.js"
-    ),
-    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js": (
-        "bootstrap-4.3.1/package/dist/js/bootstrap.min.js"
-    ),
-    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css": (
-        "bootstrap-4.3.1/package/dist/css/bootstrap.min.css"
-    ),
-}
-DATEPICKER = re.compile(
-    r"https://cdnjs\.cloudflare\.com/ajax/libs/bootstrap-datepicker/1\.9\.0/(.*)"
-)
-UNPKG_TABLE = re.compile(r"https://unpkg\.com/bootstrap-table@1\.19\.\d/(dist/.*)")
-FONT_AWESOME = re.compile(r"https://cdnjs\.cloudflare\.com/ajax/libs/font-awesome/6\.6\.0/(.*)")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -55,21 +37,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def local_asset(url: str) -> Path | None:
-    if url in CDN_FILES:
-        return ASSETS / CDN_FILES[url]
-    match = UNPKG_TABLE.match(url)
-    if match:
-        return ASSETS / "bootstrap-table-1.19.1" / "package" / match.group(1)
-    match = DATEPICKER.match(url)
-    if match:
-        return ASSETS / "bootstrap-datepicker-1.9.0" / "package" / "dist" / match.group(1)
-    match = FONT_AWESOME.match(url)
-    if match:
-        return ASSETS / "fontawesome-free-6.6.0" / "package" / match.group(1)
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -93,25 +60,23 @@ def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM.exists(), "Debian chromium is missing: `make test` installs it"
-    assert ASSETS.exists(), "Data Docs assets are missing: `make test` fetches them"
     with sync_playwright() as playwright:
         instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield instance
         instance.close()
 
 
-def open_page(browser: object, tmp_path: Path) -> object:
+def open_page(browser: object, blocked: list[str]) -> object:
+    """A page that may load ``file://`` URLs only; every other request is aborted and
+    recorded in ``blocked`` (the machine is offline, and so must the pages be)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
 
     def route(route: object) -> None:
         url = route.request.url  # type: ignore[attr-defined]
         if url.startswith("file://"):
             route.continue_()  # type: ignore[attr-defined]
-            return
-        path = local_asset(url)
-        if path is not None and path.exists():
-            route.fulfill(path=str(path))  # type: ignore[attr-defined]
         else:
+            blocked.append(url)
             route.abort()  # type: ignore[attr-defined]
 
     context.route("**/*", route)
@@ -119,7 +84,8 @@ def open_page(browser: object, tmp_path: Path) -> object:
 
 
 def test_run_report_shows_every_plot_and_the_failure(browser: object, failed_run: Path) -> None:
-    page = open_page(browser, failed_run.parent)
+    blocked: list[str] = []
+    page = open_page(browser, blocked)
     page.goto(failed_run.as_uri())  # type: ignore[attr-defined]
     for plot_id in PLOT_IDS:
         svg = page.locator(f"section#{plot_id} svg")  # type: ignore[attr-defined]
@@ -135,16 +101,21 @@ def test_run_report_shows_every_plot_and_the_failure(browser: object, failed_run
     assert "be_between(price)" in unresolved.inner_text()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "run-report.png"), full_page=True)  # type: ignore[attr-defined]
+    assert blocked == []
 
 
-def test_data_docs_show_the_failing_expectation(browser: object, failed_run: Path) -> None:
-    page = open_page(browser, failed_run.parent)
+def test_data_docs_render_offline_with_the_failing_expectation(
+    browser: object, failed_run: Path
+) -> None:
+    blocked: list[str] = []
+    page = open_page(browser, blocked)
     page.goto(failed_run.as_uri())  # type: ignore[attr-defined]
     page.click("#data-docs")  # type: ignore[attr-defined]
     page.wait_for_load_state("load")  # type: ignore[attr-defined]
     assert page.url.endswith("data_docs/local_site/index.html")  # type: ignore[attr-defined]
     rows = page.locator("table.ge-index-page-validation-results-table tbody tr")  # type: ignore[attr-defined]
     rows.first.wait_for(state="visible", timeout=15_000)
+    assert rows.filter(has_text="r1").count() >= 1  # the index lists every run validated
     failed_row = rows.filter(has_text="r2")
     assert failed_row.count() == 1
     assert failed_row.locator(".ge-failed-icon, .fa-times").count() >= 1
@@ -160,6 +131,8 @@ def test_data_docs_show_the_failing_expectation(browser: object, failed_run: Pat
     assert re.search(r"\d+ unexpected values? found", failing.inner_text())
     assert page.locator("text=Status:").first.is_visible()  # type: ignore[attr-defined]
     page.screenshot(path=str(SCREENSHOTS / "data-docs-failed-validation.png"), full_page=True)  # type: ignore[attr-defined]
+    # Every script and style came from the site itself: nothing was asked of the network.
+    assert blocked == []
 
 
 def test_report_cli_fails_on_unresolved_batches_until_resolved(failed_run: Path) -> None:
