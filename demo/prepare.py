@@ -22,6 +22,7 @@ from demo.data import (
     write_outbox,
 )
 from pipeline.context import PipelineContext
+from warehouse.delta.api import CDF_PROPERTY
 from warehouse.delta.schema import arrow_to_spark
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def prepare_demo(
             logger.info("master %s exists at %s; kept", name, path)
             continue
         schema = arrow_to_spark(table.schema)
-        pipeline.engine.create_table(path, schema)
+        # The SSBJ cache catches up with master changes through the change data feed.
+        pipeline.engine.create_table(path, schema, properties={CDF_PROPERTY: "true"})
         frame = pipeline.spark.createDataFrame(table, schema).repartition(MASTER_FILES)
         pipeline.engine.append(path, frame)
         logger.info("master %s: %d rows at %s", name, table.num_rows, path)

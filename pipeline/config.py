@@ -43,6 +43,7 @@ from common.model import Identifier, Strict
 from common.secrets import looks_secret, mask_url, register_secret, register_url_password
 from joins.theta_predicate import ThetaPredicate
 from quality.config import QualityConfig
+from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
 
 SIMPLE_TYPES = (
     "string",
@@ -93,6 +94,14 @@ class WarehouseConfig(Strict):
     # A writer renews its lease every third of this; a killed writer's lease on the same host
     # is taken over at once, one on another host after this long.
     lease_ttl_seconds: float = Field(default=60.0, gt=0)
+    # Every table the pipeline creates writes a checkpoint every this many commits, so a
+    # reader replays at most this many JSON commits (Delta's own default is 100, more than
+    # a small table ever reaches: its log grows one JSON file per micro-batch forever).
+    checkpoint_interval: int = Field(default=10, ge=1)
+
+    def table_properties(self) -> dict[str, str]:
+        """The properties every table the pipeline creates starts with."""
+        return {CHECKPOINT_INTERVAL_PROPERTY: str(self.checkpoint_interval)}
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():

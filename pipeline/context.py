@@ -181,7 +181,7 @@ def open_pipeline(
     started = time.perf_counter()
     session = spark or build_session(settings)
     session_seconds = time.perf_counter() - started
-    engine = open_engine(session, config.warehouse.engine)
+    engine = open_engine(session, config.warehouse.engine, config.warehouse.table_properties())
     store = StateStore(config.warehouse.resolved_state_store())
     try:
         yield PipelineContext(

@@ -138,8 +138,14 @@ def test_run_status_and_report(
     assert main(["--config", config, "ingest", "--run-id", "r1"]) == EXIT_OK
     capsys.readouterr()
     # Each commit names the command and run that made it, for anyone reading the history.
-    bronze = WarehouseLayout.of(load_config(Path(config))).bronze("orders")
+    layout = WarehouseLayout.of(load_config(Path(config)))
+    bronze = layout.bronze("orders")
     assert DeltaTable(bronze).history(1)[0]["enrichment.run"] == "ingest r1"
+    # Tables the pipeline creates checkpoint every warehouse.checkpoint_interval commits; the
+    # demo masters feed their changes to the SSBJ cache through the change data feed.
+    assert DeltaTable(bronze).metadata().configuration["delta.checkpointInterval"] == "10"
+    master = layout.master(load_config(Path(config)), "customer")
+    assert DeltaTable(master).metadata().configuration["delta.enableChangeDataFeed"] == "true"
     assert main(["--config", config, "status", "--json"]) == EXIT_OK
     status = json.loads(capsys.readouterr().out)
     assert status["streams"]["orders"]["files_loaded"] == 1

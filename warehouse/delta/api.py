@@ -39,6 +39,7 @@ EngineChoice = Literal["auto", "embedded", "native"]
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
 # The values of ``CHANGE_TYPE``, as Delta's change data feed spells them: rows a commit
 # removed, and rows it added (``changes`` of an append-only range has only INSERT).
 INSERT, DELETE = "insert", "delete"
@@ -124,6 +125,9 @@ class DeltaEngine(Protocol):
     nothing is committed and the error propagates (the lease fencing check goes here)."""
     commit_metadata: Mapping[str, str]
     """Extra entries recorded with every commit (e.g. the run id), for audit."""
+    table_properties: Mapping[str, str]
+    """Table properties every table this engine creates starts with (a ``create_table``
+    call's own ``properties`` win): the warehouse's checkpoint interval, say."""
     clock: PhaseClock | None
     """When set, the time of file writes (``write``) and log commits (``commit``) is charged
     to these phases, for the per-task timings of the run report."""

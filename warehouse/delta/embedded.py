@@ -126,6 +126,7 @@ class EmbeddedDeltaEngine:
         *,
         commit_guard: Callable[[], None] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
+        table_properties: Mapping[str, str] | None = None,
     ) -> None:
         self._spark = session
         self._max_commit_retries = max_commit_retries
@@ -133,6 +134,7 @@ class EmbeddedDeltaEngine:
         self.commit_guard: Callable[[], None] | None = commit_guard
         # Extra commitInfo entries of every commit (the pipeline's run id, say).
         self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
+        self.table_properties: Mapping[str, str] = dict(table_properties or {})
         self.clock: PhaseClock | None = None
 
     # ------------------------------------------------------------------ table handles
@@ -179,7 +181,7 @@ class EmbeddedDeltaEngine:
             root,
             spark_to_arrow(schema),
             partition_by=list(partition_by) or None,
-            configuration=dict(properties or {}),
+            configuration={**self.table_properties, **(properties or {})},
         )
         logger.info("created Delta table %s partitioned by %s", root, list(partition_by))
         return 0

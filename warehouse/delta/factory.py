@@ -5,6 +5,7 @@ classpath, the embedded delta-rs engine otherwise (and always under Spark Connec
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from common.errors import ConfigError
@@ -16,8 +17,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def open_engine(session: SparkSession, choice: EngineChoice = "auto") -> DeltaEngine:
-    """Return the engine for ``choice``; ``auto`` prefers native delta-spark when present."""
+def open_engine(
+    session: SparkSession,
+    choice: EngineChoice = "auto",
+    table_properties: Mapping[str, str] | None = None,
+) -> DeltaEngine:
+    """Return the engine for ``choice``; ``auto`` prefers native delta-spark when present.
+
+    ``table_properties`` start every table the engine creates (see ``DeltaEngine``).
+    """
     from warehouse.spark import has_delta_jars, is_connect
 
     if choice not in ("auto", "embedded", "native"):
@@ -38,8 +46,8 @@ def open_engine(session: SparkSession, choice: EngineChoice = "auto") -> DeltaEn
         from warehouse.delta.native import NativeDeltaEngine
 
         logger.info("using native delta-spark engine")
-        return NativeDeltaEngine(session)
+        return NativeDeltaEngine(session, table_properties=table_properties)
     from warehouse.delta.embedded import EmbeddedDeltaEngine
 
     logger.info("using embedded delta-rs engine")
-    return EmbeddedDeltaEngine(session)
+    return EmbeddedDeltaEngine(session, table_properties=table_properties)

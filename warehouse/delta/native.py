@@ -139,6 +139,7 @@ class NativeDeltaEngine:
         *,
         commit_guard: Callable[[], None] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
+        table_properties: Mapping[str, str] | None = None,
     ) -> None:
         from delta.tables import DeltaTable as SparkDeltaTable
 
@@ -156,6 +157,7 @@ class NativeDeltaEngine:
         self.commit_guard: Callable[[], None] | None = commit_guard
         # Extra entries of every commit's userMetadata JSON (the pipeline's run id, say).
         self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
+        self.table_properties: Mapping[str, str] = dict(table_properties or {})
         self.clock: PhaseClock | None = None
         # Snapshots are immutable per (table, table id, version): built once each.
         self._pinned: OrderedDict[tuple[str, str, int], _Pinned] = OrderedDict()
@@ -234,7 +236,7 @@ class NativeDeltaEngine:
         builder = self._tables.create(self._spark).location(root).addColumns(schema)
         if partition_by:
             builder = builder.partitionedBy(*partition_by)
-        for key, value in (properties or {}).items():
+        for key, value in {**self.table_properties, **(properties or {})}.items():
             builder = builder.property(key, value)
         try:
             builder.execute()
