@@ -8,6 +8,7 @@
     enrich [--config FILE] drain                  finish every pending tuple now
     enrich [--config FILE] backfill --start T --end T
     enrich [--config FILE] status [--json]        offsets, lag, landing files, last runs
+    enrich [--config FILE] plan STAGE             the cost models' recommendation
     enrich [--config FILE] report [--start T --end T] [--out FILE] [--fail-on-unresolved]
     enrich [--config FILE] resolve TABLE --run-id R [--publish]
     enrich [--config FILE] demo-data [--scale S --intervals N --zipf Z]
@@ -228,6 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     run_id(backfill)
     status = command("status", "offsets, lag, landing files and the last runs (no Spark)")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    plan = command(
+        "plan",
+        "what the cost models recommend for a stage, from its recorded steps (no Spark)",
+        "SSBJ stages: Eq. 2 fitted to the measured steps, then k, steps per run and memory "
+        "(Eq. 1, 3-5). Theta stages: the configured scheme, the one chosen last, and the kept "
+        "A-DSP layout.",
+    )
+    plan.add_argument("name", metavar="STAGE", help="the stage's name in the config")
     report = command("report", "write the HTML run report of a range of runs")
     interval(report, "report range")
     report.add_argument(
@@ -392,6 +401,18 @@ def _dispatch(args: JobArgs) -> int:
             from jobs.status_view import print_status
 
             print_status(status)
+        return EXIT_OK
+    if args.command == "plan":
+        from pipeline.stage_plan import describe, plan_stage
+        from warehouse.state_store import StateStore
+
+        assert args.stage is not None
+        store = StateStore(config.warehouse.resolved_state_store())
+        try:
+            lines = describe(plan_stage(config, store, args.stage))
+        finally:
+            store.dispose()
+        print("\n".join(lines))
         return EXIT_OK
     if args.stage is not None and args.command == "stage":
         config.stage(args.stage)  # an unknown stage is a config error before Spark starts

@@ -98,6 +98,7 @@ class SsbjStepReport:
     cache_rows: int = 0
     cache_bytes: int = 0
     master_bytes_read: int = 0
+    master_rows_read: int = 0  # b of Eq. 1-2: the rows of the master partition scanned
     master_version: int = 0
     output_version: int | None = None
     seconds: float = 0.0
@@ -118,6 +119,7 @@ class SsbjStepReport:
             "cache_rows": self.cache_rows,
             "cache_bytes": self.cache_bytes,
             "master_bytes_read": self.master_bytes_read,
+            "master_rows_read": self.master_rows_read,
             "master_version": self.master_version,
             "step_seconds": self.seconds,
             "state_bytes": self.state_bytes,
@@ -641,11 +643,12 @@ class SsbjStage:
                 if pinned == master.version
                 else self.engine.snapshot(self.master_path, pinned)
             )
-            rows, size = self._partition(
+            rows, size, records = self._partition(
                 snapshot, position.partition, position.partitions, plan["scan"]
             )
             partitions.append(wide.partition_rows(rows, pinned))
             report.master_bytes_read += size
+            report.master_rows_read += records
         deltas, changed = self._deltas(reads, master, wide)
         return inputs + changed, partitions, deltas
 
@@ -825,8 +828,9 @@ class SsbjStage:
 
     def _partition(
         self, snapshot: Snapshot, index: int, parts: int, scan: dict[str, int]
-    ) -> tuple[DataFrame, int]:
-        """Partition ``index`` of k of a master version: its rows and the bytes read."""
+    ) -> tuple[DataFrame, int, int]:
+        """Partition ``index`` of k of a master version: its rows, the bytes read and the
+        row count the log records for those files."""
         scan_version = scan.get(str(snapshot.version), -1)
         if scan_version >= 0:
             copy = self.engine.snapshot(self.scan_path, scan_version)
@@ -836,7 +840,11 @@ class SsbjStage:
             groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
             chosen = [f for f in snapshot.files if f.path in set(groups[index])]
             rows = self.engine.read_files(snapshot, chosen)
-        return rows.select(*self.spec.master_columns), sum(f.size_bytes for f in chosen)
+        return (
+            rows.select(*self.spec.master_columns),
+            sum(f.size_bytes for f in chosen),
+            _rows(chosen),
+        )
 
 
 def _rows(files: Iterable[Any]) -> int:
