@@ -6,6 +6,7 @@ writes one self-contained HTML file, by default ``<warehouse>/_reports/run-repor
 
 from __future__ import annotations
 
+import glob
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any
 
 from pipeline.context import PipelineContext
 from reports.html_report import render_report
+from reports.run_table import run_rows
 from reports.series import RunPoint, run_points
 
 logger = logging.getLogger(__name__)
@@ -34,6 +36,15 @@ def _range_label(start: datetime | None, end: datetime | None) -> str:
     return f"{first}_{last}"
 
 
+def validation_pages(site: Path, run_id: str) -> list[tuple[str, str]]:
+    """(suite, URL) of the Data Docs pages of ``run_id``'s validations (GX lays them out as
+    ``validations/<suite>/<run name>/<run time>/<batch>.html``)."""
+    if not (site / "validations").is_dir():
+        return []
+    pages = sorted(site.glob(f"validations/*/{glob.escape(run_id)}/*/*.html"))
+    return [(page.relative_to(site / "validations").parts[0], page.as_uri()) for page in pages]
+
+
 def write_run_report(
     pipeline: PipelineContext, start: datetime | None, end: datetime | None, out: Path | None
 ) -> WrittenReport:
@@ -43,7 +54,14 @@ def write_run_report(
     unresolved = [u for u in pipeline.auditor.unresolved() if u["run_id"] in in_range]
     docs = Path(pipeline.layout.gx_project()) / "gx/uncommitted/data_docs/local_site/index.html"
     html = render_report(
-        pipeline.config.name, points, start, end, unresolved, docs if docs.exists() else None
+        pipeline.config.name,
+        points,
+        start,
+        end,
+        unresolved,
+        docs if docs.exists() else None,
+        runs=run_rows(ledger, points),
+        run_links={p.run_id: validation_pages(docs.parent, p.run_id) for p in points},
     )
     target = out or Path(pipeline.layout.reports()) / f"run-report_{_range_label(start, end)}.html"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,9 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+SAMPLE_VALUES = 3  # failing values quoted in a failure's description
+SAMPLE_CHARS = 80  # per value (a SQL expectation's sample is a whole row)
+
 RESULTS_SCHEMA = T.StructType(
     [
         T.StructField("run_id", T.StringType(), False),
@@ -45,6 +48,8 @@ class ExpectationOutcome:
     unexpected_count: int | None = None
     element_count: int | None = None
     error: str | None = None
+    unexpected_sample: tuple[str, ...] = ()
+    """A few of the values (or rows, for a SQL expectation) that failed, as JSON."""
 
     @property
     def label(self) -> str:
@@ -54,10 +59,14 @@ class ExpectationOutcome:
     def describe(self) -> str:
         if self.error:
             return f"{self.label}: raised {self.error}"
+        sample = f"; e.g. {', '.join(self.unexpected_sample)}" if self.unexpected_sample else ""
         if self.unexpected_count is not None and self.element_count is not None:
-            return f"{self.label}: {self.unexpected_count} of {self.element_count} row(s) failed"
+            return (
+                f"{self.label}: {self.unexpected_count} of {self.element_count} row(s) "
+                f"failed{sample}"
+            )
         if self.unexpected_count is not None:
-            return f"{self.label}: {self.unexpected_count} unexpected row(s)"
+            return f"{self.label}: {self.unexpected_count} unexpected row(s){sample}"
         return f"{self.label}: observed {self.observed}"
 
 
@@ -93,6 +102,9 @@ def outcome_from_gx(suite: str, results: Iterable[Any]) -> SuiteOutcome:
         info = result.exception_info or {}
         if info.get("raised_exception"):
             error = str(info.get("exception_message"))
+        sampled = details.get("partial_unexpected_list")
+        if sampled is None:
+            sampled = (details.get("details") or {}).get("unexpected_rows")
         outcomes.append(
             ExpectationOutcome(
                 expectation=config.type,
@@ -103,9 +115,21 @@ def outcome_from_gx(suite: str, results: Iterable[Any]) -> SuiteOutcome:
                 unexpected_count=None if unexpected is None else int(unexpected),
                 element_count=details.get("element_count"),
                 error=error,
+                unexpected_sample=_sample(sampled),
             )
         )
     return SuiteOutcome(suite, tuple(outcomes))
+
+
+def _sample(values: Any) -> tuple[str, ...]:
+    """Up to :data:`SAMPLE_VALUES` failing values as short JSON, in GX's order."""
+    if not isinstance(values, list | tuple):
+        return ()
+    shown = []
+    for value in values[:SAMPLE_VALUES]:
+        text = json.dumps(value, default=str, sort_keys=True)
+        shown.append(text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 1] + "…")
+    return tuple(shown)
 
 
 def result_rows(

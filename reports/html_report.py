@@ -1,93 +1,122 @@
 """The self-contained HTML run report: one file with inline SVG plots, no external assets.
 
-Plots (one point per run, see :mod:`reports.series`): cache hit rate, pending-state size,
-master bytes read, rows in / out / quarantined, and validation pass/fail. Below them, the
-unresolved quarantined batches and a link to the GX Data Docs.
+Rendered from the jinja2 template ``reports/templates/run_report.html.j2``:
+
+1. a per-run table: run id, data interval, start, duration, outcome (with the failed
+   tasks' errors), rows in and out, validations, and links to the run's Data Docs pages;
+2. the failed expectations of unresolved quarantined batches, inline with their unexpected
+   counts and sample values, so the report explains a failure on its own, offline;
+3. aligned plots, one point per run (:mod:`reports.series`, :mod:`reports.plots`): cache
+   hit rate, pending state, master bytes read, tuples in and rows out per stage, rows
+   ingested and quarantined, validations, step seconds per stage, task seconds per phase;
+4. the latest runs' task timings per phase.
 """
 
 from __future__ import annotations
 
-import html
-import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from common.phase_clock import TOTAL
+from reports.plots import Unit, format_value, plot_svg
+from reports.run_table import RunRow
 from reports.series import RunPoint, phase_series, stage_series
-
-PLOT_IDS = (
-    "cache-hit-rate",
-    "pending-state",
-    "master-bytes",
-    "rows",
-    "validation",
-    "task-seconds",
-)
-
-
-def _svg(figure: Any) -> str:
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight")
-    text = buffer.getvalue()
-    return text[text.index("<svg") :]
-
-
-def _line_plot(
-    title: str,
-    labels: Sequence[str],
-    series: Mapping[str, Sequence[float | None]],
-    ylabel: str,
-    bars: bool = False,
-) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7.5, 2.8))
-    positions = list(range(len(labels)))
-    width = 0.8 / max(1, len(series))
-    for index, (name, values) in enumerate(series.items()):
-        ys = [float("nan") if v is None else v for v in values]
-        if bars:
-            axes.bar([p + index * width for p in positions], ys, width=width, label=name)
-        else:
-            axes.plot(positions, ys, marker="o", label=name)
-    axes.set_title(title)
-    axes.set_ylabel(ylabel)
-    axes.set_xticks(positions)
-    axes.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
-    if series:
-        axes.legend(fontsize=7)
-    axes.grid(alpha=0.3)
-    try:
-        return _svg(figure)
-    finally:
-        plt.close(figure)
-
 
 TIMED_RUNS = 5  # the task-timing table shows the latest runs; the plot shows them all
 
 
-def _task_table(points: Sequence[RunPoint]) -> list[str]:
-    """One row per task of the latest runs: seconds in total and per phase."""
-    phases = list(phase_series(list(points)))  # the phases any of these tasks went through
-    rows = [(p.run_id, task, t) for p in points for task, t in sorted(p.task_seconds.items())]
-    out = [f"<h2>Task timings (latest {len(points)} run(s))</h2>"]
-    if not rows:
-        return [*out, "<p>No task timings recorded in this range.</p>"]
-    head = "".join(f"<th>{html.escape(p)}</th>" for p in phases)
-    out.append(f"<table id='task-timings'><tr><th>run</th><th>task</th><th>total</th>{head}</tr>")
-    for run_id, task, seconds in rows:
-        cells = "".join(f"<td>{seconds.get(p, 0.0):.1f}</td>" for p in phases)
-        out.append(
-            f"<tr><td>{html.escape(run_id)}</td><td>{html.escape(task)}</td>"
-            f"<td>{seconds.get(TOTAL, 0.0):.1f}</td>{cells}</tr>"
-        )
-    out.append("</table>")
-    return out
+@dataclass(frozen=True)
+class PlotSpec:
+    id: str
+    title: str
+    unit: Unit
+    series: Callable[[list[RunPoint]], Mapping[str, Sequence[float | None]]]
+    bars: bool = False
+
+
+def _stage_flow(points: list[RunPoint]) -> Mapping[str, Sequence[float | None]]:
+    flow: dict[str, list[float | None]] = {}
+    for stage, values in stage_series(points, "stage_in").items():
+        flow[f"{stage} in"] = values
+        flow[f"{stage} out"] = stage_series(points, "stage_out")[stage]
+    return flow
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec(
+        "cache-hit-rate",
+        "Cache hit rate (SSBJ stages): tuples served by the cache",
+        "share",
+        lambda p: stage_series(p, "cache_hit_rate"),
+    ),
+    PlotSpec(
+        "pending-state",
+        "Pending state after the run (H_S tuples)",
+        "rows",
+        lambda p: stage_series(p, "pending_rows"),
+    ),
+    PlotSpec(
+        "master-bytes",
+        "Master bytes read per stage",
+        "bytes",
+        lambda p: stage_series(p, "master_bytes_read"),
+        bars=True,
+    ),
+    PlotSpec("stage-rows", "Per stage: tuples in and rows out", "rows", _stage_flow, bars=True),
+    PlotSpec(
+        "ingest-rows",
+        "Ingested and quarantined rows",
+        "rows",
+        lambda p: {
+            "ingested": [x.rows_in for x in p],
+            "quarantined": [x.rows_quarantined for x in p],
+        },
+        bars=True,
+    ),
+    PlotSpec(
+        "validation",
+        "Validations: output batches passed / failed",
+        "count",
+        lambda p: {
+            "passed": [float(x.batches_passed) for x in p],
+            "failed": [float(x.batches_failed) for x in p],
+        },
+        bars=True,
+    ),
+    PlotSpec(
+        "step-seconds",
+        "Step time per stage",
+        "seconds",
+        lambda p: stage_series(p, "step_seconds"),
+        bars=True,
+    ),
+    PlotSpec(
+        "task-seconds",
+        "Where each run's time went (all tasks, per phase)",
+        "seconds",
+        phase_series,
+        bars=True,
+    ),
+)
+PLOT_IDS = tuple(p.id for p in PLOTS)
+
+
+def _environment() -> Any:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    environment = Environment(
+        loader=PackageLoader("reports", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,  # a misspelt name fails the render, not the reader
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["value"] = format_value
+    environment.filters["when"] = lambda d: "" if d is None else f"{d:%Y-%m-%d %H:%M}"
+    return environment
 
 
 def render_report(
@@ -97,99 +126,40 @@ def render_report(
     end: datetime | None,
     unresolved: Sequence[Mapping[str, Any]],
     docs_index: Path | None,
+    runs: Sequence[RunRow] = (),
+    run_links: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> str:
+    """The report's HTML. ``run_links`` maps a run id to (label, URL) links of its pages."""
+    from markupsafe import Markup
+
     labels = [f"{p.at:%m-%d %H:%M}" for p in points]
-    plots = {
-        "cache-hit-rate": _line_plot(
-            "Cache hit rate (SSBJ stages)",
-            labels,
-            stage_series(points, "cache_hit_rate"),
-            "hits / tuples in",
-        ),
-        "pending-state": _line_plot(
-            "Pending-state size after the run (H_S rows)",
-            labels,
-            stage_series(points, "pending_rows"),
-            "rows",
-        ),
-        "master-bytes": _line_plot(
-            "Master bytes read", labels, stage_series(points, "master_bytes_read"), "bytes"
-        ),
-        "rows": _line_plot(
-            "Rows in, out and quarantined",
-            labels,
-            {
-                "in (ingested)": [p.rows_in for p in points],
-                "out (stage outputs)": [p.rows_out for p in points],
-                "quarantined": [p.rows_quarantined for p in points],
-            },
-            "rows",
-            bars=True,
-        ),
-        "validation": _line_plot(
-            "Validation: output batches passed / failed",
-            labels,
-            {
-                "passed": [float(p.batches_passed) for p in points],
-                "failed": [float(p.batches_failed) for p in points],
-            },
-            "batches",
-            bars=True,
-        ),
-        "task-seconds": _line_plot(
-            "Where each run's time went (seconds, all tasks)",
-            labels,
-            phase_series(points),
-            "seconds",
-            bars=True,
-        ),
-    }
-    window = f"{start.isoformat() if start else 'beginning'} to {end.isoformat() if end else 'now'}"
-    failing_runs = [p for p in points if p.batches_failed]
-    body = [
-        f"<h1>Run report: {html.escape(pipeline_name)}</h1>",
-        f"<p>Runs with a data interval from {html.escape(window)}: <b>{len(points)}</b>; "
-        f"runs with failed validation: <b>{len(failing_runs)}</b>.</p>",
+    plots = [
+        (spec.id, Markup(plot_svg(spec.title, labels, spec.series(points), spec.unit, spec.bars)))
+        for spec in PLOTS
     ]
-    if not points:
-        body.append("<p class='empty'>No runs in this range.</p>")
-    for plot_id, svg in plots.items():
-        body.append(f"<section class='plot' id='{plot_id}'>{svg}</section>")
-    body.extend(_task_table(points[-TIMED_RUNS:]))
-    body.append("<h2>Failed validations</h2>")
-    if failing_runs:
-        body.append("<ul>")
-        for p in failing_runs:
-            body.append(
-                f"<li>{html.escape(p.run_id)}: {html.escape(', '.join(p.failed_tables))}</li>"
-            )
-        body.append("</ul>")
-    else:
-        body.append("<p>None in this range.</p>")
-    body.append("<h2>Unresolved quarantined batches</h2>")
-    if unresolved:
-        body.append("<table id='unresolved'><tr><th>table</th><th>run</th><th>failed</th></tr>")
-        for entry in unresolved:
-            failures = "<br>".join(html.escape(str(f)) for f in entry.get("failures", []))
-            body.append(
-                f"<tr><td>{html.escape(str(entry['table']))}</td>"
-                f"<td>{html.escape(str(entry['run_id']))}</td><td>{failures}</td></tr>"
-            )
-        body.append("</table>")
-    else:
-        body.append("<p>None.</p>")
-    if docs_index is not None:
-        body.append(
-            f"<p>Expectation-level results: <a id='data-docs' href='{docs_index.as_uri()}'>"
-            "Great Expectations Data Docs</a>.</p>"
+    timed = points[-TIMED_RUNS:]
+    phases = list(phase_series(timed))
+    timings = [
+        (p.run_id, task, seconds.get(TOTAL, 0.0), [seconds.get(ph, 0.0) for ph in phases])
+        for p in timed
+        for task, seconds in sorted(p.task_seconds.items())
+    ]
+    window = f"{start.isoformat() if start else 'beginning'} to {end.isoformat() if end else 'now'}"
+    return str(
+        _environment()
+        .get_template("run_report.html.j2")
+        .render(
+            name=pipeline_name,
+            window=window,
+            points=points,
+            failing=[p for p in points if p.batches_failed],
+            runs=runs,
+            run_links=run_links or {},
+            unresolved=unresolved,
+            plots=plots,
+            phases=phases,
+            timings=timings,
+            timed_runs=len(timed),
+            docs_uri=docs_index.as_uri() if docs_index is not None else None,
         )
-    style = (
-        "body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}"
-        "section.plot{margin:1em 0}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:.3em .6em;vertical-align:top;font-size:.9em}"
-    )
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        f"<title>Run report: {html.escape(pipeline_name)}</title><style>{style}</style>"
-        "</head><body>" + "\n".join(body) + "</body></html>\n"
     )

@@ -5,7 +5,8 @@ Pure functions over plain records: the metrics every step and audit records
 
 - cache hit rate per SSBJ stage: cache hits over tuples in, over the run's steps;
 - pending-state size per SSBJ stage: H_S rows and bytes after the run's last step;
-- master bytes read per stage, summed over the run's steps;
+- master bytes read, tuples in, rows out and step seconds per stage, summed over the
+  run's steps;
 - seconds per task and phase (session start, write, commit, validate, other);
 - rows in (loaded by ingestion), out (written by stages), quarantined (by ingestion and
   by the audit);
@@ -62,6 +63,12 @@ class RunPoint:
     pending_rows: dict[str, float] = field(default_factory=dict)
     pending_bytes: dict[str, float] = field(default_factory=dict)
     master_bytes_read: dict[str, float] = field(default_factory=dict)
+    stage_in: dict[str, float] = field(default_factory=dict)
+    """Tuples that entered each stage in the run (its own input, not the stream's)."""
+    stage_out: dict[str, float] = field(default_factory=dict)
+    """Rows each stage wrote in the run."""
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds each stage's steps took in the run, summed."""
     rows_in: float = 0.0
     rows_out: float = 0.0
     rows_quarantined: float = 0.0
@@ -125,6 +132,12 @@ def _reduce(run_id: str, at: datetime, records: list[MetricRecord]) -> RunPoint:
                 point.batches_passed += 1
         elif not stage.startswith("backfill."):
             point.rows_out += values.get("output_rows", 0.0)
+            for target, name in (
+                (point.stage_in, "tuples_in"),
+                (point.stage_out, "output_rows"),
+                (point.step_seconds, "step_seconds"),
+            ):
+                target[stage] = target.get(stage, 0.0) + values.get(name, 0.0)
             point.master_bytes_read[stage] = point.master_bytes_read.get(stage, 0.0) + values.get(
                 "master_bytes_read", 0.0
             )

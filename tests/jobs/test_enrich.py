@@ -19,6 +19,7 @@ from common.errors import EXIT_BUSY, EXIT_CONFIG, EXIT_OK
 from jobs.enrich import build_parser, main
 from pipeline.config import load_config
 from pipeline.layout import WarehouseLayout
+from reports.html_report import PLOT_IDS
 from tests.conftest import REPO_ROOT
 from tests.helpers import tiny_pipeline
 from warehouse.lease import LeaseSettings, PipelineLease
@@ -155,7 +156,9 @@ def test_run_status_and_report(
     report = Path(printed.split(" (")[0])
     assert printed.strip().endswith("(1 run(s))")
     html = report.read_text()
-    assert html.count("<svg") == 6 and "Run report: demo" in html
+    assert html.count("<svg") == len(PLOT_IDS) and "Run report: demo" in html
+    runs = html.split("id='runs'>", 1)[1].split("</table>", 1)[0]
+    assert "<td>r1</td>" in runs and "succeeded" in runs
     # The ingest task's timings: the phases it went through add up to its wall time.
     store = StateStore(load_config(Path(config)).warehouse.resolved_state_store())
     try:

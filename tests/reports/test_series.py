@@ -67,6 +67,7 @@ def test_one_point_per_run_with_rates_sums_and_last_pending() -> None:
     assert a.pending_rows == {"s1": 20}  # after the run's last step
     assert a.master_bytes_read == {"s1": 1500}
     assert (a.rows_in, a.rows_out, a.rows_quarantined) == (100, 80, 82)
+    assert (a.stage_in, a.stage_out) == ({"s1": 100}, {"s1": 80})  # per stage, not summed
     assert (a.batches_failed, a.failed_tables, b.batches_passed) == (1, ["out"], 1)
     assert stage_series(points, "pending_rows") == {"s1": [20, None, None]}
     # Task timings are their own series, never a stage's.
