@@ -17,6 +17,7 @@ Invariant: the same stored state gives the same plan (no clock, no sampling).
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -119,11 +120,19 @@ def _ssbj_plan(config: PipelineConfig, stage: EquiStage, steps: list[dict[str, f
     # Tuples entering per scheduled run, over the run's length: the measured λ.
     rate = (tuples / len(steps)) * per_run / period if steps else 0.0
 
+    measured_view = functools.partial(
+        SsbjPlan,
+        stage=stage.name,
+        steps_measured=len(measured),
+        configured_partitions=stage.operator.partitions,
+        configured_steps_per_run=per_run,
+        arrival_rate=rate,
+        cache_share=share,
+        master_rows=master_rows,
+    )
+
     def without(reason: str, costs: StepCosts | None = None) -> SsbjPlan:
-        return SsbjPlan(
-            stage.name, len(measured), stage.operator.partitions, per_run, rate, share,
-            master_rows, costs, None, reason,
-        )  # fmt: skip
+        return measured_view(costs=costs, recommendation=None, reason=reason)
 
     if len(measured) < MIN_STEPS:
         return without(
@@ -146,12 +155,12 @@ def _ssbj_plan(config: PipelineConfig, stage: EquiStage, steps: list[dict[str, f
         recommended = plan(master_rows, rate, share, cached, costs, memory, period, budget)
     except ValueError as e:
         return without(str(e), costs)
-    return SsbjPlan(
-        stage.name, len(measured), stage.operator.partitions, per_run, rate, share,
-        master_rows, costs, recommended,
-        f"Eq. 2 fitted to {len(measured)} steps; λ = {rate:.3g} tuples/s over "
+    return measured_view(
+        costs=costs,
+        recommendation=recommended,
+        reason=f"Eq. 2 fitted to {len(measured)} steps; λ = {rate:.3g} tuples/s over "
         f"{config.schedule.interval} runs; {share:.0%} of tuples served by the cache",
-    )  # fmt: skip
+    )
 
 
 def _theta_plan(
