@@ -47,7 +47,11 @@ with DAG(
     max_active_runs=1,
     doc_md=__doc__,
     tags=["enrichment"],
-    default_args={"retries": 0, "retry_delay": timedelta(minutes=1)},
+    default_args={
+        "retries": 0,
+        "retry_delay": timedelta(minutes=1),
+        "execution_timeout": timedelta(seconds=7200),
+    },
 ) as dag:
     ingest = PythonOperator(
         task_id="ingest", python_callable=run_enrich, op_args=[CONFIG, "ingest", *RUN_ARGS]

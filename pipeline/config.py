@@ -141,12 +141,21 @@ class ScheduleConfig(Strict):
     start: datetime = datetime(2024, 1, 1)
     catchup: bool = False
     retries: int = Field(default=2, ge=0, description="Airflow task retries")
+    task_timeout: str = Field(
+        default="2h",
+        description="Airflow's execution_timeout of each task: a hung Spark job fails the "
+        "task (and is retried) instead of holding the run forever",
+    )
 
-    @field_validator("interval")
+    @field_validator("interval", "task_timeout")
     @classmethod
     def _duration(cls, value: str) -> str:
         parse_duration(value)
         return value
+
+    @property
+    def task_timeout_delta(self) -> timedelta:
+        return parse_duration(self.task_timeout)
 
     @property
     def interval_delta(self) -> timedelta:

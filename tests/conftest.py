@@ -22,6 +22,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An isolated Airflow home (SQLite metadata DB), set before anything imports Airflow:
+    Airflow reads its configuration once, at its first import."""
+    from orchestration.airflow_env import prepare_airflow_home
+
+    home = tmp_path_factory.mktemp("airflow")
+    prepare_airflow_home(home)
+    yield home
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The run's Spark session, always with the delta-spark jars (``make jars``).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,8 @@ def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) 
         "stage_lineitem_partsupp",
         "validate",
     ]
+    # A hung Spark job fails its task after schedule.task_timeout (2h by default).
+    assert {t.execution_timeout for t in dag.tasks} == {timedelta(hours=2)}
     report = bag.get_dag("quality_report_demo")
     assert report is not None and report.catchup is False and report.doc_md
     assert [t.task_id for t in report.tasks] == ["report"]
