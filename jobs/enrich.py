@@ -91,6 +91,7 @@ class JobArgs:
     publish: bool = False
     retention_hours: float | None = None
     wait_seconds: float = 0.0
+    master: str | None = None
     host: str | None = None
     port: int | None = None
     log: Path | None = None
@@ -151,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="INFO",
         metavar="LEVEL",
         help=f"log level of the pipeline's own loggers: {', '.join(LOG_LEVELS)} (default INFO)",
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="the Spark master (spark://host:7077, local[4], ...); beats SPARK_MASTER and "
+        "the config's spark.master (default: those, else local[2])",
     )
     parser.add_argument(
         "--wait",
@@ -335,6 +343,7 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         publish=getattr(ns, "publish", False),
         retention_hours=getattr(ns, "retention_hours", None),
         wait_seconds=ns.wait,
+        master=ns.master,
         host=getattr(ns, "host", None),
         port=getattr(ns, "port", None),
         log=getattr(ns, "log", None),
@@ -419,7 +428,7 @@ def _dispatch(args: JobArgs) -> int:
 
     from pipeline.context import open_pipeline
 
-    with open_pipeline(config) as pipeline:
+    with open_pipeline(config, master=args.master) as pipeline:
         if args.command in READ_ONLY_COMMANDS:
             return _dispatch_read_only(pipeline, args)
         with pipeline.exclusive(f"{args.command} {args.run_id}", args.wait_seconds):
@@ -462,7 +471,7 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
     """Run a Spark Connect server with the config's master and settings until stopped."""
     from warehouse.connect_address import DEFAULT_HOST, DEFAULT_PORT, RemoteAddress, parse_remote
     from warehouse.connect_server import ConnectServer, ConnectServerSettings
-    from warehouse.spark import effective_remote
+    from warehouse.spark import effective_master, effective_remote
 
     remote = effective_remote(config.spark.remote)  # where the clients will look
     try:
@@ -474,7 +483,7 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
     address = RemoteAddress(args.host or configured.host, args.port or configured.port)
     settings = ConnectServerSettings(
         address=address,
-        master=config.spark.master,
+        master=effective_master(args.master, config.spark.master),
         conf=config.spark.conf,
         app_name=f"enrich-{config.name}-connect",
         log_file=args.log,

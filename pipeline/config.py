@@ -115,7 +115,11 @@ class WarehouseConfig(Strict):
 
 
 class SparkConfig(Strict):
-    master: str = "local[2]"
+    master: str | None = Field(
+        default=None,
+        description="the Spark master; `enrich --master` and SPARK_MASTER override it, and "
+        "without any of them Spark runs in-process on local[2]",
+    )
     conf: dict[str, str] = Field(default_factory=dict)
     remote: str | None = Field(
         default=None,

@@ -26,7 +26,13 @@ from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from warehouse.delta import DeltaEngine, open_engine
 from warehouse.lease import LeaseSettings, PipelineLease
-from warehouse.spark import SparkSettings, build_session, effective_remote, is_connect
+from warehouse.spark import (
+    SparkSettings,
+    build_session,
+    effective_master,
+    effective_remote,
+    is_connect,
+)
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -169,12 +175,15 @@ class PipelineContext:
 
 @contextmanager
 def open_pipeline(
-    config: PipelineConfig, spark: SparkSession | None = None
+    config: PipelineConfig, spark: SparkSession | None = None, master: str | None = None
 ) -> Iterator[PipelineContext]:
-    """Assemble the pipeline; the Spark session is reused if one is active."""
+    """Assemble the pipeline; the Spark session is reused if one is active.
+
+    ``master`` is the command line's ``--master`` (see :func:`warehouse.spark.effective_master`).
+    """
     settings = SparkSettings(
         app_name=f"enrich-{config.name}",
-        master=config.spark.master,
+        master=effective_master(master, config.spark.master),
         conf=config.spark.conf,
         remote=effective_remote(config.spark.remote),
     )

@@ -134,6 +134,17 @@ class SparkSettings:
     remote: str | None = field(default_factory=lambda: effective_remote(None))
 
 
+DEFAULT_MASTER = "local[2]"
+
+
+def effective_master(command_line: str | None, configured: str | None) -> str:
+    """The Spark master a command runs on, first set wins: the command line (``--master``),
+    ``SPARK_MASTER``, the config's ``spark.master``, then ``local[2]``. The environment
+    beats the config so that one config runs locally and, on a cluster's workers, against
+    the cluster's master."""
+    return command_line or os.environ.get("SPARK_MASTER") or configured or DEFAULT_MASTER
+
+
 def effective_remote(configured: str | None) -> str | None:
     """The Spark Connect URL a command uses: the config's ``spark.remote``, else
     ``SPARK_REMOTE``, else None (in-process Spark)."""

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import EXIT_BUSY, EXIT_CONFIG, EXIT_OK
-from jobs.enrich import build_parser, main
+from jobs.enrich import build_parser, main, parse_args
 from pipeline.config import load_config
 from pipeline.layout import WarehouseLayout
 from reports.html_report import PLOT_IDS
@@ -55,6 +55,12 @@ def test_bad_arguments_and_config_exit_with_code_2(
     assert main(["--log-level", "verbose", "--config", str(broken), "status"]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "--log-level" in err and "'VERBOSE'" in err and "DEBUG" in err and "Traceback" not in err
+
+
+def test_master_on_the_command_line_reaches_the_job() -> None:
+    args, _ = parse_args(["--master", "spark://h:7077", "status"])
+    assert args.master == "spark://h:7077"
+    assert parse_args(["status"])[0].master is None  # then SPARK_MASTER, then the config
 
 
 def test_every_command_and_option_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,3 +57,16 @@ class _Session:
 def test_an_unreadable_threshold_names_the_key_and_the_value() -> None:
     with pytest.raises(ConfigError, match=r"autoBroadcastJoinThreshold is 'ten megabytes'"):
         broadcast_threshold(_Session({KEY: "ten megabytes"}))  # type: ignore[arg-type]
+
+
+def test_the_master_comes_from_the_command_line_then_the_environment_then_the_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from warehouse.spark import DEFAULT_MASTER, effective_master
+
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    assert effective_master(None, None) == DEFAULT_MASTER
+    assert effective_master(None, "local[4]") == "local[4]"
+    monkeypatch.setenv("SPARK_MASTER", "spark://env:7077")
+    assert effective_master(None, "local[4]") == "spark://env:7077"
+    assert effective_master("spark://cli:7077", "local[4]") == "spark://cli:7077"
