@@ -98,6 +98,9 @@ class WarehouseConfig(Strict):
     # reader replays at most this many JSON commits (Delta's own default is 100, more than
     # a small table ever reaches: its log grows one JSON file per micro-batch forever).
     checkpoint_interval: int = Field(default=10, ge=1)
+    # `enrich maintain` rewrites the published tables' small files into files of about this
+    # size (each scheduled run publishes a few small files per interval partition).
+    compact_target_bytes: int = Field(default=128 * 2**20, ge=2**20)
 
     def table_properties(self) -> dict[str, str]:
         """The properties every table the pipeline creates starts with."""

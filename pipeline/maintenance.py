@@ -1,4 +1,10 @@
-"""``enrich maintain``: vacuum every Delta table of the pipeline, keeping the pinned versions.
+"""``enrich maintain``: compact the published tables, then vacuum every Delta table of the
+pipeline, keeping the pinned versions.
+
+The published (gold), quarantined-output and quality-results tables are first compacted
+(:data:`COMPACTED_ROLES`): each partition's small files are rewritten into files of about
+``warehouse.compact_target_bytes`` in one commit of dataChange=false actions, so every
+version keeps its rows and a rerun finds nothing left to compact.
 
 The tables: bronze and quarantine of every stream; silver, gold and quarantined batches of
 every output table; the operator state tables under ``_operators/<stage>/``;
@@ -25,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,7 +40,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.pins import table_key
 from pipeline.ssbj_stage import OWNED_TABLES as SSBJ_TABLES
 from warehouse.delta import DeltaEngine, Snapshot
-from warehouse.delta.api import CDF_PROPERTY
+from warehouse.delta.api import CDF_PROPERTY, Compaction
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -42,7 +48,12 @@ logger = logging.getLogger(__name__)
 # The operator state tables a stage may own: SSBJ's, and the A-DSP layout
 # (ThetaDriver.theta_layout).
 OPERATOR_TABLES = (*SSBJ_TABLES, "layout")
-MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
+MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
+# Tables compacted before their vacuum: every reader of them reads whole versions. Bronze,
+# silver, operator state and masters are followed by the files added between versions
+# (stage inputs, live audits, master changes), which a compaction's rewritten files would
+# look like, so they are left as written.
+COMPACTED_ROLES = frozenset({"gold", "quarantined-output", "quality-results"})
 # Change-data files are written shortly before their commit; keep this much more of them.
 CDF_MARGIN_HOURS = 1.0
 
@@ -64,12 +75,19 @@ class TableVacuum:
     retention_hours: float
     kept_versions: tuple[int, ...]
     deleted_files: int
+    compaction: Compaction | None = None
 
     def summary(self) -> str:
         kept = ",".join(str(v) for v in self.kept_versions) or "none"
+        compacted = ""
+        if self.compaction is not None and self.compaction.version is not None:
+            compacted = (
+                f"compacted {self.compaction.files_removed} file(s) into "
+                f"{self.compaction.files_added} (v{self.compaction.version}), "
+            )
         return (
-            f"{self.table.role} {self.table.path}: {self.deleted_files} file(s) deleted, "
-            f"kept pinned version(s) {kept}, retention {self.retention_hours:g}h"
+            f"{self.table.role} {self.table.path}: {compacted}{self.deleted_files} file(s) "
+            f"deleted, kept pinned version(s) {kept}, retention {self.retention_hours:g}h"
         )
 
 
@@ -114,7 +132,10 @@ def maintain(
         if not engine.exists(table.path):
             logger.debug("maintain: %s %s does not exist; skipped", table.role, table.path)
             continue
-        result = vacuum_table(engine, store, table, retention)
+        compaction = None
+        if table.role in COMPACTED_ROLES:
+            compaction = engine.compact(table.path, config.warehouse.compact_target_bytes)
+        result = replace(vacuum_table(engine, store, table, retention), compaction=compaction)
         logger.info("maintain: %s", result.summary())
         if echo is not None:
             echo(result.summary())

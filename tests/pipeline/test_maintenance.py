@@ -297,3 +297,18 @@ def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
         f"master {master}: 1 file(s) deleted, kept pinned version(s) none, retention 0h",
     ]
     assert_same_multiset(engine.read(master), V2)
+
+    # The published table's small files (one per publish) are compacted, then vacuumed;
+    # bronze and the master, followed by the files added between versions, are not.
+    gold = layout.published("out")
+    engine.create_table(gold, MASTER_SCHEMA)
+    for row in V1[:3]:
+        engine.append(gold, spark.createDataFrame([row], MASTER_SCHEMA).coalesce(1))
+    assert main(["--config", str(config_file), "maintain", "--retention-hours", "0"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert f"gold {gold}: compacted 3 file(s) into 1 (v4), 3 file(s) deleted, " in lines[1]
+    assert not any("compacted" in line for line in lines if not line.startswith("gold"))
+    assert_same_multiset(engine.read(gold), V1[:3])
+    assert len(engine.snapshot(gold).files) == 1
+    assert main(["--config", str(config_file), "maintain"]) == EXIT_OK
+    assert "compacted" not in capsys.readouterr().out  # nothing small is left

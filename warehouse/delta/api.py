@@ -101,6 +101,15 @@ class DataFile:
 
 
 @dataclass(frozen=True)
+class Compaction:
+    """What one ``compact`` did: files replaced, files written, the version it committed."""
+
+    files_removed: int
+    files_added: int
+    version: int | None  # None: nothing was small enough to compact, nothing committed
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A pinned table version: its schema, partitioning and the live files at that version."""
 
@@ -245,6 +254,14 @@ class DeltaEngine(Protocol):
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
     ) -> list[str]: ...
+
+    def compact(self, path: str, target_file_bytes: int) -> Compaction:
+        """Rewrite the small files of each partition into files of about the target size,
+        in one commit whose actions all have ``dataChange=false``: every version keeps the
+        same rows (the replaced files stay on disk until a vacuum, so older versions still
+        read). Only for tables no reader follows by the files added between versions (the
+        pipeline's published, quarantined-output and results tables)."""
+        ...
 
 
 # The commitInfo key naming the pipeline operation a commit belongs to, when it is not a

@@ -71,6 +71,7 @@ from warehouse.delta.api import (
     INSERT,
     AppTransaction,
     CommitOutcome,
+    Compaction,
     DataFile,
     PartitionFilter,
     Snapshot,
@@ -587,6 +588,25 @@ class EmbeddedDeltaEngine:
         )
         logger.info("vacuumed %s: %d file(s) deleted", path, len(deleted))
         return list(deleted)
+
+    def compact(self, path: str, target_file_bytes: int) -> Compaction:
+        """delta-rs ``optimize.compact``: one commit of dataChange=false actions, under the
+        commit guard and with this engine's commit metadata."""
+        table = self._open(path)
+        before = table.version()
+        self._check_commit_guard()
+        metrics = table.optimize.compact(
+            target_size=int(target_file_bytes),
+            max_concurrent_tasks=1,  # the driver's side; Spark's executors are not involved
+            commit_properties=CommitProperties(
+                custom_metadata={**self.commit_metadata, COMMIT_ID_KEY: self._new_commit_id()},
+                max_commit_retries=self._max_commit_retries,
+            ),
+        )
+        removed, added = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+        version = self._open(path).version()
+        logger.info("compacted %s: %d file(s) into %d", path, removed, added)
+        return Compaction(removed, added, version if version > before else None)
 
     # ------------------------------------------------------------------ commit helpers
 

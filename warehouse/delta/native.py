@@ -78,6 +78,7 @@ from warehouse.delta.api import (
     INSERT,
     AppTransaction,
     CommitOutcome,
+    Compaction,
     DataFile,
     PartitionFilter,
     Snapshot,
@@ -94,6 +95,8 @@ _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _DML_TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 _DML_TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 _RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+_OPTIMIZE_MAX_FILE_CONF = "spark.databricks.delta.optimize.maxFileSize"
+_USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _LISTING_PARALLELISM_CONF = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # Field metadata delta-spark keeps in a table's schema (column mapping ids, physical names):
 # not part of the columns' names or types, so left out of Snapshot.schema.
@@ -853,6 +856,28 @@ class NativeDeltaEngine:
         ) from error
 
     # ------------------------------------------------------------------ maintenance
+
+    def compact(self, path: str, target_file_bytes: int) -> Compaction:
+        """delta-spark's ``OPTIMIZE`` (bin-packing, dataChange=false), under the commit guard
+        and with this engine's commit metadata as the commit's userMetadata."""
+        root = _table_root(path)
+        before = int(self._jsnapshot(root).version())
+        if self.commit_guard is not None:
+            self.commit_guard()
+        settings = {
+            _OPTIMIZE_MAX_FILE_CONF: str(int(target_file_bytes)),
+            _USER_METADATA_CONF: json.dumps(
+                {**self.commit_metadata, COMMIT_ID_KEY: self._new_commit_id()}, sort_keys=True
+            ),
+        }
+        table = "delta.`" + root.replace("`", "``") + "`"
+        with self._session_settings(settings):
+            row = self._spark.sql(f"OPTIMIZE {table}").collect()[0]
+        metrics = row["metrics"]
+        removed, added = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+        version = int(self._jsnapshot(root).version())
+        logger.info("compacted %s: %d file(s) into %d", root, removed, added)
+        return Compaction(removed, added, version if version > before else None)
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
