@@ -22,12 +22,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, DeltaDataIntervalTimetable, chain
+from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, chain
 
 from orchestration.airflow_tasks import run_enrich
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 STAGES = ("orders_customer", "orders_promotions", "lineitem_partsupp")
+# Each published table is an Asset, updated when `validate` succeeds (every batch of the run
+# published): downstream DAGs schedule on them.
+PUBLISHED = [
+    Asset(
+        name=f"enrich_demo.{table}",
+        uri=f"enrich://demo/gold/{table}",
+        group="enrichment",
+    )
+    for table in ("orders_customer", "orders_enriched", "lineitem_suppliers")
+]
 INTERVAL = timedelta(seconds=3600)
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
 RUN_ARGS = [
@@ -65,6 +75,9 @@ with DAG(
         for stage in STAGES
     ]
     validate = PythonOperator(
-        task_id="validate", python_callable=run_enrich, op_args=[CONFIG, "validate", *RUN_ARGS]
+        task_id="validate",
+        python_callable=run_enrich,
+        op_args=[CONFIG, "validate", *RUN_ARGS],
+        outlets=PUBLISHED,
     )
     chain(ingest, *stages, validate)

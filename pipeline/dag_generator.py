@@ -58,6 +58,7 @@ def render_dag(config: PipelineConfig, config_path: Path, dag_path: Path) -> str
         out_rel=os.path.relpath(dag_path.resolve(), repo_root),
         stage_list="\n".join(f"- `{s.name}` ({s.kind})" for s in config.stages) or "none",
         stages=_tuple_literal([s.name for s in config.stages]),
+        outputs=_tuple_literal(config.outputs()),
         interval_seconds=int(config.schedule.interval_delta.total_seconds()),
         retries=config.schedule.retries,
         task_timeout_seconds=int(config.schedule.task_timeout_delta.total_seconds()),

@@ -78,6 +78,17 @@ def test_dag_runs_match_duckdb_oracle(
     for stage in ("orders_customer", "lineitem_partsupp", "orders_promotions"):
         assert re.search(rf"{stage}: \d+ step\(s\), [\d,]+ tuple\(s\) in", printed), stage
     assert "ingest orders" in printed
+    # Each run's successful validate updated every published table's Asset once.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        updated = session.query(AssetModel.uri).join(
+            AssetEvent, AssetEvent.asset_id == AssetModel.id
+        )
+        uris = sorted(uri for (uri,) in updated)
+    published = sorted(f"enrich://demo/gold/{stage.output}" for stage in config.stages)
+    assert uris == sorted(published * INTERVALS), uris
 
     con = duckdb.connect()
     for name in config.masters:

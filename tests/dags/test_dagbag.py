@@ -37,6 +37,14 @@ def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) 
         "stage_lineitem_partsupp",
         "validate",
     ]
+    # Each published table is an Asset that a successful validate updates.
+    validate = dag.get_task("validate")
+    assert sorted(a.uri for a in validate.outlets) == [
+        "enrich://demo/gold/lineitem_suppliers",
+        "enrich://demo/gold/orders_customer",
+        "enrich://demo/gold/orders_enriched",
+    ]
+    assert all(not t.outlets for t in dag.tasks if t.task_id != "validate")
     # A hung Spark job fails its task after schedule.task_timeout (2h by default).
     assert {t.execution_timeout for t in dag.tasks} == {timedelta(hours=2)}
     report = bag.get_dag("quality_report_demo")
