@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ def test_dag_runs_match_duckdb_oracle(
     spark: SparkSession,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the demo config's relative paths now land in tmp_path
     assert (
@@ -72,12 +71,20 @@ def test_dag_runs_match_duckdb_oracle(
         end = dt.datetime.fromisoformat(start).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
         run = dag.test(logical_date=end)
         assert str(run.state).endswith("success"), f"interval {index} ended {run.state}"
-    # The pipeline's own INFO lines get through Airflow's logging (its root handler is at
-    # WARNING in this Airflow home): each stage's summary and the ingest progress.
-    printed = "".join(capfd.readouterr())
-    for stage in ("orders_customer", "lineitem_partsupp", "orders_promotions"):
-        assert re.search(rf"{stage}: \d+ step\(s\), [\d,]+ tuple\(s\) in", printed), stage
-    assert "ingest orders" in printed
+    # The pipeline's own INFO lines get through Airflow's logging: Airflow's root handler
+    # (at WARNING in this Airflow home) was lowered to the commands' INFO. Checked on the
+    # handlers themselves: which stream they write to depends on when this process first
+    # configured Airflow (another test of the same worker may have), so output capture is
+    # no witness.
+    airflow_handlers = [
+        h for h in logging.getLogger().handlers if not type(h).__module__.startswith("_pytest")
+    ]
+    assert airflow_handlers, "Airflow installed no root handler"
+    assert all(h.level <= logging.INFO for h in airflow_handlers), [
+        (type(h).__name__, h.level) for h in airflow_handlers
+    ]
+    record = logging.LogRecord("pipeline.runner", logging.INFO, __file__, 0, "probe", (), None)
+    assert all(h.filter(record) for h in airflow_handlers)
     # Each run's successful validate updated every published table's Asset once.
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
