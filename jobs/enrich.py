@@ -34,12 +34,12 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from common.errors import (
     EXIT_CONFIG,
@@ -54,8 +54,11 @@ from common.errors import (
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig
     from pipeline.context import PipelineContext
+    from warehouse.state_store import StateStore
 
 logger = logging.getLogger("enrich")
+
+T = TypeVar("T")
 
 DEFAULT_CONFIG = "configs/demo.yaml"
 DISTRIBUTION = "stream-enrichment"
@@ -397,13 +400,8 @@ def _dispatch(args: JobArgs) -> int:
         return _serve_spark(config, args)
     if args.command == "status":
         from pipeline.status import pipeline_status
-        from warehouse.state_store import StateStore
 
-        store = StateStore(config.warehouse.resolved_state_store())
-        try:
-            status = pipeline_status(config, store)
-        finally:
-            store.dispose()
+        status = _read_store(config, lambda store: pipeline_status(config, store))
         if args.as_json:
             print(json.dumps(status, indent=2, default=str))
         else:
@@ -413,15 +411,11 @@ def _dispatch(args: JobArgs) -> int:
         return EXIT_OK
     if args.command == "plan":
         from pipeline.stage_plan import describe, plan_stage
-        from warehouse.state_store import StateStore
 
-        assert args.stage is not None
-        store = StateStore(config.warehouse.resolved_state_store())
-        try:
-            lines = describe(plan_stage(config, store, args.stage))
-        finally:
-            store.dispose()
-        print("\n".join(lines))
+        stage_name = args.stage
+        assert stage_name is not None
+        plan = _read_store(config, lambda store: plan_stage(config, store, stage_name))
+        print("\n".join(describe(plan)))
         return EXIT_OK
     if args.stage is not None and args.command == "stage":
         config.stage(args.stage)  # an unknown stage is a config error before Spark starts
@@ -433,6 +427,17 @@ def _dispatch(args: JobArgs) -> int:
             return _dispatch_read_only(pipeline, args)
         with pipeline.exclusive(f"{args.command} {args.run_id}", args.wait_seconds):
             return _dispatch_writer(pipeline, args)
+
+
+def _read_store(config: PipelineConfig, read: Callable[[StateStore], T]) -> T:
+    """``read`` over the config's state store, closed afterwards; no Spark is started."""
+    from warehouse.state_store import StateStore
+
+    store = StateStore(config.warehouse.resolved_state_store())
+    try:
+        return read(store)
+    finally:
+        store.dispose()
 
 
 def _dispatch_read_only(pipeline: PipelineContext, args: JobArgs) -> int:

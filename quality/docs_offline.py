@@ -122,6 +122,8 @@ VENDORED: tuple[VendoredAsset, ...] = (
     ),
 )
 
+_BY_URL = {asset.url: asset for asset in VENDORED}
+
 # GX's navbar loads its logo from here, with the data context's id in the query string;
 # the same images are in the site's own static/images (GX copies them there).
 GX_IMAGES = "https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/"
@@ -174,13 +176,12 @@ def rewrite_page(page: Path, site: Path) -> tuple[bool, list[str]]:
 
     Returns whether the page changed and the URLs it still loads from the internet.
     """
-    by_url = {a.url: a for a in VENDORED}
     text = page.read_text(encoding="utf-8")
     online: list[str] = []
 
     def local(match: re.Match[str]) -> str:
         tag, url = match.group(0), match.group(2)
-        asset = by_url.get(url)
+        asset = _BY_URL.get(url)
         if asset is not None:
             target = site / VENDOR_DIR / asset.package / asset.path
         elif url.startswith(GX_IMAGES) and (site / SITE_IMAGES / _file_name(url)).is_file():

@@ -11,21 +11,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
-from reports.series import RunPoint
+from reports.series import LedgerRecord, RunPoint, aware_utc
 
 
-class TaskRecord(Protocol):
-    @property
-    def run_id(self) -> str: ...
+class TaskRecord(LedgerRecord, Protocol):
+    """A ledger row with what the run table shows of a task."""
 
     @property
     def status(self) -> str: ...
-
-    @property
-    def interval_start(self) -> datetime | None: ...
 
     @property
     def interval_end(self) -> datetime | None: ...
@@ -56,10 +52,6 @@ class RunRow:
     batches_failed: int
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def run_rows(ledger: Iterable[TaskRecord], points: Sequence[RunPoint]) -> list[RunRow]:
     """A row for each run in ``points``, in their order."""
     tasks: dict[str, list[TaskRecord]] = defaultdict(list)
@@ -70,8 +62,8 @@ def run_rows(ledger: Iterable[TaskRecord], points: Sequence[RunPoint]) -> list[R
         mine = tasks.get(point.run_id, [])
         failed = [t for t in mine if t.status == "failed"]
         running = any(t.status == "running" for t in mine)
-        starts = [_aware(t.started_at) for t in mine]
-        ends = [_aware(t.finished_at) for t in mine if t.finished_at is not None]
+        starts = [aware_utc(t.started_at) for t in mine]
+        ends = [aware_utc(t.finished_at) for t in mine if t.finished_at is not None]
         seconds = None
         if starts and ends and not running:
             seconds = (max(ends) - min(starts)).total_seconds()

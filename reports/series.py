@@ -79,7 +79,8 @@ class RunPoint:
     """``{task: {phase: seconds}}`` for each task of the run (``total`` included)."""
 
 
-def _aware(moment: datetime) -> datetime:
+def aware_utc(moment: datetime) -> datetime:
+    """``moment`` with UTC attached when it has no time zone (the store's naive times)."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -94,7 +95,7 @@ def run_points(
     for run in ledger:
         base = run.run_id.split("/", 1)[0]
         if run.interval_start is not None:
-            interval_of.setdefault(base, _aware(run.interval_start))
+            interval_of.setdefault(base, aware_utc(run.interval_start))
     grouped: dict[str, list[MetricRecord]] = defaultdict(list)
     for metric in metrics:
         grouped[metric.run_id].append(metric)
@@ -102,8 +103,8 @@ def run_points(
     for run_id, records in grouped.items():
         if all(m.stage.startswith(TASK_PREFIX) for m in records):
             continue  # a maintenance or failed command: timings only, no data to plot
-        at = interval_of.get(run_id) or min(_aware(m.recorded_at) for m in records)
-        if (start and at < _aware(start)) or (end and at >= _aware(end)):
+        at = interval_of.get(run_id) or min(aware_utc(m.recorded_at) for m in records)
+        if (start and at < aware_utc(start)) or (end and at >= aware_utc(end)):
             continue
         points.append(_reduce(run_id, at, records))
     return sorted(points, key=lambda p: (p.at, p.run_id))

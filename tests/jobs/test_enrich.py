@@ -22,6 +22,7 @@ from pipeline.layout import WarehouseLayout
 from reports.html_report import PLOT_IDS
 from tests.conftest import REPO_ROOT
 from tests.helpers import tiny_pipeline
+from tests.pipeline.ssbj_harness import config_for
 from warehouse.lease import LeaseSettings, PipelineLease
 from warehouse.state_store import REJECTED, StateStore
 
@@ -91,21 +92,9 @@ def test_status_prints_tables_of_streams_stages_and_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # wide enough that no path folds inside its cell
-    raw = tiny_pipeline(tmp_path, "k", "bigint") | {
-        "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk"]}},
-        "stages": [
-            {
-                "name": "enrich",
-                "kind": "equi",
-                "input": "s",
-                "master": "m",
-                "join_on": {"k": "mk"},
-                "output": "out",
-            }
-        ],
-    }
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump(raw))
+    config = tmp_path / "pipeline.yaml"  # one stream s, one equi stage enrich -> out
+    pipeline = config_for(tmp_path, "ssbj", 2, 1, "inner")
+    config.write_text(yaml.safe_dump(pipeline.model_dump(mode="json")))
     (tmp_path / "landing").mkdir()
     bad = tmp_path / "landing" / "broken.json"
     bad.write_text("{")

@@ -85,8 +85,7 @@ def _lower_bound(value: Any) -> Any:
     if isinstance(value, str):
         return value[:STRING_PREFIX]
     if isinstance(value, dt.datetime):
-        floored = value.replace(microsecond=value.microsecond // 1000 * 1000)
-        return _timestamp_text(floored)
+        return _timestamp_text(_millisecond_floor(value))
     return _exact(value)
 
 
@@ -94,10 +93,14 @@ def _upper_bound(value: Any) -> Any:
     if isinstance(value, str):
         return value if len(value) <= STRING_PREFIX else None
     if isinstance(value, dt.datetime):
-        floored = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        floored = _millisecond_floor(value)
         ceiled = floored if floored == value else floored + _MILLI
         return _timestamp_text(ceiled)
     return _exact(value)
+
+
+def _millisecond_floor(value: dt.datetime) -> dt.datetime:
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
 def _exact(value: Any) -> Any:
