@@ -1,10 +1,11 @@
-"""``enrich maintain``: compact the published tables, then vacuum every Delta table of the
-pipeline, keeping the pinned versions.
+"""``enrich maintain``: compact, then vacuum, every Delta table of the pipeline, keeping the
+pinned versions and the files the followers of a table still read.
 
-The published (gold), quarantined-output and quality-results tables are first compacted
-(:data:`COMPACTED_ROLES`): each partition's small files are rewritten into files of about
-``warehouse.compact_target_bytes`` in one commit of dataChange=false actions, so every
-version keeps its rows and a rerun finds nothing left to compact.
+Each table is first compacted: each partition's small files are rewritten into files of
+about ``warehouse.compact_target_bytes`` in one commit of dataChange=false actions, so
+every version keeps its rows, a reader of the rows added between versions sees none added
+or removed by it (:mod:`warehouse.delta.added_files`), and a rerun finds nothing left to
+compact.
 
 The tables: bronze and quarantine of every stream; silver, gold and quarantined batches of
 every output table; the operator state tables under ``_operators/<stage>/``;
@@ -19,11 +20,15 @@ Two consequences of how vacuum works:
 - A vacuum that deletes files commits ``VACUUM START`` and ``VACUUM END`` to the table's
   log, so the table's version moves although no row changed.
   :func:`only_maintenance_since` tells such versions apart from writes.
-- The embedded engine's full vacuum deletes change-data files (``_change_data/``) older
-  than the retention whatever ``keep_versions`` says, and a reader of a table's change
-  data feed (the SSBJ cache catching up with its master) needs the changes committed after
-  its pinned version. For a table with the change data feed on and pins, the retention is
-  therefore stretched to cover every commit after the oldest pinned version.
+- ``keep_versions`` keeps the files of the pinned versions only, but a follower reads
+  the commits after its pinned version: a stage or an audit reads the files added after
+  the version it consumed (:data:`FOLLOWED_ROLES`: stage inputs and outputs, masters whose
+  changes SSBJ derives from added files), which a compaction or a replace may have removed
+  since; and the embedded engine's full vacuum deletes change-data files
+  (``_change_data/``) older than the retention whatever ``keep_versions`` says, which the
+  SSBJ cache catching up with its master reads. For a followed or change-data-feed table
+  with pins, the retention is therefore stretched to cover every commit after the oldest
+  pinned version.
 """
 
 from __future__ import annotations
@@ -49,13 +54,11 @@ logger = logging.getLogger(__name__)
 # (ThetaDriver.theta_layout).
 OPERATOR_TABLES = (*SSBJ_TABLES, "layout")
 MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
-# Tables compacted before their vacuum: every reader of them reads whole versions. Bronze,
-# silver, operator state and masters are followed by the files added between versions
-# (stage inputs, live audits, master changes), which a compaction's rewritten files would
-# look like, so they are left as written.
-COMPACTED_ROLES = frozenset({"gold", "quarantined-output", "quality-results"})
-# Change-data files are written shortly before their commit; keep this much more of them.
-CDF_MARGIN_HOURS = 1.0
+# Tables read by the rows added after a pinned version (stage inputs, audited batches, the
+# changes of a master without the change data feed), not only as whole pinned versions.
+FOLLOWED_ROLES = frozenset({"bronze", "silver", "master"})
+# Change-data and data files are written shortly before their commit; keep this much more.
+COMMIT_MARGIN_HOURS = 1.0
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,7 @@ def maintain(
         if not engine.exists(table.path):
             logger.debug("maintain: %s %s does not exist; skipped", table.role, table.path)
             continue
-        compaction = None
-        if table.role in COMPACTED_ROLES:
-            compaction = engine.compact(table.path, config.warehouse.compact_target_bytes)
+        compaction = engine.compact(table.path, config.warehouse.compact_target_bytes)
         result = replace(vacuum_table(engine, store, table, retention), compaction=compaction)
         logger.info("maintain: %s", result.summary())
         if echo is not None:
@@ -160,7 +161,8 @@ def vacuum_table(
             snapshot.version,
             [v for v in pinned if v > snapshot.version],
         )
-    hours = _retention_for(engine, snapshot, kept, retention_hours)
+    followed = table.role in FOLLOWED_ROLES
+    hours = _retention_for(engine, snapshot, kept, retention_hours, followed)
     # The engine takes whole hours; round up, never keep less than asked.
     deleted = engine.vacuum(table.path, math.ceil(hours), keep_versions=kept)
     return TableVacuum(table, snapshot.version, float(math.ceil(hours)), kept, len(deleted))
@@ -181,11 +183,16 @@ def only_maintenance_since(engine: DeltaEngine, path: str, version: int, latest:
 
 
 def _retention_for(
-    engine: DeltaEngine, snapshot: Snapshot, kept: tuple[int, ...], retention_hours: float
+    engine: DeltaEngine,
+    snapshot: Snapshot,
+    kept: tuple[int, ...],
+    retention_hours: float,
+    followed: bool,
 ) -> float:
-    """The retention, stretched over the commits after the oldest pin of a CDF table."""
+    """The retention, stretched over the commits after the oldest pin of a followed or
+    change-data-feed table."""
     cdf = snapshot.properties.get(CDF_PROPERTY, "false").lower() == "true"
-    if not cdf or not kept or min(kept) >= snapshot.version:
+    if not (cdf or followed) or not kept or min(kept) >= snapshot.version:
         return retention_hours
     oldest = min(kept)
     successor = [
@@ -195,7 +202,7 @@ def _retention_for(
     ]
     if not successor:
         logger.warning(
-            "maintain: %s: no history entry for version %d; change-data files after the pinned "
+            "maintain: %s: no history entry for version %d; files removed after the pinned "
             "version %d are kept only by the retention of %gh",
             snapshot.table_path,
             oldest + 1,
@@ -203,11 +210,11 @@ def _retention_for(
             retention_hours,
         )
         return retention_hours
-    needed = _age(successor[0]["timestamp"]).total_seconds() / 3600 + CDF_MARGIN_HOURS
+    needed = _age(successor[0]["timestamp"]).total_seconds() / 3600 + COMMIT_MARGIN_HOURS
     if needed > retention_hours:
         logger.info(
-            "maintain: %s: retention stretched from %gh to %.2fh to keep the change data "
-            "feed after pinned version %d",
+            "maintain: %s: retention stretched from %gh to %.2fh to keep the files and change "
+            "data a follower of pinned version %d still reads",
             snapshot.table_path,
             retention_hours,
             needed,

@@ -4,16 +4,22 @@ A holder pins the versions it will still read by time travel; ``StateStore.set_p
 replaces all of a holder's pins at once, and ``enrich maintain`` passes every version pinned
 on a table, by any holder, to ``vacuum`` as ``keep_versions``. Holders:
 
-``ssbj.<stage>``   the master versions pending tuples are pinned to, the master versions of
-                   the cache and the switching buffer; while a step's plan is open also the
-                   plan's master version, the master versions whose changes it reads, the
-                   operator-table versions and the input versions it reads
-``stage.<stage>``  a baseline or theta step's planned master version and input versions,
-                   from the plan until the step is done
+``ssbj.<stage>``   the consumed input version, the master versions pending tuples are pinned
+                   to, the master versions of the cache and the switching buffer; while a
+                   step's plan is open also the plan's master version, the master versions
+                   whose changes it reads, the operator-table versions and the input
+                   versions it reads
+``stage.<stage>``  the consumed input version; from a baseline or theta step's plan until
+                   the step is done also its planned master version and input versions
 ``adsp.<stage>``   the master version an A-DSP stage's persisted layout was built from, and
                    the layout version the state records
 ``audit.<table>``  the last audited output (silver) version and the pending-table version
                    the audit state records
+
+A stage follows its input by the rows added after the version it consumed
+(:meth:`warehouse.delta.api.DeltaEngine.rows_added`), which reads files a compaction may
+have removed since; so the consumed version stays pinned between steps, and ``enrich
+maintain`` keeps every file removed after the oldest pinned version of a followed table.
 
 Table paths are normalised with :func:`table_key` on both sides (pinning and vacuuming).
 """

@@ -351,7 +351,9 @@ class SsbjStage:
         plan["scan"] = self._scan_versions(state, master, needed)
         state["plan"] = plan
         # Pins first: a crash before the plan is saved leaves pins the next plan replaces.
-        self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state, plan))
+        self.store.set_pins(
+            ssbj_holder(self.stage.name), self._pins(state, int(plan["input_from"]), plan)
+        )
         self.store.save_operator_state(self.stage.name, state)
         return dict(plan)
 
@@ -479,9 +481,10 @@ class SsbjStage:
         return admission
 
     def _pins(
-        self, state: dict[str, Any], plan: dict[str, Any] | None = None
+        self, state: dict[str, Any], consumed: int, plan: dict[str, Any] | None = None
     ) -> dict[str, list[int]]:
-        """The versions this stage still reads by time travel, by table path."""
+        """The versions this stage still reads by time travel, by table path, and
+        ``consumed``, the input version it follows the input's added rows after."""
         master = {int(v) for v in state["chunks"].values()}
         bases = [int(v) for v in (state["cache_version"], state["switch_version"]) if v is not None]
         master.update(bases)
@@ -493,6 +496,7 @@ class SsbjStage:
                 master.update(range(base, planned + 1))
             pins.update({self.paths[t]: [int(v)] for t, v in plan["tables"].items()})
             pins[self.input_path] = input_versions(plan["input_from"], plan["input_to"])
+        pins[self.input_path] = [consumed, *pins.get(self.input_path, ())]
         pins[self.master_path] = master
         # The scan copy is read for the chunks' versions, the switching buffer's and the
         # plan's (the cache follows the master's own changes, not the copy).
@@ -578,7 +582,7 @@ class SsbjStage:
         report.seconds = time.monotonic() - started
         completing = time.monotonic()
         self.store.complete_step(self.stage.name, plan["input_to"], step + 1, state)
-        self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state))
+        self.store.set_pins(ssbj_holder(self.stage.name), self._pins(state, int(plan["input_to"])))
         logger.debug(
             "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
             "then %.2f to complete the step in the state store",

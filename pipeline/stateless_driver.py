@@ -84,26 +84,21 @@ class StatelessDriver(ABC, Generic[StageT]):
         latest_master = self.engine.snapshot(master_path).version
         # Pin what the step reads before it is planned (holder stage.<name>): exactly the
         # versions plan_step returns, an earlier attempt's plan if one is open.
-        planned_to, planned_master = latest_input, latest_master
+        planned_to: int = latest_input
+        planned_master: int = latest_master
         if offset.planned_input_version is not None and offset.planned_master_version is not None:
             planned_to, planned_master = offset.planned_input_version, offset.planned_master_version
         holder = stage_holder(stage.name)
-        self.store.set_pins(
-            holder,
-            union_pins(
-                {
-                    master_path: [planned_master],
-                    input_path: input_versions(offset.input_version, planned_to),
-                }
-            ),
-        )
+        consumed: int = offset.input_version
+        reads: list[int] = [consumed, *input_versions(consumed, planned_to)]
+        self.store.set_pins(holder, union_pins({master_path: [planned_master], input_path: reads}))
         plan = self.store.plan_step(stage.name, latest_input, latest_master)
         assert plan.planned_input_version is not None and plan.planned_master_version is not None
         step = offset.step_seq + 1
         report = StageReport(stage.name, step=step, master_version=plan.planned_master_version)
         if plan.planned_input_version <= offset.input_version:
             self.store.set_offset(stage.name, offset.input_version, offset.step_seq)
-            self.store.set_pins(holder, {})
+            self.store.set_pins(holder, union_pins({input_path: [offset.input_version]}))
             logger.info("stage %s: no new input since version %d", stage.name, offset.input_version)
             report.step = offset.step_seq
             return report
@@ -119,7 +114,8 @@ class StatelessDriver(ABC, Generic[StageT]):
             joined.unpersist()
         crash_point("stage.after_output_commit")
         self.store.set_offset(stage.name, plan.planned_input_version, step)
-        self.store.set_pins(holder, {})
+        # Still pinned: the consumed version, after which the next step follows the input.
+        self.store.set_pins(holder, union_pins({input_path: [plan.planned_input_version]}))
         report.seconds = time.monotonic() - started
         report.steps.append(StepMetrics(step, report.as_metrics()))
         logger.info(

@@ -20,6 +20,13 @@ from pipeline.maintenance import OwnedTable, maintain, only_maintenance_since, v
 from pipeline.pins import audit_pins, table_key
 from pipeline.ssbj_stage import STATE_TABLE as SSBJ_STATE_TABLE
 from tests.helpers import assert_same_multiset, tiny_pipeline
+from tests.pipeline.audit_harness import (
+    FIRST_BATCH,
+    SECOND_BATCH,
+    arrive_and_run,
+    quality_harness,
+    validate,
+)
 from tests.pipeline.ssbj_harness import MASTER_SCHEMA, SsbjHarness
 from warehouse.delta.api import CDF_PROPERTY
 from warehouse.delta.embedded import EmbeddedDeltaEngine
@@ -77,8 +84,15 @@ def test_maintain_keeps_the_master_version_pending_tuples_are_pinned_to(
 ) -> None:
     h = pending_on_v1
     master_key = table_key(h.master)
-    # the operator's scan copy of master v1: created at v0, the copy committed as v1
-    assert h.store.pins_of(HOLDER) == {master_key: [1], table_key(h.paths_of("scan")): [1]}
+    # the operator's scan copy of master v1: created at v0, the copy committed as v1; and
+    # the bronze version the stage consumed
+    bronze = table_key(h.bronze)
+    consumed = h.engine.snapshot(h.bronze).version
+    assert h.store.pins_of(HOLDER) == {
+        master_key: [1],
+        table_key(h.paths_of("scan")): [1],
+        bronze: [consumed],
+    }
 
     results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
 
@@ -88,7 +102,8 @@ def test_maintain_keeps_the_master_version_pending_tuples_are_pinned_to(
     h.runner.run_stage_step(h.config.stage("enrich"), "r2")  # batch B enters at v2
     h.drain()
     assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1) + expected_join(BATCH_B, V2, 2))
-    assert h.store.pins_of(HOLDER) == {}  # drained: nothing pending, nothing pinned
+    # drained: nothing pending, only the consumed input version pinned
+    assert h.store.pins_of(HOLDER) == {bronze: [h.engine.snapshot(h.bronze).version]}
 
 
 def test_without_the_pins_the_same_maintain_breaks_the_pending_tuples_read(
@@ -134,7 +149,7 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
         table_key(h.master): [1, 2],  # batch A's version and the plan's
         scan: [1, 2],  # the scan copy of each: v1 copied, v2 rewritten before the plan
         table_key(state): [state_version],  # the operator state as the plan saw it
-        table_key(h.bronze): list(range(consumed + 1, arrived + 1)),  # the plan's input
+        table_key(h.bronze): list(range(consumed, arrived + 1)),  # consumed, the plan's input
     }
     # The master moves on before the rerun; v2, which the plan reads, must survive.
     h.engine.overwrite(h.master, h.spark.createDataFrame([(1, 9, 9.0)], MASTER_SCHEMA))
@@ -142,14 +157,21 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
     assert results[h.master].kept_versions == (1, 2)
 
     h.runner.run_stage_step(stage, "r2")  # the rerun of step 1 completes
-    # chunks A and B only
-    assert h.store.pins_of(HOLDER) == {table_key(h.master): [1, 2], scan: [1, 2]}
+    # chunks A and B only, and the input consumed now
+    assert h.store.pins_of(HOLDER) == {
+        table_key(h.master): [1, 2],
+        scan: [1, 2],
+        table_key(h.bronze): [arrived],
+    }
     h.drain()
     assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1) + expected_join(BATCH_B, V2, 2))
-    assert h.store.pins_of(HOLDER) == {}
+    # maintain compacted bronze (a version with no new rows), which the drain consumed
+    drained = h.engine.snapshot(h.bronze).version
+    assert drained == arrived + 1
+    assert h.store.pins_of(HOLDER) == {table_key(h.bronze): [drained]}
 
 
-def test_a_baseline_step_releases_its_pins_when_done(
+def test_a_baseline_step_keeps_only_the_consumed_version_pinned_when_done(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h = SsbjHarness(spark, tmp_path, "baseline", partitions=1, steps=1, how="inner")
@@ -167,8 +189,8 @@ def test_a_baseline_step_releases_its_pins_when_done(
     h.runner.run_stage_step(h.config.stage("enrich"), "r1")
 
     bronze = h.engine.snapshot(h.bronze).version
-    assert pins == [{table_key(h.master): [1], table_key(h.bronze): list(range(1, bronze + 1))}]
-    assert h.store.pins_of("stage.enrich") == {}
+    assert pins == [{table_key(h.master): [1], table_key(h.bronze): list(range(0, bronze + 1))}]
+    assert h.store.pins_of("stage.enrich") == {table_key(h.bronze): [bronze]}  # consumed
     assert_same_multiset(h.output(), expected_join(BATCH_A, V1, 1))
     h.store.dispose()
 
@@ -299,7 +321,7 @@ def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
     assert_same_multiset(engine.read(master), V2)
 
     # The published table's small files (one per publish) are compacted, then vacuumed;
-    # bronze and the master, followed by the files added between versions, are not.
+    # bronze (empty) and the master (one file) have nothing to compact.
     gold = layout.published("out")
     engine.create_table(gold, MASTER_SCHEMA)
     for row in V1[:3]:
@@ -312,3 +334,71 @@ def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
     assert len(engine.snapshot(gold).files) == 1
     assert main(["--config", str(config_file), "maintain"]) == EXIT_OK
     assert "compacted" not in capsys.readouterr().out  # nothing small is left
+
+
+def test_maintain_between_runs_compacts_every_table_and_the_pipeline_loses_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Bronze holds batches the stage has not read, silver a batch the audit has not
+    audited, when maintain compacts every table and vacuums with no retention: the followers
+    read the same rows from the files the compaction replaced, so every tuple is published
+    once, as DuckDB joins it."""
+    h = quality_harness(spark, tmp_path, steps=1)  # SSBJ, left join, k = 2
+    arrive_and_run(h, FIRST_BATCH, "r0")
+    assert validate(h, "r0") == 0
+    arrive_and_run(h, SECOND_BATCH, "r1")  # staged, not audited
+    for row in [(21, 4), (22, 77), (23, 1)]:
+        h.arrive([row])  # three small files the stage has not read
+    h.pending_batches = [[(21, 4), (22, 77), (23, 1)]]  # they enter at the next run as one
+
+    results = {
+        r.table.role + ":" + r.table.path: r
+        for r in maintain(with_retention(h.config, 0), h.engine, h.store)
+    }
+    bronze = results[f"bronze:{h.bronze}"]
+    silver = results[f"silver:{h.layout.staged('out')}"]
+    for followed in (bronze, silver):
+        assert followed.compaction is not None and followed.compaction.version is not None
+        assert followed.retention_hours >= 1  # stretched over the commits after the pin
+    assert bronze.compaction is not None and bronze.compaction.files_removed >= 5
+
+    h.run("r2")
+    assert validate(h, "r2") == 0
+    h.drain()
+    assert validate(h, "drain") == 0
+    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
+    assert_same_multiset(
+        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
+    )
+    assert h.context.auditor.unresolved() == []
+    h.store.dispose()
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_the_consumed_input_version_stays_pinned_so_a_compaction_cannot_lose_new_rows(
+    spark: SparkSession, tmp_path: Path, pinned: bool
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "baseline", partitions=1, steps=1, how="inner")
+    h.load_master(V1, files=1)
+    h.arrive(BATCH_A)
+    h.run("r1")
+    consumed = h.engine.snapshot(h.bronze).version
+    assert h.store.pins_of("stage.enrich") == {table_key(h.bronze): [consumed]}
+    for row in BATCH_B:
+        h.arrive([row])
+    if not pinned:
+        h.store.set_pins("stage.enrich", {})
+
+    results = {r.table.path: r for r in maintain(with_retention(h.config, 0), h.engine, h.store)}
+
+    compaction = results[h.bronze].compaction
+    assert compaction is not None and compaction.files_removed > len(BATCH_B)
+    if not pinned:  # the files of batch B went with the vacuum: the next step cannot read them
+        assert results[h.bronze].deleted_files == compaction.files_removed
+        with pytest.raises(Exception, match=r"(?i)not.?found|does not exist"):
+            h.run("r2")
+        return
+    assert results[h.bronze].deleted_files == 0
+    h.run("r2")
+    assert_same_multiset(h.output(), h.oracle("inner"))
+    h.store.dispose()

@@ -219,9 +219,11 @@ class DeltaEngine(Protocol):
         Each row carries ``CHANGE_TYPE`` (one of ``ADDED_CHANGES`` or ``REMOVED_CHANGES``)
         and ``COMMIT_VERSION``. From the change data feed when the table enables it
         (``CDF_PROPERTY``); otherwise the range must be append-only and every row is an
-        ``INSERT`` of an added file, and a commit that removed a file raises
-        :class:`NotAppendOnlyError` (its removed rows cannot be known). A reader that wants
-        only the rows added, whatever was removed, asks :meth:`rows_added`.
+        ``INSERT`` of a file added with ``dataChange=true``, and a commit that removed a file
+        with ``dataChange=true`` raises :class:`NotAppendOnlyError` (its removed rows cannot
+        be known). A compaction (its actions all ``dataChange=false``) changes no row and
+        adds none. A reader that wants only the rows added, whatever was removed, asks
+        :meth:`rows_added`.
         """
         ...
 
@@ -232,10 +234,18 @@ class DeltaEngine(Protocol):
         to_version: int,
         skip_versions: Sequence[int] = (),
     ) -> DataFrame:
-        """Rows of files added in ``(after_version, to_version]`` still live at ``to_version``.
+        """Rows of the files added in ``(after_version, to_version]`` whose rows are still live
+        at ``to_version``.
 
-        Each row carries ``_commit_version`` (the version that added its file); files added
-        by ``skip_versions`` are left out. A write-audit-publish batch is exactly this.
+        Only ``dataChange=true`` actions move rows: a file a later commit of the range
+        removed with ``dataChange=true`` (a replace) is left out, and a compaction, which
+        rewrites files with ``dataChange=false``, neither adds rows nor drops any. Rows of a
+        file a compaction replaced are read from that file (as its last Add action in the
+        range describes it), so the caller must keep such files until it has read them:
+        ``enrich maintain`` keeps every file removed after a pinned version of a followed
+        table. Each row carries ``_commit_version`` (the version that added its file);
+        files added by ``skip_versions`` are left out. A write-audit-publish batch is
+        exactly this.
         """
         ...
 
@@ -259,8 +269,7 @@ class DeltaEngine(Protocol):
         """Rewrite the small files of each partition into files of about the target size,
         in one commit whose actions all have ``dataChange=false``: every version keeps the
         same rows (the replaced files stay on disk until a vacuum, so older versions still
-        read). Only for tables no reader follows by the files added between versions (the
-        pipeline's published, quarantined-output and results tables)."""
+        read), and :meth:`rows_added` and :meth:`changes` see no change in it."""
         ...
 
 

@@ -64,6 +64,7 @@ from common.errors import (
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
+from warehouse.delta.added_files import AddedFiles, FileAction
 from warehouse.delta.api import (
     CDF_PROPERTY,
     CHANGE_TYPE,
@@ -307,13 +308,15 @@ class EmbeddedDeltaEngine:
         change_schema: StructType,
     ) -> DataFrame:
         parts: list[DataFrame] = []
-        for version, added, removed in self._file_changes(root, after_version, end.version):
+        for version, adds, removes in self._file_changes(root, after_version, end.version):
+            removed = [r for r in removes if r.data_change]
             if removed:
                 raise NotAppendOnlyError(
-                    f"table {root} removed {len(removed)} file(s) in version {version} and does "
-                    f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
-                    f"Set {CDF_PROPERTY}=true on the table."
+                    f"table {root} removed {len(removed)} file(s) in version {version} and "
+                    f"does not enable {CDF_PROPERTY}; its changes cannot be derived from added "
+                    f"files. Set {CDF_PROPERTY}=true on the table."
                 )
+            added = [a.payload for a in adds if a.data_change and a.payload is not None]
             if added:
                 parts.append(
                     self.read_files(end, added)
@@ -329,22 +332,26 @@ class EmbeddedDeltaEngine:
         to_version: int,
         skip_versions: Sequence[int] = (),
     ) -> DataFrame:
-        """Rows of files added in ``(after_version, to_version]`` and still live at the end.
+        """Rows of files added in ``(after_version, to_version]`` whose rows are still live.
 
-        Each row carries ``_commit_version``, the version that added its file. Files that a
-        later commit of the range removed (a replace) are left out, and so are files added
-        by the versions in ``skip_versions``.
+        Each row carries ``_commit_version``, the version that added its file. Files a later
+        commit of the range removed with ``dataChange=true`` (a replace) are left out, and so
+        are files added by the versions in ``skip_versions``; a file a compaction rewrote
+        (``dataChange=false``) is read as it was added.
         """
         root = _table_root(path)
         end = self.snapshot(root, to_version)
-        live = {f.path for f in end.files}
         skip = set(skip_versions)
+        tracker: AddedFiles[DataFile] = AddedFiles(root)
+        for version, adds, removes in self._file_changes(root, after_version, end.version):
+            tracker.commit(version, adds, removes)
+        by_version: dict[int, list[DataFile]] = {}
+        for added in tracker.files():
+            if added.version not in skip:
+                by_version.setdefault(added.version, []).append(added.payload)
         parts = [
-            self.read_files(end, kept).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-            for version, added, _ in self._file_changes(root, after_version, end.version)
-            if version not in skip
-            for kept in [[f for f in added if f.path in live]]
-            if kept
+            self.read_files(end, files).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
+            for version, files in sorted(by_version.items())
         ]
         schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
         return _union_or_empty(self._spark, parts, schema)
@@ -363,8 +370,11 @@ class EmbeddedDeltaEngine:
             ]
         except FileNotFoundError:
             return [
-                (version, sum(f.num_records or 0 for f in added))
-                for version, added, _ in self._file_changes(root, after_version, to_version)
+                (
+                    version,
+                    sum(a.payload.num_records or 0 for a in adds if a.data_change and a.payload),
+                )
+                for version, adds, _ in self._file_changes(root, after_version, to_version)
             ]
 
     @staticmethod
@@ -380,8 +390,14 @@ class EmbeddedDeltaEngine:
 
     def _file_changes(
         self, root: str, after_version: int, to_version: int
-    ) -> Iterator[tuple[int, list[DataFile], set[str]]]:
-        """(version, files added, paths removed) of each version in (after, to]."""
+    ) -> Iterator[tuple[int, list[FileAction[DataFile]], list[FileAction[DataFile]]]]:
+        """(version, adds, removes) of each version in (after, to].
+
+        The files come from consecutive snapshots (typed partition values, as reads need
+        them); which of their adds and removes change data comes from the version's commit
+        file. A commit file already cleaned up by log retention counts every action as a
+        data change, as the snapshots alone would say.
+        """
         if to_version < after_version:
             raise DeltaTableError(
                 f"changes of {root}: to_version {to_version} is before after_version "
@@ -392,9 +408,41 @@ class EmbeddedDeltaEngine:
         for version in range(after_version + 1, to_version + 1):
             walker.load_as_version(version)
             current = {f.path: f for f in self._snapshot_of(root, walker).files}
-            added = [current[p] for p in current.keys() - previous.keys()]
-            yield version, added, previous.keys() - current.keys()
+            quiet = self._no_data_change(root, version)
+            adds = [
+                FileAction(p, _partition_key(f), p not in quiet, f)
+                for p, f in current.items()
+                if p not in previous
+            ]
+            removes = [
+                FileAction(p, _partition_key(f), p not in quiet, f)
+                for p, f in previous.items()
+                if p not in current
+            ]
+            yield version, adds, removes
             previous = current
+
+    def _no_data_change(self, root: str, version: int) -> frozenset[str]:
+        """The file locations one commit adds or removes with ``dataChange=false``."""
+        try:
+            lines = self._commit_lines(root, version)
+        except FileNotFoundError:
+            logger.warning(
+                "%s: the commit file of version %d is gone (log retention); its adds and "
+                "removes are taken as data changes",
+                root,
+                version,
+            )
+            return frozenset()
+        quiet = set()
+        for line in lines:
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            action = entry.get("add") or entry.get("remove")
+            if action and action.get("dataChange") is False:
+                quiet.add(self._data_file_location(root, action["path"]))
+        return frozenset(quiet)
 
     # ------------------------------------------------------------------ writes
 
@@ -1028,6 +1076,10 @@ def _delta_filters(where: Sequence[PartitionFilter]) -> list[tuple[str, str, Any
 
 def _describe(where: Sequence[PartitionFilter]) -> str:
     return " AND ".join(f"{f.column} {f.op} {f.value!r}" for f in where)
+
+
+def _partition_key(file: DataFile) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(file.partition_values.items()))
 
 
 def _rows_in_commit(lines: Sequence[str]) -> int:

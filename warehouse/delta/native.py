@@ -71,6 +71,7 @@ from common.errors import (
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
+from warehouse.delta.added_files import AddedFiles, FileAction
 from warehouse.delta.api import (
     CDF_PROPERTY,
     CHANGE_TYPE,
@@ -449,16 +450,18 @@ class NativeDeltaEngine:
             )
             return feed.select(*change_schema.fieldNames())
         parts = []
-        for version, added, removed in self._commits(root, after_version, to_version):
+        for version, adds, removes in self._commits(root, after_version, to_version):
+            removed = [r for r in removes if r.data_change]
             if removed:
                 raise NotAppendOnlyError(
                     f"table {root} removed {len(removed)} file(s) in version {version} and does "
                     f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
                     f"Set {CDF_PROPERTY}=true on the table."
                 )
+            added = [a.payload for a in adds if a.data_change]
             if added:
                 parts.append(
-                    self._files_frame(root, end_j, added)
+                    self._files_frame(root, end_j, self._jvm.java.util.ArrayList(added))
                     .select(*end.schema.fieldNames())
                     .withColumn(CHANGE_TYPE, F.lit(INSERT))
                     .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
@@ -472,11 +475,14 @@ class NativeDeltaEngine:
         to_version: int,
         skip_versions: Sequence[int] = (),
     ) -> DataFrame:
-        """Rows of files added in ``(after_version, to_version]`` and still live at the end.
+        """Rows of files added in ``(after_version, to_version]`` whose rows are still live.
 
         Each row carries ``_commit_version``, the version that added its file. Files a later
-        commit of the range removed (a replace) are left out, and so are files added by the
-        versions in ``skip_versions``. Rows deleted through a deletion vector are not live.
+        commit of the range removed with ``dataChange=true`` (a replace) are left out, and so
+        are files added by the versions in ``skip_versions``; a file a compaction rewrote
+        (OPTIMIZE, ``dataChange=false``) is read as it was added. Each file is read through
+        its latest Add action in the range, so rows deleted through a deletion vector are
+        not live.
         """
         root = _table_root(path)
         if to_version < after_version:
@@ -488,18 +494,13 @@ class NativeDeltaEngine:
         end = self._pin(root, end_j).snapshot
         schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
         skip = set(skip_versions)
-        added_by: dict[str, int] = {}
-        for version, added, _ in self._commits(root, after_version, to_version):
-            for add in added:
-                added_by[str(add.path())] = version
-        wanted = [p for p, v in added_by.items() if v not in skip]
-        if not wanted:
-            return self._spark.createDataFrame([], schema)
-        # The live AddFile of each path at the end: it carries the deletion vector in force.
-        live = end_j.allFiles().filter(F.col("path").isin(wanted)._jc).collectAsList()
+        tracker: AddedFiles[Any] = AddedFiles(root)
+        for version, adds, removes in self._commits(root, after_version, to_version):
+            tracker.commit(version, adds, removes)
         by_version: dict[int, list[Any]] = {}
-        for add in live:
-            by_version.setdefault(added_by[str(add.path())], []).append(add)
+        for added in tracker.files():
+            if added.version not in skip:
+                by_version.setdefault(added.version, []).append(added.payload)
         columns = end.schema.fieldNames()
         parts = [
             self._files_frame(root, end_j, self._jvm.java.util.ArrayList(adds))
@@ -514,40 +515,43 @@ class NativeDeltaEngine:
     ) -> list[tuple[int, int]]:
         root = _table_root(path)
         counts = dict.fromkeys(range(after_version + 1, to_version + 1), 0)
-        for version, added, _ in self._commits(root, after_version, to_version):
-            for add in added:  # a java.util.List, iterable through py4j
-                stats = add.stats()
+        for version, adds, removes in self._commits(root, after_version, to_version):
+            updated = {r.path for r in removes if r.data_change}
+            for add in adds:
+                if not add.data_change or add.path in updated or add.payload is None:
+                    continue  # a compaction's file, or a deletion-vector update: no new rows
+                stats = add.payload.stats()
                 counts[version] += int(json.loads(stats).get("numRecords", 0)) if stats else 0
         return sorted(counts.items())
 
     def _commits(
         self, root: str, after_version: int, to_version: int
-    ) -> Iterator[tuple[int, Any, list[str]]]:
-        """(version, AddFiles with new rows as a Java list, paths of data removes) of each
-        commit in ``(after_version, to_version]``.
-
-        An add that re-adds a path the same commit removes is a deletion-vector update of
-        rows already in the table, not new rows, and is left out.
-        """
+    ) -> Iterator[tuple[int, list[FileAction[Any]], list[FileAction[Any]]]]:
+        """(version, adds, removes) of each commit in ``(after_version, to_version]``; each
+        add carries its Java AddFile, and partitions are keyed by the actions' partition
+        values (what a compaction's groups are formed by)."""
         if to_version <= after_version:
             return
         commits = self._log(root).getChanges(after_version + 1, to_version, self._none(), False)
         while commits.hasNext():
             commit = commits.next()
             version = int(commit._1())
-            adds, removed = [], []
+            adds: list[FileAction[Any]] = []
+            removes: list[FileAction[Any]] = []
             for action in self._java_list(commit._2()):
                 kind = action.getClass().getSimpleName()
-                if kind == "RemoveFile" and action.dataChange():
-                    removed.append(str(action.path()))
-                elif kind == "AddFile" and action.dataChange():
-                    adds.append(action)
-            gone = set(removed)
-            added = self._jvm.java.util.ArrayList()
-            for add in adds:
-                if str(add.path()) not in gone:
-                    added.add(add)
-            yield version, added, removed
+                if kind not in ("AddFile", "RemoveFile"):
+                    continue
+                body = json.loads(action.json())["add" if kind == "AddFile" else "remove"]
+                partition = tuple(sorted((body.get("partitionValues") or {}).items()))
+                file = FileAction(
+                    str(action.path()),
+                    partition,
+                    bool(action.dataChange()),
+                    action if kind == "AddFile" else None,
+                )
+                (adds if kind == "AddFile" else removes).append(file)
+            yield version, adds, removes
 
     # ------------------------------------------------------------------ writes
 
