@@ -33,9 +33,16 @@ PG_INITDB   := /usr/lib/postgresql/*/bin/initdb
 DELTA_JARS_DIR := var/jars
 DELTA_JARS     := io.delta:delta-spark_4.1_2.13:4.4.0 io.delta:delta-storage:4.4.0
 
-.PHONY: setup jars docs-assets browser-deps postgres-deps demo spark-server test lint typecheck unit bench clean
+# docker-compose.yml is checked against the Compose Specification's JSON schema, as
+# compose-go (the library `docker compose` parses files with) ships it. The Go module proxy
+# serves that module; `go mod download` fetches it into Go's module cache, and its schema
+# file is copied into var/schemas.
+COMPOSE_GO     := github.com/compose-spec/compose-go/v2@v2.16.2
+COMPOSE_SCHEMA := var/schemas/compose-spec.json
 
-setup: $(STAMP) jars docs-assets
+.PHONY: setup jars docs-assets compose-schema browser-deps postgres-deps demo spark-server test lint typecheck unit bench clean
+
+setup: $(STAMP) jars docs-assets compose-schema
 
 $(STAMP): pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (expected Python 3.11)"; exit 2; }
@@ -61,6 +68,16 @@ $(DELTA_JARS_DIR)/.fetched: Makefile
 	done
 	echo "$(DELTA_JARS)" > $(DELTA_JARS_DIR).tmp/.fetched
 	rm -rf $(DELTA_JARS_DIR) && mv $(DELTA_JARS_DIR).tmp $(DELTA_JARS_DIR)
+
+compose-schema: $(COMPOSE_SCHEMA)
+
+$(COMPOSE_SCHEMA): Makefile
+	@command -v go >/dev/null || { echo "error: go not found (needed to fetch $(COMPOSE_GO))"; exit 2; }
+	mkdir -p $(dir $(COMPOSE_SCHEMA))
+	dir=$$(cd /tmp && GOFLAGS=-mod=mod go mod download -json $(COMPOSE_GO) \
+		| $(PYTHON) -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))') \
+		&& install -m 644 "$$dir/schema/compose-spec.json" $(COMPOSE_SCHEMA).tmp
+	mv $(COMPOSE_SCHEMA).tmp $(COMPOSE_SCHEMA)
 
 browser-deps: $(CHROMIUM) docs-assets
 

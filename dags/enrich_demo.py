@@ -13,7 +13,18 @@ suites and publish it to `gold/`, or quarantine it and fail the run. Stages:
 - `lineitem_partsupp` (equi)
 
 Each task calls the `enrich` CLI with the run id and the data interval, so the same work
-runs without Airflow. Backfills: `enrich backfill --start ... --end ...`.
+runs without Airflow. Every Spark task takes a slot of the pool `enrich_spark` (create it
+with `airflow pools set enrich_spark 1 "..."`), which bounds how many Spark drivers run at
+once. The Spark master and the state store come from the Airflow connections
+`enrich_spark` and `enrich_state_store` when the worker's environment does not name them.
+
+Params of a manual run: `steps` (SSBJ operator steps each stage takes this run) and
+`drain` (join every pending tuple before each stage task ends).
+
+Backfills: a run of type `backfill` (`airflow backfill create --dag-id enrich_demo
+--from-date ... --to-date ...`) skips the live path and runs `enrich backfill` for its
+interval: a re-join against the masters as of the interval's end that replaces the
+interval atomically, audited before it is published, live offsets untouched.
 """
 
 from __future__ import annotations
@@ -21,10 +32,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, chain
+from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
+from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, Param, chain
 
-from orchestration.airflow_tasks import run_enrich
+from orchestration.airflow_tasks import route_run, run_enrich
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 STAGES = ("orders_customer", "orders_promotions", "lineitem_partsupp")
@@ -38,6 +49,7 @@ PUBLISHED = [
     )
     for table in ("orders_customer", "orders_enriched", "lineitem_suppliers")
 ]
+POOL = "enrich_spark"
 INTERVAL = timedelta(seconds=3600)
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
 RUN_ARGS = [
@@ -57,20 +69,36 @@ with DAG(
     max_active_runs=1,
     doc_md=__doc__,
     tags=["enrichment"],
+    params={
+        "steps": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="SSBJ operator steps each stage takes (default operator.steps_per_run)",
+        ),
+        "drain": Param(
+            False, type="boolean", description="join every pending tuple before a stage ends"
+        ),
+    },
     default_args={
         "retries": 0,
         "retry_delay": timedelta(minutes=1),
         "execution_timeout": timedelta(seconds=7200),
     },
 ) as dag:
+    route = BranchPythonOperator(task_id="route", python_callable=route_run)
     ingest = PythonOperator(
-        task_id="ingest", python_callable=run_enrich, op_args=[CONFIG, "ingest", *RUN_ARGS]
+        task_id="ingest",
+        python_callable=run_enrich,
+        op_args=[CONFIG, "ingest", *RUN_ARGS],
+        pool=POOL,
     )
     stages = [
         PythonOperator(
             task_id=f"stage_{stage}",
             python_callable=run_enrich,
             op_args=[CONFIG, "stage", stage, *RUN_ARGS],
+            pool=POOL,
         )
         for stage in STAGES
     ]
@@ -79,5 +107,14 @@ with DAG(
         python_callable=run_enrich,
         op_args=[CONFIG, "validate", *RUN_ARGS],
         outlets=PUBLISHED,
+        pool=POOL,
     )
-    chain(ingest, *stages, validate)
+    backfill = PythonOperator(
+        task_id="backfill",
+        python_callable=run_enrich,
+        op_args=[CONFIG, "backfill", *RUN_ARGS],
+        outlets=PUBLISHED,
+        pool=POOL,
+    )
+    chain(route, ingest, *stages, validate)
+    route >> backfill

@@ -98,6 +98,18 @@ class JobArgs:
     host: str | None = None
     port: int | None = None
     log: Path | None = None
+    steps: int | None = None
+    drain: bool = False
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from e
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 def _timestamp(text: str) -> datetime:
@@ -229,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
         "since their last step.",
     )
     stage.add_argument("name", metavar="NAME", help="the stage's name in the config")
+    stage.add_argument(
+        "--steps",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="SSBJ operator steps this run (default operator.steps_per_run; other stages "
+        "take one step, which joins everything that arrived)",
+    )
+    stage.add_argument(
+        "--drain", action="store_true", help="then join every pending tuple of the stage"
+    )
     run_id(stage)
     interval(stage, "data interval")
     backfill = command(
@@ -350,6 +373,8 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         host=getattr(ns, "host", None),
         port=getattr(ns, "port", None),
         log=getattr(ns, "log", None),
+        steps=getattr(ns, "steps", None),
+        drain=getattr(ns, "drain", False),
     )
     return args, ns.log_level
 
@@ -469,7 +494,15 @@ def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
         return EXIT_OK
     if args.command == "maintain":
         return pipeline.execute(args.command, args.run_id, echo=print)
-    return pipeline.execute(args.command, args.run_id, args.start, args.end, args.stage)
+    return pipeline.execute(
+        args.command,
+        args.run_id,
+        args.start,
+        args.end,
+        args.stage,
+        steps=args.steps,
+        drain=args.drain,
+    )
 
 
 def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:

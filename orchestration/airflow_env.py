@@ -15,6 +15,9 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The pool the generated DAGs' Spark tasks take (the config's schedule.pool default); one
+# slot: one Spark driver at a time on this machine.
+DEFAULT_POOL = "enrich_spark"
 
 
 def prepare_airflow_home(home: Path, dags_folder: Path = REPO_ROOT / "dags") -> dict[str, str]:
@@ -32,7 +35,11 @@ def prepare_airflow_home(home: Path, dags_folder: Path = REPO_ROOT / "dags") -> 
     if not (home / "airflow.db").exists():
         logger.info("creating Airflow metadata DB in %s", home)
         airflow = Path(sys.executable).with_name("airflow")
-        subprocess.run(
-            [str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy()
-        )
+        for command in (
+            ["db", "migrate"],
+            ["pools", "set", DEFAULT_POOL, "1", "concurrent Spark drivers of the pipeline"],
+        ):
+            subprocess.run(
+                [str(airflow), *command], check=True, capture_output=True, env=os.environ.copy()
+            )
     return settings

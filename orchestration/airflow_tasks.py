@@ -6,16 +6,47 @@ reported in the log; the rest of the run goes ahead). Exit codes 2 (bad configur
 3 (a quality gate failed) fail it without retries: rerunning cannot change the outcome, and
 each retry would start a Spark session for nothing. Other failures (1, 5: a pipeline error,
 a busy lease) are retried as the DAG's ``retries`` say.
+
+Before the command runs, the Spark master and the state store come from Airflow connections
+when neither the command line nor the environment names them
+(:mod:`orchestration.connections`). A ``stage`` task takes the run's params: ``steps`` (SSBJ
+operator steps this run, instead of ``operator.steps_per_run``) and ``drain`` (join every
+pending tuple before the task ends).
+
+:func:`route_run` sends a run of type ``backfill`` (``airflow backfill create``) to the
+``backfill`` task, which re-joins the run's interval against the masters as of its end and
+replaces it (``enrich backfill``); the live path (ingest, stages, validate) is skipped, so a
+backfill never ingests today's files under a past interval nor moves live offsets.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from common.errors import EXIT_CONFIG, EXIT_PARTIAL, EXIT_VALIDATION
+from common.errors import EXIT_CONFIG, EXIT_PARTIAL, EXIT_VALIDATION, ConfigError
+from orchestration.connections import (
+    SPARK_CONNECTION,
+    STATE_STORE_CONNECTION,
+    lookup,
+    spark_master_url,
+    state_store_url,
+)
 
+# Where the state store's URL goes for the command (``pipeline.config.STATE_STORE_ENV``,
+# which beats the config's ``warehouse.state_store``): an environment variable, so no
+# credential appears in a command line. Spelled out here: parsing a DAG imports no config.
+STATE_STORE_ENV = "ENRICH_STATE_STORE"
 # Exit codes no retry can change.
 FINAL_EXIT_CODES = (EXIT_CONFIG, EXIT_VALIDATION)
+SPARK_MASTER_ENV = "SPARK_MASTER"
+# The run type of `airflow backfill create` runs (DagRunType.BACKFILL_JOB).
+BACKFILL_RUN_TYPE = "backfill"
+LIVE_TASK = "ingest"
+BACKFILL_TASK = "backfill"
 
 logger = logging.getLogger(__name__)
 
@@ -24,10 +55,100 @@ class EnrichTaskError(RuntimeError):
     """An ``enrich`` subcommand run by an Airflow task exited non-zero."""
 
 
-def run_enrich(config: str, *argv: str) -> None:
+def route_run(dag_run: Any = None) -> str:
+    """The first task of a run: ``backfill`` for backfill runs, else ``ingest``."""
+    kind = getattr(dag_run, "run_type", None)
+    run_type = str(getattr(kind, "value", kind) or "")  # DagRunType, or its string
+    chosen = BACKFILL_TASK if run_type == BACKFILL_RUN_TYPE else LIVE_TASK
+    logger.info("run %s of type %s: %s", getattr(dag_run, "run_id", "?"), run_type, chosen)
+    return chosen
+
+
+def stage_options(params: Mapping[str, Any] | None) -> list[str]:
+    """``enrich stage`` options from the run's params (``steps``, ``drain``)."""
+    if not params:
+        return []
+    options: list[str] = []
+    steps = params.get("steps")
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise EnrichTaskError(f"param steps: expected a whole number >= 1, found {steps!r}")
+        options += ["--steps", str(steps)]
+    drain = params.get("drain", False)
+    if not isinstance(drain, bool):
+        raise EnrichTaskError(f"param drain: expected true or false, found {drain!r}")
+    if drain:
+        options.append("--drain")
+    return options
+
+
+def connection_settings(argv: list[str]) -> list[str]:
+    """Global ``enrich`` options from Airflow connections: ``--master`` unless the command
+    line or ``SPARK_MASTER`` has one. The state store's URL from its connection is put in
+    ``ENRICH_STATE_STORE`` unless that is set."""
+    options: list[str] = []
+    if "--master" not in argv and not os.environ.get(SPARK_MASTER_ENV):
+        spark = lookup(SPARK_CONNECTION)
+        if spark is not None:
+            master = spark_master_url(spark)
+            logger.info("Spark master %s from Airflow connection %s", master, SPARK_CONNECTION)
+            options += ["--master", master]
+    if not os.environ.get(STATE_STORE_ENV):
+        store = lookup(STATE_STORE_CONNECTION)
+        if store is not None:
+            os.environ[STATE_STORE_ENV] = state_store_url(store)
+            logger.info("state store from Airflow connection %s", STATE_STORE_CONNECTION)
+    return options
+
+
+def report_range(
+    dag_run: Any = None, triggering_asset_events: Mapping[Any, Any] | None = None
+) -> tuple[datetime, datetime]:
+    """The data intervals the quality report of an asset-triggered run covers: from the
+    earliest start to the latest end of the pipeline runs whose publish triggered it, or
+    else (a manual run) the day before the run."""
+    intervals = [
+        (run.data_interval_start, run.data_interval_end)
+        for events in (triggering_asset_events or {}).values()
+        for event in events
+        for run in [getattr(event, "source_dag_run", None)]
+        if run is not None and run.data_interval_start and run.data_interval_end
+    ]
+    if intervals:
+        return min(start for start, _ in intervals), max(end for _, end in intervals)
+    after = getattr(dag_run, "run_after", None) or datetime.now(UTC)
+    return after - timedelta(days=1), after
+
+
+def run_report(
+    config: str,
+    dag_run: Any = None,
+    triggering_asset_events: Mapping[Any, Any] | None = None,
+) -> None:
+    """``enrich report --fail-on-unresolved`` over :func:`report_range`."""
+    start, end = report_range(dag_run, triggering_asset_events)
+    logger.info("quality report of the runs in [%s, %s)", start.isoformat(), end.isoformat())
+    run_enrich(
+        config,
+        "report",
+        *("--start", start.isoformat(), "--end", end.isoformat()),
+        "--fail-on-unresolved",
+    )
+
+
+def run_enrich(config: str, *argv: str, params: Mapping[str, Any] | None = None) -> None:
     from jobs.enrich import main  # Spark and the pipeline load only when run
 
-    code = main(["--config", config, *argv])
+    command = list(argv)
+    try:
+        if command and command[0] == "stage":
+            command += stage_options(params)
+        global_options = connection_settings(command)
+    except ConfigError as e:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"enrich {' '.join(argv)}: {e}") from e
+    code = main(["--config", config, *global_options, *command])
     if code == EXIT_PARTIAL:
         # Rejected landing files stay in place and are reported on every run until someone
         # moves them; the other files were loaded, so the run's stages go ahead.

@@ -60,6 +60,8 @@ DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
 # "$${" (a literal "${"), "${NAME}", or a "${" that starts no valid reference.
 ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
+# The state store URL of every command when set: it beats `warehouse.state_store`.
+STATE_STORE_ENV = "ENRICH_STATE_STORE"
 
 
 def parse_duration(text: str) -> timedelta:
@@ -112,8 +114,13 @@ class WarehouseConfig(Strict):
             yield name, shown  # the state store URL may carry a password
 
     def resolved_state_store(self) -> str:
+        """``ENRICH_STATE_STORE``, else ``state_store``, else SQLite under the warehouse: the
+        environment wins, so one config runs locally and against a deployment's database
+        (an Airflow task sets it from the ``enrich_state_store`` connection)."""
         return (
-            self.state_store or f"sqlite:///{Path(self.root).resolve() / '_state' / 'pipeline.db'}"
+            os.environ.get(STATE_STORE_ENV)
+            or self.state_store
+            or f"sqlite:///{Path(self.root).resolve() / '_state' / 'pipeline.db'}"
         )
 
 
@@ -152,6 +159,12 @@ class ScheduleConfig(Strict):
         default="2h",
         description="Airflow's execution_timeout of each task: a hung Spark job fails the "
         "task (and is retried) instead of holding the run forever",
+    )
+    pool: str = Field(
+        default="enrich_spark",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="the Airflow pool every Spark task of the DAG takes a slot of: its size "
+        "bounds how many Spark drivers run at once",
     )
 
     @field_validator("interval", "task_timeout")

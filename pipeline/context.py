@@ -83,11 +83,13 @@ class PipelineContext:
         end: datetime | None = None,
         stage: str | None = None,
         echo: Callable[[str], None] | None = None,
+        steps: int | None = None,
+        drain: bool = False,
     ) -> int:
         """Run one command as a ledger run; return the CLI exit code.
 
         ``echo`` receives the lines a command reports to its caller (``maintain``: one per
-        table).
+        table); ``steps`` and ``drain`` are ``stage``'s options.
         """
         kind = {"backfill": "backfill", "drain": "drain"}.get(command, "scheduled")
         # One ledger row per task of a run; metrics stay keyed by the run id itself.
@@ -99,7 +101,7 @@ class PipelineContext:
         self.session_seconds = 0.0  # a second command in this process joined a warm session
         self.engine.clock = clock
         try:
-            code = self._execute(command, run_id, start, end, stage, echo)
+            code = self._execute(command, run_id, start, end, stage, echo, steps, drain)
         except EnrichmentError as e:
             self.store.finish_run(ledger_id, error=f"{type(e).__name__}: {e}")
             raise
@@ -138,6 +140,8 @@ class PipelineContext:
         end: datetime | None,
         stage: str | None,
         echo: Callable[[str], None] | None = None,
+        steps: int | None = None,
+        drain: bool = False,
     ) -> int:
         code = EXIT_OK
         if command in ("ingest", "run"):
@@ -147,7 +151,7 @@ class PipelineContext:
         if command == "stage":
             if stage is None:
                 raise ConfigError("stage: a stage name is required")
-            self.runner.run_stage_step(self.config.stage(stage), run_id)
+            self.runner.run_stage_step(self.config.stage(stage), run_id, steps, drain)
         if command == "run":
             self.runner.run_stages(run_id)
         if command == "drain":

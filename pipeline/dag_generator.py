@@ -31,7 +31,7 @@ def _render(template: str, **fields: Any) -> str:
 
 
 def quality_dag_path(config: PipelineConfig, dag_path: Path) -> Path:
-    """The daily quality-report DAG is written beside the pipeline DAG."""
+    """The quality-report DAG is written beside the pipeline DAG."""
     return dag_path.parent / f"quality_report_{config.name}.py"
 
 
@@ -47,6 +47,7 @@ def _common_fields(config: PipelineConfig, config_path: Path, dag_path: Path) ->
             str(v) for v in (start.year, start.month, start.day, start.hour, start.minute)
         ),
         "catchup": config.schedule.catchup,
+        "outputs": _tuple_literal(config.outputs()),
     }
 
 
@@ -58,7 +59,8 @@ def render_dag(config: PipelineConfig, config_path: Path, dag_path: Path) -> str
         out_rel=os.path.relpath(dag_path.resolve(), repo_root),
         stage_list="\n".join(f"- `{s.name}` ({s.kind})" for s in config.stages) or "none",
         stages=_tuple_literal([s.name for s in config.stages]),
-        outputs=_tuple_literal(config.outputs()),
+        pool=config.schedule.pool,
+        pool_literal=json.dumps(config.schedule.pool),
         interval_seconds=int(config.schedule.interval_delta.total_seconds()),
         retries=config.schedule.retries,
         task_timeout_seconds=int(config.schedule.task_timeout_delta.total_seconds()),

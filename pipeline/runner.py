@@ -91,8 +91,19 @@ class PipelineRunner:
         """The driver of ``stage``, from the one registry this runner was built with."""
         return self.drivers.driver(stage)
 
-    def run_stage_step(self, stage: EquiStage | ThetaStage, run_id: str) -> StageReport:
-        return self._recorded(run_id, self.driver(stage).step(run_id))
+    def run_stage_step(
+        self,
+        stage: EquiStage | ThetaStage,
+        run_id: str,
+        steps: int | None = None,
+        drain: bool = False,
+    ) -> StageReport:
+        """The stage's scheduled work (``steps`` operator steps if given); with ``drain``,
+        everything pending is joined too."""
+        driver = self.driver(stage)
+        if drain:
+            return self._recorded(run_id, driver.drain(run_id))
+        return self._recorded(run_id, driver.step(run_id, steps))
 
     def drain(self, run_id: str) -> list[StageReport]:
         """Bring every stage up to date with its input; nothing stays pending afterwards.

@@ -59,8 +59,8 @@ class SsbjDriver:
     def stage(self) -> EquiStage:
         return self._stage
 
-    def step(self, run_id: str) -> StageReport:
-        return self._run(run_id, drain=False)
+    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+        return self._run(run_id, drain=False, steps=steps)
 
     def drain(self, run_id: str) -> StageReport:
         return self._run(run_id, drain=True)
@@ -102,16 +102,16 @@ class SsbjDriver:
         master = self.engine.read(self.inputs.master_path(self._stage))
         return equi_input_accounting(self._stage, master, tuples, waiting, id_column)
 
-    def _run(self, run_id: str, drain: bool) -> StageReport:
+    def _run(self, run_id: str, drain: bool, steps: int | None = None) -> StageReport:
         stage = self._stage
         if not self.engine.exists(self.inputs.input_path(stage)):
             return StageReport(stage.name)
-        steps = self.operator.run(run_id, drain=drain)
+        taken = self.operator.run(run_id, drain=drain, steps=steps)
         report = StageReport(
             stage.name,
-            step=steps[-1].step + 1 if steps else self.store.offset(stage.name).step_seq,
+            step=taken[-1].step + 1 if taken else self.store.offset(stage.name).step_seq,
         )
-        for step in steps:
+        for step in taken:
             report.tuples_in += step.tuples_in
             report.output_rows += step.output_rows
             report.tuples_pending = step.pending_rows

@@ -190,12 +190,18 @@ class SsbjStage:
 
     # ------------------------------------------------------------------ public API
 
-    def run(self, run_id: str, drain: bool = False) -> list[SsbjStepReport]:
+    def run(
+        self, run_id: str, drain: bool = False, steps: int | None = None
+    ) -> list[SsbjStepReport]:
+        """``steps`` steps (default ``operator.steps_per_run``), fewer when idle; then, with
+        ``drain``, steps without new input until nothing is pending."""
         # Under a memory budget the backlog enters a step at a time, so every step takes
         # the input that fits; otherwise the run's first step takes all of it.
         budgeted = self.params.memory_bytes is not None
         reports: list[SsbjStepReport] = []
-        for index in range(self.params.steps_per_run):
+        if steps is not None and steps < 1:
+            raise ConfigError(f"steps: expected a whole number >= 1, found {steps}")
+        for index in range(self.params.steps_per_run if steps is None else steps):
             take_input = index == 0 or budgeted
             state = self._state()  # one read a step: the idle check and the step share it
             if self.idle(take_input, state):

@@ -100,8 +100,13 @@ class StageDriver(PendingAccount, Protocol):
     @property
     def stage(self) -> EquiStage | ThetaStage: ...
 
-    def step(self, run_id: str) -> StageReport:
-        """The scheduled work of one run: join what arrived since the last step."""
+    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+        """The scheduled work of one run: join what arrived since the last step.
+
+        ``steps`` overrides how many operator steps a stateful operator takes this run
+        (SSBJ's ``operator.steps_per_run``); a stateless stage's one step always joins
+        everything that arrived, and ignores it.
+        """
         ...
 
     def drain(self, run_id: str) -> StageReport:

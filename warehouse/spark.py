@@ -5,6 +5,8 @@
 - Parquet timestamps as INT64 micros: the Delta protocol's encoding (Spark's default is INT96).
 - The raw local file system and no ``_SUCCESS`` markers: Spark's checksum side files and
   markers would otherwise be left in table directories as untracked clutter.
+- The project's packages, zipped and shipped to the executors when the master is not local
+  (:mod:`warehouse.code_archive`).
 - delta-spark's jars, when the project's jar folder has them (``make jars`` fetches them with
   Maven into ``var/jars``; ``ENRICH_DELTA_JARS`` names another folder): they go on
   ``spark.jars`` with Delta's SQL extension and catalog, so ``engine: auto`` picks the native
@@ -17,6 +19,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,7 @@ from typing import Any, cast
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, SparkServerError
+from warehouse.code_archive import ship_project_code
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +52,8 @@ EMBEDDED_DEFAULTS: Mapping[str, str] = {
 
 
 DELTA_JARS_ENV = "ENRICH_DELTA_JARS"
+# Where the driver builds the zip of the project's packages it ships to a cluster.
+CODE_DIR_ENV = "ENRICH_CODE_DIR"
 DEFAULT_DELTA_JARS_DIR = Path(__file__).resolve().parent.parent / "var" / "jars"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
@@ -55,6 +61,13 @@ DELTA_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.extensions": DELTA_EXTENSION,
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
+
+
+def code_archive_dir() -> Path:
+    """``$ENRICH_CODE_DIR``, else ``<temp>/enrich-code``: the driver's own disk, since Spark
+    serves the zip to the executors from there."""
+    configured = os.environ.get(CODE_DIR_ENV)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "enrich-code"
 
 
 def delta_jars_dir() -> Path | None:
@@ -187,6 +200,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    # On a cluster the executors import the project's kernels from the zip this ships.
+    ship_project_code(session.sparkContext, code_archive_dir())
     for key, value in REQUIRED_CONF.items():
         if not key.startswith("spark.hadoop."):
             session.conf.set(key, value)

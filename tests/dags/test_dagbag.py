@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -30,26 +31,35 @@ def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) 
     assert dag is not None
     assert dag.catchup is False and dag.max_active_runs == 1
     assert dag.doc_md and "Stages" in dag.doc_md and "`orders_customer` (equi)" in dag.doc_md
-    assert [t.task_id for t in dag.topological_sort()] == [
-        "ingest",
-        "stage_orders_customer",
-        "stage_orders_promotions",
-        "stage_lineitem_partsupp",
-        "validate",
-    ]
-    # Each published table is an Asset that a successful validate updates.
-    validate = dag.get_task("validate")
-    assert sorted(a.uri for a in validate.outlets) == [
+    live = ["ingest", "stage_orders_customer", "stage_orders_promotions"]
+    live += ["stage_lineitem_partsupp", "validate"]
+    # route -> the live path in config order, or -> backfill (runs of type backfill)
+    assert dag.get_task("route").downstream_task_ids == {"ingest", "backfill"}
+    for upstream, downstream in itertools.pairwise(live):
+        assert dag.get_task(upstream).downstream_task_ids == {downstream}
+    assert dag.get_task("backfill").downstream_task_ids == set()
+    # Each published table is an Asset that a successful validate or backfill updates.
+    published = [
         "enrich://demo/gold/lineitem_suppliers",
         "enrich://demo/gold/orders_customer",
         "enrich://demo/gold/orders_enriched",
     ]
-    assert all(not t.outlets for t in dag.tasks if t.task_id != "validate")
+    for task_id in ("validate", "backfill"):
+        assert sorted(a.uri for a in dag.get_task(task_id).outlets) == published
+    assert all(not t.outlets for t in dag.tasks if t.task_id not in ("validate", "backfill"))
+    # Every Spark task takes a slot of the pool; the router starts no Spark.
+    assert {t.task_id for t in dag.tasks if t.pool == "enrich_spark"} == {*live, "backfill"}
+    assert set(dag.params) == {"steps", "drain"}
+    assert dag.params["drain"] is False and dag.params["steps"] is None
     # A hung Spark job fails its task after schedule.task_timeout (2h by default).
     assert {t.execution_timeout for t in dag.tasks} == {timedelta(hours=2)}
     report = bag.get_dag("quality_report_demo")
-    assert report is not None and report.catchup is False and report.doc_md
+    assert report is not None and report.doc_md
     assert [t.task_id for t in report.tasks] == ["report"]
+    # The report runs when any published table is updated.
+    condition = report.timetable.asset_condition
+    assert type(condition).__name__ == "AssetAny", condition
+    assert sorted(a.uri for a in condition.objects) == published
 
 
 @pytest.mark.parametrize("dag_file", sorted(DAGS.glob("*.py")), ids=lambda p: p.name)

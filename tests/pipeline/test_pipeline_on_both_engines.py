@@ -1,4 +1,5 @@
-"""The demo pipeline on each Delta engine and over Spark Connect: every table it writes equal.
+"""The demo pipeline on each Delta engine, over Spark Connect and on a Spark standalone
+cluster: every table it writes equal.
 
 The demo config (configs/demo.yaml) trimmed to its orders stream: the SSBJ stage
 orders_customer feeding the A-DSP stage orders_promotions, both with their quality gates.
@@ -14,6 +15,12 @@ A third run uses the embedded engine through a Spark Connect server started on l
 ``enrich spark-server``: every command runs in its own process and connects to that warm
 server, as the DAG's tasks do with ``spark.remote``. Its tables must equal the in-process
 runs' tables too.
+
+A fourth run uses the embedded engine on a Spark standalone cluster on loopback (a master and
+two one-core workers started from the pyspark package's ``spark-class``): every command is a
+child process given ``--master spark://...``, as an Airflow worker would run it, and the
+project's code reaches the executors only as the zip the driver ships
+(:mod:`warehouse.code_archive`). Its tables must equal the in-process runs' tables too.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from pipeline.config import load_config
 from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
+from tests.spark_cluster import spark_cluster
 from warehouse.connect_address import RemoteAddress, parse_remote, port_answers
 from warehouse.connect_server import free_port
 
@@ -71,11 +79,16 @@ def table_rows(path: str, folder: Path) -> tuple[list[str], list[tuple]]:
 
 
 def run_pipeline(
-    engine: str, folder: Path, monkeypatch: pytest.MonkeyPatch, remote: str | None = None
+    engine: str,
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    remote: str | None = None,
+    master: str | None = None,
 ) -> dict[str, Any]:
     """Run the demo on ``engine`` under ``folder``; the rows of every table it owns.
 
-    With ``remote`` each command is a child process connected to that Spark Connect server.
+    With ``remote`` each command is a child process connected to that Spark Connect server;
+    with ``master`` a child process running Spark against that cluster.
     """
     folder.mkdir(parents=True)
     monkeypatch.chdir(folder)  # the demo config's relative paths now land in folder
@@ -84,6 +97,10 @@ def run_pipeline(
     if remote is not None:
         raw["spark"]["remote"] = remote
         engine = f"{engine} over Connect"
+    child = remote is not None or master is not None
+    global_args = ["--master", master] if master is not None else []
+    if master is not None:
+        engine = f"{engine} on {master}"
     raw["expectations_dir"] = str(REPO_ROOT / "expectations")
     del raw["streams"]["lineitem"], raw["masters"]["partsupp"], raw["quality"][LINEITEM]
     raw["stages"] = [s for s in raw["stages"] if s["output"] != LINEITEM]
@@ -93,21 +110,24 @@ def run_pipeline(
 
     def step(*args: str) -> None:
         started = time.monotonic()
-        if remote is None:
+        if not child:
             assert enrich([*base, *args]) == 0, f"{engine}: enrich {' '.join(args)} failed"
         else:
             done = subprocess.run(
-                [sys.executable, "-m", "jobs.enrich", *base, *args],
+                [sys.executable, "-m", "jobs.enrich", *base, *global_args, *args],
                 cwd=folder,
                 check=False,
                 capture_output=True,
                 text=True,
             )
             assert done.returncode == 0, f"{engine}: enrich {args}: {done.stderr[-3000:]}"
-            # Proof the command ran on the server, not on a Spark of its own.
-            assert re.search(rf"spark connect session \S+ at {re.escape(remote)}", done.stderr), (
-                done.stderr[-2000:]
+            # Proof the command ran on the server or the cluster, not on a Spark of its own.
+            proof = (
+                rf"spark connect session \S+ at {re.escape(remote)}"
+                if remote is not None
+                else rf"shipping enrich-code-\w+\.zip to the executors of {re.escape(str(master))}"
             )
+            assert re.search(proof, done.stderr), done.stderr[-2000:]
         print(f"{engine}: enrich {args[0]} {time.monotonic() - started:.1f}s")
 
     demo = ["demo-data", "--scale", SCALE, "--intervals", str(INTERVALS)]
@@ -138,6 +158,27 @@ def run_pipeline(
         for name, path in paths.items()
         if DeltaTable.is_deltatable(path)
     }
+
+
+def executors_import_the_shipped_zip(master: str, folder: Path) -> bool:
+    """Where the cluster's executors import the project from: the zip the driver shipped
+    (the project is also installed here, editable, so only the zip's path proves it)."""
+    script = (
+        "from warehouse.spark import SparkSettings, build_session\n"
+        f"spark = build_session(SparkSettings(master={master!r}))\n"
+        "paths = spark.sparkContext.parallelize(range(4), 4).map(\n"
+        "    lambda _: __import__('joins.key_sample').key_sample.__file__).collect()\n"
+        "print('\\n'.join(paths))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=folder, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    paths = done.stdout.split()
+    assert len(paths) == 4 and all(re.search(r"enrich-code-\w+\.zip/joins/", p) for p in paths), (
+        done.stdout
+    )
+    return True
 
 
 @pytest.fixture
@@ -176,7 +217,7 @@ def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
                 server.wait()
 
 
-def test_demo_pipeline_writes_the_same_tables_on_both_engines_and_over_connect(
+def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_on_a_cluster(
     spark: SparkSession,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -188,11 +229,20 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_and_over_connect(
         for engine in ("embedded", "native")
     }
     results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url)
+    with spark_cluster(tmp_path / "cluster-processes") as cluster:
+        results["cluster"] = run_pipeline(
+            "embedded", tmp_path / "cluster", monkeypatch, master=cluster.url
+        )
+        finished = [a for a in cluster.status().get("completedapps", []) if isinstance(a, dict)]
+        # each of the four commands (demo-data, run, validate, backfill) ran as an
+        # application of this cluster
+        assert len(finished) == 4, cluster.status()
+        assert executors_import_the_shipped_zip(cluster.url, tmp_path)
     embedded = results["embedded"]
 
     for name in ("bronze orders", "gold orders_customer", "gold orders_enriched"):
         assert embedded[name][1], f"{name} is empty: the comparison would prove nothing"
-    for other in ("native", "connect"):
+    for other in ("native", "connect", "cluster"):
         assert sorted(results[other]) == sorted(embedded), other
         for name in sorted(embedded):
             columns, rows = embedded[name]

@@ -1,0 +1,124 @@
+"""A Spark standalone cluster on loopback for the tests: one master and two workers.
+
+Started with the ``spark-class`` launcher of the installed pyspark package (the same Spark
+the pipeline runs), each worker with one core, so the cluster has two executors' worth of
+slots on this machine. :func:`spark_cluster` waits until the master's JSON status page
+lists every worker ALIVE, and stops the processes (SIGTERM, then SIGKILL) afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+
+from warehouse.connect_server import free_port
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    url: str  # spark://127.0.0.1:<port>
+    status_url: str  # the master's JSON status page
+    logs: Path
+
+    def status(self) -> dict[str, object]:
+        with urllib.request.urlopen(self.status_url, timeout=5) as response:
+            return dict(json.load(response))
+
+    def alive_workers(self) -> int:
+        try:
+            workers = self.status().get("workers", [])
+        except OSError:
+            return 0
+        return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")
+
+
+def _launch(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    handle = log.open("wb")
+    return subprocess.Popen(
+        [str(SPARK_HOME / "bin" / "spark-class"), *args],
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextmanager
+def spark_cluster(
+    base: Path, workers: int = 2, worker_memory: str = "2g", timeout: float = 180
+) -> Iterator[SparkCluster]:
+    base.mkdir(parents=True, exist_ok=True)
+    port, ui_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(base / "logs"),
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+    cluster = SparkCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}/json/", base)
+    processes = [
+        _launch(
+            [MASTER_CLASS, "--host", "127.0.0.1", "--port", str(port), "--webui-port",
+             str(ui_port)],
+            base / "master.log",
+            env,
+        )
+    ]  # fmt: skip
+    try:
+        for index in range(workers):
+            work = base / f"worker{index}"
+            work.mkdir(exist_ok=True)
+            processes.append(
+                _launch(
+                    [
+                        WORKER_CLASS,
+                        *("--host", "127.0.0.1", "--cores", "1", "--memory", worker_memory),
+                        *("--webui-port", str(free_port()), "--work-dir", str(work)),
+                        cluster.url,
+                    ],
+                    base / f"worker{index}.log",
+                    env,
+                )
+            )
+        deadline = time.monotonic() + timeout
+        while cluster.alive_workers() < workers:
+            for process in processes:
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"a Spark cluster process exited with {process.returncode}; logs in {base}"
+                    )
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{workers} Spark workers not ALIVE in {timeout}s; logs in {base}"
+                )
+            time.sleep(1)
+        yield cluster
+    finally:
+        for process in reversed(processes):
+            _stop(process)
