@@ -12,8 +12,8 @@ suites and publish it to `gold/`, or quarantine it and fail the run. Stages:
 - `orders_promotions` (theta)
 - `lineitem_partsupp` (equi)
 
-Each task calls the `enrich` CLI with the run id and the data interval, so the same work
-runs without Airflow. Every Spark task takes a slot of the pool `enrich_spark` (create it
+Each task calls the `enrich` CLI with the run id and the data interval (a run triggered
+without a logical date has none), so the same work runs without Airflow. Every Spark task takes a slot of the pool `enrich_spark` (create it
 with `airflow pools set enrich_spark 1 "..."`), which bounds how many Spark drivers run at
 once. The Spark master and the state store come from the Airflow connections
 `enrich_spark` and `enrich_state_store` when the worker's environment does not name them.
@@ -52,15 +52,6 @@ PUBLISHED = [
 POOL = "enrich_spark"
 INTERVAL = timedelta(seconds=3600)
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
-RUN_ARGS = [
-    "--run-id",
-    "{{ run_id }}",
-    "--start",
-    "{{ data_interval_start.isoformat() }}",
-    "--end",
-    "{{ data_interval_end.isoformat() }}",
-]
-
 with DAG(
     dag_id="enrich_demo",
     schedule=DeltaDataIntervalTimetable(INTERVAL),
@@ -90,14 +81,14 @@ with DAG(
     ingest = PythonOperator(
         task_id="ingest",
         python_callable=run_enrich,
-        op_args=[CONFIG, "ingest", *RUN_ARGS],
+        op_args=[CONFIG, "ingest"],
         pool=POOL,
     )
     stages = [
         PythonOperator(
             task_id=f"stage_{stage}",
             python_callable=run_enrich,
-            op_args=[CONFIG, "stage", stage, *RUN_ARGS],
+            op_args=[CONFIG, "stage", stage],
             pool=POOL,
         )
         for stage in STAGES
@@ -105,14 +96,14 @@ with DAG(
     validate = PythonOperator(
         task_id="validate",
         python_callable=run_enrich,
-        op_args=[CONFIG, "validate", *RUN_ARGS],
+        op_args=[CONFIG, "validate"],
         outlets=PUBLISHED,
         pool=POOL,
     )
     backfill = PythonOperator(
         task_id="backfill",
         python_callable=run_enrich,
-        op_args=[CONFIG, "backfill", *RUN_ARGS],
+        op_args=[CONFIG, "backfill"],
         outlets=PUBLISHED,
         pool=POOL,
     )

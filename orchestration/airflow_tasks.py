@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -62,6 +62,21 @@ def route_run(dag_run: Any = None) -> str:
     chosen = BACKFILL_TASK if run_type == BACKFILL_RUN_TYPE else LIVE_TASK
     logger.info("run %s of type %s: %s", getattr(dag_run, "run_id", "?"), run_type, chosen)
     return chosen
+
+
+def run_options(
+    argv: Sequence[str],
+    run_id: str | None,
+    start: datetime | None,
+    end: datetime | None,
+) -> list[str]:
+    """``--run-id``, ``--start`` and ``--end`` from the run, for those ``argv`` lacks."""
+    options: list[str] = []
+    if run_id and "--run-id" not in argv:
+        options += ["--run-id", run_id]
+    if start is not None and end is not None and "--start" not in argv:
+        options += ["--start", start.isoformat(), "--end", end.isoformat()]
+    return options
 
 
 def stage_options(params: Mapping[str, Any] | None) -> list[str]:
@@ -136,10 +151,20 @@ def run_report(
     )
 
 
-def run_enrich(config: str, *argv: str, params: Mapping[str, Any] | None = None) -> None:
+def run_enrich(
+    config: str,
+    *argv: str,
+    params: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    data_interval_start: datetime | None = None,
+    data_interval_end: datetime | None = None,
+) -> None:
+    """``enrich --config CONFIG ARGV...`` plus the run's identity from Airflow's context:
+    ``--run-id`` and, when the run has a data interval, ``--start``/``--end`` (a run
+    triggered without a logical date has none), unless ``argv`` gives them."""
     from jobs.enrich import main  # Spark and the pipeline load only when run
 
-    command = list(argv)
+    command = [*argv, *run_options(argv, run_id, data_interval_start, data_interval_end)]
     try:
         if command and command[0] == "stage":
             command += stage_options(params)
@@ -148,6 +173,7 @@ def run_enrich(config: str, *argv: str, params: Mapping[str, Any] | None = None)
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(f"enrich {' '.join(argv)}: {e}") from e
+    logger.info("enrich %s", " ".join([*global_options, *command]))
     code = main(["--config", config, *global_options, *command])
     if code == EXIT_PARTIAL:
         # Rejected landing files stay in place and are reported on every run until someone

@@ -138,3 +138,16 @@ def test_the_quality_report_covers_the_intervals_of_the_runs_that_published() ->
         run_after = t0 + 5 * hour
 
     assert report_range(_Manual(), {}) == (t0 + 5 * hour - dt.timedelta(days=1), t0 + 5 * hour)
+
+
+def test_the_run_s_identity_becomes_options_unless_given() -> None:
+    from orchestration.airflow_tasks import run_options
+
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    t1 = t0 + dt.timedelta(hours=1)
+    assert run_options(["ingest"], "r1", t0, t1) == [
+        *("--run-id", "r1", "--start", t0.isoformat(), "--end", t1.isoformat())
+    ]
+    # A run triggered without a logical date has no data interval: no --start/--end.
+    assert run_options(["ingest"], "manual__x", None, None) == ["--run-id", "manual__x"]
+    assert run_options(["ingest", "--run-id", "mine"], "r1", None, None) == []
