@@ -13,10 +13,11 @@ suites and publish it to `gold/`, or quarantine it and fail the run. Stages:
 - `lineitem_partsupp` (equi)
 
 Each task calls the `enrich` CLI with the run id and the data interval (a run triggered
-without a logical date has none), so the same work runs without Airflow. Every Spark task takes a slot of the pool `enrich_spark` (create it
-with `airflow pools set enrich_spark 1 "..."`), which bounds how many Spark drivers run at
-once. The Spark master and the state store come from the Airflow connections
-`enrich_spark` and `enrich_state_store` when the worker's environment does not name them.
+without a logical date has none), so the same work runs without Airflow. Every Spark task
+takes a slot of the pool `enrich_spark` (create it with `airflow pools set enrich_spark 1
+"..."`), which bounds how many Spark drivers run at once. The Spark master and the state
+store come from the Airflow connections `enrich_spark` and `enrich_state_store` when the
+worker's environment does not name them.
 
 Params of a manual run: `steps` (SSBJ operator steps each stage takes this run) and
 `drain` (join every pending tuple before each stage task ends).
