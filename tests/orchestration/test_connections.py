@@ -61,8 +61,12 @@ def test_the_state_store_url_uses_psycopg_and_quotes_the_password() -> None:
 def test_connections_come_from_airflow_and_give_way_to_the_environment(
     airflow_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("SPARK_MASTER", raising=False)
-    monkeypatch.delenv(STATE_STORE_ENV, raising=False)
+    # Set, then removed, through monkeypatch: it restores the variables' absence afterwards,
+    # whatever connection_settings wrote into os.environ in between (a leaked
+    # ENRICH_STATE_STORE would point every later test of this worker at that store).
+    for name in ("SPARK_MASTER", STATE_STORE_ENV):
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
     assert lookup("enrich_spark") is None  # not defined: the config decides
     assert connection_settings(["ingest"]) == []
     monkeypatch.setenv("AIRFLOW_CONN_ENRICH_SPARK", "spark://spark-master:7177")
