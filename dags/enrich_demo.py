@@ -34,22 +34,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
-from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, Param, chain
+from airflow.sdk import DAG, DeltaDataIntervalTimetable, Param, chain
 
 from orchestration.airflow_tasks import route_run, run_enrich
+from orchestration.assets import published_assets
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 STAGES = ("orders_customer", "orders_promotions", "lineitem_partsupp")
-# Each published table is an Asset, updated when `validate` succeeds (every batch of the run
-# published): downstream DAGs schedule on them.
-PUBLISHED = [
-    Asset(
-        name=f"enrich_demo.{table}",
-        uri=f"enrich://demo/gold/{table}",
-        group="enrichment",
-    )
-    for table in ("orders_customer", "orders_enriched", "lineitem_suppliers")
-]
+# Each published table is an Asset, updated when `validate` (every batch of the run
+# published) or `backfill` succeeds: downstream DAGs schedule on them.
+OUTPUTS = ("orders_customer", "orders_enriched", "lineitem_suppliers")
+PUBLISHED = published_assets("demo", OUTPUTS)
 POOL = "enrich_spark"
 INTERVAL = timedelta(seconds=3600)
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)

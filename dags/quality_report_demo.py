@@ -20,20 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, Asset, AssetAny
+from airflow.sdk import DAG, AssetAny
 
 from orchestration.airflow_tasks import run_report
+from orchestration.assets import published_assets
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
-PUBLISHED = [
-    Asset(
-        name=f"enrich_demo.{table}",
-        uri=f"enrich://demo/gold/{table}",
-        group="enrichment",
-    )
-    for table in ("orders_customer", "orders_enriched", "lineitem_suppliers")
-]
+OUTPUTS = ("orders_customer", "orders_enriched", "lineitem_suppliers")
+PUBLISHED = published_assets("demo", OUTPUTS)
 
 with DAG(
     dag_id="quality_report_demo",

@@ -159,24 +159,24 @@ def sa_fit(
     def value(chosen: set[int]) -> float:
         return _value([keys[i] for i in sorted(chosen)], benefits)
 
-    best = set(current)
+    best, current_value = set(current), value(current)
+    best_value = current_value
     while temperature > min_temperature:  # lines 17-40
         for _ in range(iterations):
             index = rng.randrange(len(keys))
             candidate = current ^ {index}
             if sum(benefits[keys[i].key] for i in candidate) >= gap:  # Eq. 9 must hold
                 continue
-            new_value, old_value = value(candidate), value(current)
-            if new_value > old_value:
-                current = candidate
-                if new_value > value(best):
-                    best = set(candidate)
-            elif new_value == old_value or rng.random() < math.exp(
-                (new_value - old_value) / temperature
-                if math.isfinite(new_value - old_value)
-                else -math.inf
+            new_value = value(candidate)
+            if new_value > current_value:
+                current, current_value = candidate, new_value
+                if new_value > best_value:
+                    best, best_value = set(candidate), new_value
+            # Eq. 11 (a finite value below an infinite one gives exp(-inf) = 0)
+            elif new_value == current_value or rng.random() < math.exp(
+                (new_value - current_value) / temperature
             ):
-                current = candidate  # Eq. 11
+                current, current_value = candidate, new_value
         temperature *= cooling
     return [keys[i] for i in sorted(best)]
 

@@ -41,6 +41,7 @@ def _common_fields(config: PipelineConfig, config_path: Path, dag_path: Path) ->
     config_rel = os.path.relpath(config_path.resolve(), repo_root)
     return {
         "name": config.name,
+        "name_literal": json.dumps(config.name),
         "config_rel": config_rel,
         "config_literal": json.dumps(config_rel),
         "start_args": ", ".join(

@@ -501,8 +501,8 @@ class SsbjStage:
             for base in bases:  # the changes that bring the cache / the buffer to the plan
                 master.update(range(base, planned + 1))
             pins.update({self.paths[t]: [int(v)] for t, v in plan["tables"].items()})
-            pins[self.input_path] = input_versions(plan["input_from"], plan["input_to"])
-        pins[self.input_path] = [consumed, *pins.get(self.input_path, ())]
+        reads = input_versions(plan["input_from"], plan["input_to"]) if plan is not None else ()
+        pins[self.input_path] = [consumed, *reads]
         pins[self.master_path] = master
         # The scan copy is read for the chunks' versions, the switching buffer's and the
         # plan's (the cache follows the master's own changes, not the copy).
