@@ -1,6 +1,6 @@
 """Skew at scale, by simulation: makespan of measured Spark tasks on P executors.
 
-    python -m benchmarks.skew_sim [--rows 1000000] [--executors 2 16 64 256]
+    python -m benchmarks.skew_sim [--rows 1000000] [--executors 2 16 64 256] [--sink count]
 
 On two cores a hot task just runs on one of them, so skew cannot show in wall time. This
 benchmark runs each theta join here, reads every task's duration from Spark's REST API
@@ -14,6 +14,10 @@ local join is an equi-join on both (``joins.adsp.binned_local_join``). A-DSP, Sq
 V = input bytes / ``--memory-divisor`` (16: A-DSP then plans tens of tasks; a task holds
 both an R and an S share, so the count is not the divisor) from one sampling job, which
 is counted too.
+
+Each join's output is written to Parquet (``--sink parquet``, the default), as the pipeline
+writes every enriched row; ``--sink count`` only counts it, which lets Spark skip building
+the pairs and hides what a hot bin costs the task that forms them.
 
 Cases: TPC-H orders by o_totalprice, band eps = 1 at z in {0, 1, 2} (Zipf over one fixed
 ranking of R's values), and the wide band eps = 1000 at z = 0 and 2 on a smaller stream
@@ -38,6 +42,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from benchmarks.frames import stored_frame
 from benchmarks.makespan import job_makespan
 from benchmarks.standalone import free_port, standalone_cluster
 from demo.data import ZipfSampler, generate_tpch
@@ -95,7 +100,10 @@ def run(
     master: DataFrame,
     predicate: ThetaPredicate,
     memory: float,
+    sink: Path | None = None,
 ) -> dict[str, Any]:
+    """One join, its output counted (``sink`` None) or written to Parquet at ``sink``; the
+    read-back count after a write runs outside the job group, so it is not simulated."""
     group = f"sim-{method}-{time.monotonic_ns()}"
     spark.sparkContext.setJobGroup(group, method)
     started = time.perf_counter()
@@ -111,10 +119,17 @@ def run(
         keys = key_spec(predicate)
         s_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
         r_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
-        routed_s = route(spark, stream, s_key, plan.stream, plan, "stream", 64)
-        routed_r = route(spark, master, r_key, plan.master, plan, "master", 64)
+        routed_s = route(stream, s_key, plan.stream, plan, "stream", 64)
+        routed_r = route(master, r_key, plan.master, plan, "master", 64)
         joined = join_routed(routed_s, routed_r, predicate, stream.schema, master.schema)
-    rows = joined.count()
+    if sink is None:
+        rows = joined.count()
+    else:
+        # The pipeline writes every enriched row: a hot bin's pairs are serialised and
+        # written by the one task that forms them. A count lets Spark skip building them.
+        joined.write.mode("overwrite").parquet(str(sink))
+        spark.sparkContext.setJobGroup(f"{group}-readback", method)
+        rows = spark.read.parquet(str(sink)).count()
     seconds = time.perf_counter() - started
     stages = metrics.stages(group)
     return {"method": method, "tasks": tasks, "rows": rows, "seconds": seconds, "stages": stages}
@@ -156,7 +171,9 @@ def cases(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]
 
 
 def frame(spark: SparkSession, columns: dict[str, np.ndarray]) -> DataFrame:
-    cached = spark.createDataFrame(pa.table(columns)).repartition(PARTITIONS).cache()
+    """Read from Parquet, spread over ``PARTITIONS`` partitions and cached."""
+    stored = stored_frame(spark, pa.table(columns), Path("var/bench/frames"), 2)
+    cached = stored.repartition(PARTITIONS).cache()
     cached.count()
     return cached
 
@@ -220,6 +237,7 @@ def validate(args: argparse.Namespace, local: Sequence[dict[str, Any]]) -> list[
                         case["master"],
                         case["predicate"],
                         case["memory"],
+                        args.sink_path,
                     )
                     here = next(
                         r for r in local if r["case"] == case["name"] and r["method"] == method
@@ -270,8 +288,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cases (e.g. 'band eps=1 1000k x 1000k z=2') to run again on a 2-worker "
         "standalone cluster on loopback",
     )
+    parser.add_argument(
+        "--sink",
+        choices=("parquet", "count"),
+        default="parquet",
+        help="write the join's output to Parquet, as the pipeline writes it (default), or "
+        "only count it",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/skew-sim.md"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.sink_path = Path("var/bench/skew-sim-output") if args.sink == "parquet" else None
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
     spark = session()
     metrics = TaskMetrics(spark)
@@ -286,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 case["master"],
                 case["predicate"],
                 case["memory"],
+                args.sink_path,
             )
             row["case"] = case["name"]
             for index, tasks in enumerate(row["stages"]):

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from benchmarks.frames import stored_frame
 from demo.data import ZipfSampler, generate_tpch, promotions
 from joins import baseline
 from joins.adsp import TASK, adsp_join, key_spec, numeric, route
@@ -69,8 +70,8 @@ def load_stats(
     keys = key_spec(predicate)
     s_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
     r_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
-    routed_s = route(spark, stream, s_key, plan.stream, plan, "stream", 64)
-    routed_r = route(spark, master, r_key, plan.master, plan, "master", 64)
+    routed_s = route(stream, s_key, plan.stream, plan, "stream", 64)
+    routed_r = route(master, r_key, plan.master, plan, "master", 64)
     loads = (
         routed_s.groupBy(TASK)
         .count()
@@ -234,6 +235,11 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
     price = np.asarray(orders.column("o_totalprice").cast(pa.float64()).to_numpy())
     custkey = np.asarray(orders.column("o_custkey").to_numpy())
     rng = np.random.default_rng(5)
+    parallelism = spark.sparkContext.defaultParallelism
+
+    def stored(table: pa.Table) -> DataFrame:
+        return stored_frame(spark, table, tpch.parent / "frames", parallelism)
+
     built = []
     wanted = (
         [(20_000, 200_000)]
@@ -245,7 +251,7 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
     sizes = [(min(s, len(price)), min(r, len(price))) for s, r in wanted]
     for s_rows, r_rows in sizes:
         r_index = rng.choice(len(price), size=r_rows, replace=False)
-        master = spark.createDataFrame(
+        master = stored(
             pa.table(
                 {
                     "rid": np.arange(r_rows),
@@ -257,7 +263,7 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
         for z in args.zipf:
             sampler = ZipfSampler(price[r_index], z, rng) if z > 0 else None
             xs = sampler.draw(s_rows) if sampler else rng.choice(price[r_index], size=s_rows)
-            stream = spark.createDataFrame(
+            stream = stored(
                 pa.table(
                     {
                         "sid": np.arange(s_rows),
@@ -289,7 +295,7 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
                     }
                 )
         if s_rows > 20_000 or args.quick:
-            stream = spark.createDataFrame(
+            stream = stored(
                 pa.table(
                     {"sid": np.arange(s_rows), "xc": rng.choice(custkey, size=s_rows).astype(float)}
                 )
@@ -310,10 +316,8 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
             )
             promo = promotions(seed=7)
             dates = orders.column("o_orderdate").cast(pa.int32()).to_numpy()[:s_rows]
-            stream = spark.createDataFrame(
-                pa.table({"sid": np.arange(len(dates)), "d": dates.astype(float)})
-            )
-            master_range = spark.createDataFrame(
+            stream = stored(pa.table({"sid": np.arange(len(dates)), "d": dates.astype(float)}))
+            master_range = stored(
                 pa.table(
                     {
                         "rid": promo.column("promo_id"),

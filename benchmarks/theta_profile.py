@@ -3,7 +3,7 @@
     python -m benchmarks.theta_profile [--zipf 0] [--eps 1] [--rows 1000000] [--repeat 2]
 
 TPC-H SF1 orders keyed by o_totalprice, master and stream of ``--rows`` each, band
-predicate. Each phase is timed as its own Spark action: statistics (one sampling job),
+predicate. Each phase is timed as its own Spark action: statistics (one sampling scan per side),
 planning, the whole A-DSP join, routing alone, binning, and A-DSP routing with a JVM local
 join (an equi-join on task and bin, the alternative to the Python local join). The first
 repetition includes the Python workers' start-up.
@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from benchmarks.frames import stored_frame
 from demo.data import ZipfSampler, generate_tpch
 from joins import baseline
 from joins.adsp import adsp_join, numeric, route
@@ -51,7 +52,7 @@ def profile_once(
     lower, upper = predicate.band_bounds()
     width = max(lower + upper, 1e-9)
     s_sample, r_sample = timed(
-        "statistics (both sides, one job)", lambda: theta_samples(stream, master, predicate)
+        "statistics (both sides)", lambda: theta_samples(stream, master, predicate)
     )
     plan = timed(
         "plan",
@@ -66,8 +67,8 @@ def profile_once(
     timed("A-DSP join + count", lambda: adsp_join(spark, stream, master, predicate, plan).count())
     s_key = numeric(F.col("x"), stream.schema["x"].dataType)
     r_key = numeric(F.col("y"), master.schema["y"].dataType)
-    routed_s = route(spark, stream, s_key, plan.stream, plan, "stream", 64)
-    routed_r = route(spark, master, r_key, plan.master, plan, "master", 64)
+    routed_s = route(stream, s_key, plan.stream, plan, "stream", 64)
+    routed_r = route(master, r_key, plan.master, plan, "master", 64)
     timed("routing alone (both sides, count)", lambda: (routed_s.count(), routed_r.count()))
     timed(
         "range binning + count",
@@ -112,14 +113,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     price = np.asarray(orders.column("o_totalprice").cast(pa.float64()).to_numpy())
     n = min(args.rows, len(price))
     rng = np.random.default_rng(5)
+
+    def stored(table: pa.Table) -> DataFrame:
+        return stored_frame(
+            spark, table, Path("var/bench/frames"), spark.sparkContext.defaultParallelism
+        )
+
     r_index = rng.choice(len(price), size=n, replace=False)
-    master = spark.createDataFrame(pa.table({"rid": np.arange(n), "y": price[r_index]})).cache()
+    master = stored(pa.table({"rid": np.arange(n), "y": price[r_index]})).cache()
     xs = (
         ZipfSampler(price[r_index], args.zipf, rng).draw(n)
         if args.zipf > 0
         else rng.choice(price[r_index], size=n)
     )
-    stream = spark.createDataFrame(pa.table({"sid": np.arange(n), "x": xs})).cache()
+    stream = stored(pa.table({"sid": np.arange(n), "x": xs})).cache()
     stream.count(), master.count()
     predicate = ThetaPredicate(type="band", stream_column="x", master_column="y", eps=args.eps)
     memory = (n * 16 + n * 24) / 8

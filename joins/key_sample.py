@@ -2,11 +2,9 @@
 
 A-DSP plans from equi-depth histograms of both sides' ordering keys (Sec. 3.1 of the
 A-DSP paper). Computing them exactly took four Spark passes (two ``approxQuantile`` and two
-bucket counts), about half of a 1M x 1M join. Here each side is read once: every row
-with a key draws a uniform tag, each partition keeps the ``k`` rows with the smallest tags
-(:class:`BottomK`), and the driver keeps the ``k`` smallest of those (:func:`merge`). The
-``k`` smallest tags of the union are a uniform sample without replacement of all keyed rows,
-whatever the partitioning, so per-partition sampling loses nothing.
+bucket counts), about half of a 1M x 1M join. Here each side gets exact row counts and a
+uniform sample without replacement of ``k`` keys (:func:`joins.theta_stats.key_samples`
+draws both in the JVM).
 
 What the sample decides and what it may not:
 
@@ -25,7 +23,7 @@ Bucket rule, as in :mod:`joins.adsp_plan`: ``bucket(v) = #{k : b_k < v}``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,69 +49,6 @@ class KeySample:
     def exact(self) -> bool:
         """True when the sample holds every keyed row."""
         return len(self.keys) == self.keyed
-
-
-class BottomK:
-    """The ``k`` rows with the smallest tags seen so far, plus exact counts (one partition)."""
-
-    def __init__(self, k: int, rng: np.random.Generator) -> None:
-        if k < 1:
-            raise ValueError(f"a key sample needs room for at least 1 key, got k = {k}")
-        self.k = k
-        self.rng = rng
-        self.rows = 0
-        self.keyed = 0
-        self.widest = -math.inf
-        self.tags = np.empty(0)
-        self.keys = np.empty(0)
-
-    def add(self, keys: np.ndarray, widths: np.ndarray | None = None) -> None:
-        """Offer a batch of keys (NaN for a missing key) and, for ranges, their widths."""
-        self.rows += len(keys)
-        if widths is not None and len(widths):
-            finite = widths[~np.isnan(widths)]
-            if len(finite):
-                self.widest = max(self.widest, float(finite.max()))
-        present = keys[~np.isnan(keys)]
-        self.keyed += len(present)
-        tags = self.rng.random(len(present))
-        self.tags = np.concatenate([self.tags, tags])
-        self.keys = np.concatenate([self.keys, present])
-        if len(self.tags) > self.k:
-            keep = np.argpartition(self.tags, self.k - 1)[: self.k]
-            self.tags, self.keys = self.tags[keep], self.keys[keep]
-
-
-@dataclass(frozen=True)
-class PartialSample:
-    """What one partition sends to the driver for one side."""
-
-    rows: int
-    keyed: int
-    widest: float
-    tags: np.ndarray = field(repr=False)
-    keys: np.ndarray = field(repr=False)
-
-    @classmethod
-    def of(cls, part: BottomK) -> PartialSample:
-        return cls(part.rows, part.keyed, part.widest, part.tags, part.keys)
-
-
-def merge(parts: Iterable[PartialSample], k: int) -> KeySample:
-    """The ``k`` smallest tags over all partitions: a uniform sample of the whole side."""
-    parts = list(parts)
-    tags = np.concatenate([p.tags for p in parts]) if parts else np.empty(0)
-    keys = np.concatenate([p.keys for p in parts]) if parts else np.empty(0)
-    if len(tags) > k:
-        keep = np.argpartition(tags, k - 1)[:k]
-        keys = keys[keep]
-    widest = max((p.widest for p in parts), default=-math.inf)
-    return KeySample(
-        rows=sum(p.rows for p in parts),
-        keyed=sum(p.keyed for p in parts),
-        keys=np.sort(keys),
-        widest=widest if widest > 0 else 0.0,
-    )
 
 
 def boundaries(sample: KeySample, buckets: int) -> tuple[float, ...]:

@@ -1,39 +1,30 @@
-"""Statistics for theta planning on Spark: one sampling job over both sides' keys.
+"""Statistics for theta planning on Spark: exact counts and a uniform key sample per side.
 
 Each side's ordering key (as a number, :func:`joins.adsp.numeric`) and, for a range
-predicate, the master's interval width go through one ``mapInArrow`` pass that keeps a
-bottom-k sample per partition (:class:`joins.key_sample.BottomK`); the driver merges them
-and derives histograms and candidate ranges (:mod:`joins.key_sample`). Four passes
-(quantiles and bucket counts per side) became one.
+predicate, the master's interval width are read by two JVM jobs for all sides together
+(:func:`key_samples`): a count, then a Bernoulli sample sized from it. The driver derives
+histograms and candidate ranges from the samples (:mod:`joins.key_sample`). Four passes
+(quantiles and bucket counts per side) became two for both sides, with no Python worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from joins.adsp import key_spec, numeric
 from joins.adsp_plan import Histogram, ThetaPlan, ValueRange, plan_theta
-from joins.key_sample import (
-    BottomK,
-    KeySample,
-    PartialSample,
-    boundaries,
-    bucket_ranges,
-    histogram,
-    merge,
-)
+from joins.key_sample import KeySample, boundaries, bucket_ranges, histogram
 from joins.theta_predicate import ThetaPredicate
 
 DEFAULT_SAMPLE_SIZE = 10_000
 DEFAULT_BUCKETS = 32
-SAMPLE_SCHEMA = "side int, rows long, keyed long, widest double, tag double, key double"
 
 
 @dataclass(frozen=True)
@@ -62,37 +53,14 @@ def stream_histogram_of(
     return histogram(sample, row_bytes, boundaries(sample, buckets) if bounds is None else bounds)
 
 
-def _sampler(sides: int, size: int, seed: int):  # type: ignore[no-untyped-def]
-    """The per-partition function: one :class:`BottomK` per side, then its rows out."""
+# A Bernoulli draw aims at t keys with t - Z sqrt(t) = k: it falls short of k only when it
+# lands Z standard deviations (at most sqrt(t)) below its mean, about 3e-7 of draws.
+SHORTFALL_Z = 5.0
 
-    def sample(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
 
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
-        parts = [BottomK(size, np.random.default_rng([seed, partition, s])) for s in range(sides)]
-        for batch in batches:
-            side = batch.column(0).to_numpy(zero_copy_only=False)
-            keys = batch.column(1).to_numpy(zero_copy_only=False).astype(float)
-            widths = batch.column(2).to_numpy(zero_copy_only=False).astype(float)
-            for s, part in enumerate(parts):
-                mine = side == s
-                if mine.any():
-                    part.add(keys[mine], widths[mine])
-        for s, part in enumerate(parts):
-            n = len(part.keys)
-            yield pa.RecordBatch.from_pydict(
-                {
-                    "side": pa.array([s] * (n + 1), pa.int32()),
-                    "rows": pa.array([part.rows] + [None] * n, pa.int64()),
-                    "keyed": pa.array([part.keyed] + [None] * n, pa.int64()),
-                    "widest": pa.array([part.widest] + [None] * n, pa.float64()),
-                    "tag": pa.array([None, *part.tags.tolist()], pa.float64()),
-                    "key": pa.array([None, *part.keys.tolist()], pa.float64()),
-                }
-            )
-
-    return sample
+def draw_target(k: int) -> float:
+    """Expected keys to draw so that at least ``k`` arrive: 10,512 for k = 10,000."""
+    return ((SHORTFALL_Z + math.sqrt(SHORTFALL_Z**2 + 4 * k)) / 2) ** 2
 
 
 def key_samples(
@@ -100,42 +68,75 @@ def key_samples(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
 ) -> list[KeySample]:
-    """A uniform sample of each side's keys (with exact counts), in one Spark job.
+    """A uniform sample of each side's keys, with exact counts: two JVM jobs for all sides.
 
     ``sides``: (frame, numeric key, numeric interval width or None) per side.
+
+    1. One aggregation counts each side's rows and keyed rows (and the widest range).
+    2. One scan keeps each keyed row with probability ``p_i = min(1, t / keyed_i)``
+       (``rand(seed) < p_i``; :func:`draw_target` gives ``t``), all sides in one union.
+    3. The driver keeps ``k`` of a side's drawn keys, uniformly without replacement.
+
+    A Bernoulli sample, given its size, is a uniform sample without replacement, and so is
+    a uniform subsample of it: the result is uniform over the side whatever the
+    partitioning. A draw that falls short of ``k`` keeps what it drew (a smaller uniform
+    sample). Measured on two cached 1M-row sides (BENCHMARKS.md, session 13): the Python
+    ``mapInArrow`` bottom-k sampler took 1.1-1.4 s, a ``TakeOrderedAndProject`` bottom-k
+    per side with ``observe`` counts 0.7 s, these two jobs 0.43-0.56 s.
     """
-    parts = [
-        frame.select(
-            F.lit(index).cast("int").alias("side"),
-            key.cast("double").alias("key"),
-            (width if width is not None else F.lit(None)).cast("double").alias("width"),
-        )
-        for index, (frame, key, width) in enumerate(sides)
-    ]
-    union = reduce(DataFrame.unionByName, parts)
-    table = union.mapInArrow(_sampler(len(sides), sample_size, seed), SAMPLE_SCHEMA).toArrow()
-    side = table.column("side").to_numpy()
-    summary = table.column("rows").is_valid().to_numpy(zero_copy_only=False)
-    samples = []
-    for s in range(len(sides)):
-        partials = []
-        mine = side == s
-        heads = np.flatnonzero(mine & summary)
-        bodies = mine & ~summary
-        for head in heads:
-            partials.append(
-                PartialSample(
-                    int(table.column("rows")[head].as_py()),
-                    int(table.column("keyed")[head].as_py()),
-                    float(table.column("widest")[head].as_py()),
-                    np.empty(0),
-                    np.empty(0),
-                )
+    if sample_size < 1:
+        raise ValueError(f"a key sample needs room for at least 1 key, got k = {sample_size}")
+    keyed = F.col("key").isNotNull() & ~F.isnan("key")
+    union = reduce(
+        DataFrame.unionByName,
+        [
+            frame.select(
+                F.lit(index).alias("side"),
+                key.cast("double").alias("key"),
+                (width if width is not None else F.lit(None)).cast("double").alias("width"),
             )
-        tags = table.column("tag").to_numpy(zero_copy_only=False)[bodies]
-        keys = table.column("key").to_numpy(zero_copy_only=False)[bodies]
-        partials.append(PartialSample(0, 0, 0.0, tags.astype(float), keys.astype(float)))
-        samples.append(merge(partials, sample_size))
+            for index, (frame, key, width) in enumerate(sides)
+        ],
+    )
+    # One global aggregate (per-side conditional counts): a groupBy would shuffle into
+    # spark.sql.shuffle.partitions tasks, nearly all of them empty.
+    aggregates = []
+    for index in range(len(sides)):
+        on_side = F.col("side") == index
+        aggregates += [
+            F.count(F.when(on_side, 1)).alias(f"rows_{index}"),
+            F.count(F.when(on_side & keyed, 1)).alias(f"keyed_{index}"),
+            F.max(F.when(on_side & ~F.isnan("width"), F.col("width"))).alias(f"widest_{index}"),
+        ]
+    totals = union.agg(*aggregates).collect()[0]
+    counted = {
+        index: {name: totals[f"{name}_{index}"] for name in ("rows", "keyed", "widest")}
+        for index in range(len(sides))
+    }
+    fractions = [
+        min(1.0, draw_target(sample_size) / counted[i]["keyed"]) if counted[i]["keyed"] else 0.0
+        for i in range(len(sides))
+    ]
+    chance = F.element_at(F.array(*[F.lit(f) for f in fractions]), F.col("side") + 1)
+    drawn = union.where(keyed & (F.rand(seed) < chance)).select("side", "key").toArrow()
+    side = drawn.column("side").to_numpy()
+    keys = drawn.column("key").to_numpy(zero_copy_only=False).astype(float)
+    rng = np.random.default_rng(seed)
+    samples = []
+    for index in range(len(sides)):
+        mine = keys[side == index]
+        if len(mine) > sample_size:
+            mine = rng.choice(mine, size=sample_size, replace=False)
+        row = counted[index]
+        widest = row["widest"]
+        samples.append(
+            KeySample(
+                rows=int(row["rows"]),
+                keyed=int(row["keyed"]),
+                keys=np.sort(mine),
+                widest=float(widest) if widest is not None and widest > 0 else 0.0,
+            )
+        )
     return samples
 
 
@@ -177,7 +178,7 @@ def theta_samples(
     predicate: ThetaPredicate,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> tuple[KeySample, KeySample]:
-    """Both sides' key samples in one job: (stream, master)."""
+    """Both sides' key samples: (stream, master)."""
     key, width = master_key(master, predicate)
     stream_sample, master_sample = key_samples(
         [(stream, stream_key(stream, predicate), None), (master, key, width)], sample_size

@@ -129,9 +129,7 @@ class AdspLayoutStage:
         plan, instances, report = self._prepare(stream, master, master_rows, run_id)
         keys = key_spec(self.predicate)
         stream_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
-        routed_stream = route(
-            self.spark, stream, stream_key, plan.stream, plan, "stream", SLOTS, instances
-        )
+        routed_stream = route(stream, stream_key, plan.stream, plan, "stream", SLOTS, instances)
         version = version_column(self.stage.master)
         layout = (
             self.engine.read(self.path)
@@ -234,7 +232,6 @@ class AdspLayoutStage:
         keys = key_spec(self.predicate)
         master_key = numeric(F.col(keys.master_key), master_rows.schema[keys.master_key].dataType)
         routed = route(
-            self.spark,
             master_rows,
             master_key,
             plan.master,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import duckdb
@@ -13,8 +14,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joins.adsp import adsp_join
-from joins.adsp_plan import route_master_line, route_stream_line
+from joins.adsp import adsp_join, bucket_of
+from joins.adsp_plan import Histogram, route_master_line, route_stream_line
 from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import theta_plan
 from tests.helpers import assert_same_multiset
@@ -235,3 +236,33 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
     assert_same_multiset(actual, expected)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    bounds=st.lists(st.integers(-50, 50), min_size=0, max_size=40, unique=True).map(
+        lambda b: tuple(sorted(float(v) for v in b))
+    )
+)
+def test_bucket_of_places_every_value_as_the_histogram_does(
+    spark: SparkSession, bounds: tuple[float, ...]
+) -> None:
+    """The binary search in SQL against ``Histogram.bucket``: every boundary, values just
+    either side of one, outside all of them, NaN (the last bucket) and null (no bucket)."""
+    histogram = Histogram(bounds, (1.0,) * (len(bounds) + 1))
+    values: list[float | None] = [-1e9, 1e9, 0.0, math.nan, None]
+    for b in bounds:
+        values += [b, b - 0.5, b + 0.5]
+    frame = spark.createDataFrame(
+        [(v,) for v in values], T.StructType([T.StructField("v", T.DoubleType())])
+    )
+    placed = frame.select("v", bucket_of(F.col("v"), histogram).alias("b")).collect()
+    for row in placed:
+        if row.v is None:
+            assert row.b is None
+        elif math.isnan(row.v):
+            assert row.b == len(bounds)
+        else:
+            assert row.b == histogram.bucket(row.v), (row.v, row.b)

@@ -1,5 +1,5 @@
-"""Bottom-k key samples: uniform merging, exact counts, and candidate ranges that never
-lose a matching pair whatever the sample (joins/key_sample.py)."""
+"""Key samples: histograms scaled to the keyed rows, and candidate ranges that never lose a
+matching pair whatever the sample (joins/key_sample.py)."""
 
 from __future__ import annotations
 
@@ -11,68 +11,21 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from joins.adsp_plan import Histogram, candidate_columns
-from joins.key_sample import (
-    BottomK,
-    KeySample,
-    PartialSample,
-    boundaries,
-    bucket_ranges,
-    histogram,
-    merge,
-)
+from joins.key_sample import KeySample, boundaries, bucket_ranges, histogram
 from joins.theta_predicate import ThetaPredicate
 
-keys = st.lists(
-    st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.just(math.nan)), min_size=0, max_size=80
-)
 
-
-def sample_of(values: list[float], k: int, partitions: int, seed: int) -> KeySample:
-    parts = []
-    for p in range(partitions):
-        part = BottomK(k, np.random.default_rng([seed, p]))
-        chunk = np.asarray(values[p::partitions], dtype=float)
-        for batch in np.array_split(chunk, 3):
-            part.add(batch)
-        parts.append(PartialSample.of(part))
-    return merge(parts, k)
-
-
-@settings(max_examples=60, deadline=None)
-@given(values=keys, k=st.integers(1, 30), partitions=st.integers(1, 4), seed=st.integers(0, 99))
-def test_merged_sample_counts_every_row_and_draws_from_the_keys(
-    values: list[float], k: int, partitions: int, seed: int
-) -> None:
-    sample = sample_of(values, k, partitions, seed)
-    present = [v for v in values if not math.isnan(v)]
-    assert sample.rows == len(values)
-    assert sample.keyed == len(present)
-    assert len(sample.keys) == min(k, len(present))
-    assert not Counter(sample.keys.tolist()) - Counter(present)  # a sub-multiset
-    if len(present) <= k:
-        assert sample.exact and sorted(sample.keys.tolist()) == sorted(present)
-
-
-def test_bottom_k_is_uniform_whatever_the_partitioning() -> None:
-    """Each of 20 keys lands in a 5-key sample with probability 1/4, even when one
-    partition holds 16 of them and the other 4."""
-    values = [float(v) for v in range(20)]
-    hits: Counter[float] = Counter()
-    trials = 4000
-    for seed in range(trials):
-        parts = []
-        for p, chunk in enumerate((values[:16], values[16:])):
-            part = BottomK(5, np.random.default_rng([seed, p]))
-            part.add(np.asarray(chunk))
-            parts.append(PartialSample.of(part))
-        hits.update(merge(parts, 5).keys.tolist())
-    for value in values:
-        assert abs(hits[value] / trials - 0.25) < 0.04, (value, hits[value] / trials)
+def sample_of(values: list[float], k: int, seed: int) -> KeySample:
+    """A uniform sample without replacement of the keyed values, as the Spark side draws
+    (tests/joins/test_theta_stats.py checks that side against these properties)."""
+    present = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    picked = np.random.default_rng(seed).choice(present, size=min(k, len(present)), replace=False)
+    return KeySample(rows=len(values), keyed=len(present), keys=np.sort(picked))
 
 
 def test_a_whole_sample_gives_exact_bucket_bytes() -> None:
     values = [1.0, 2.0, 2.0, 3.0, 7.0, 9.0, 9.0, 9.0]
-    sample = sample_of(values, 100, 2, 0)
+    sample = sample_of(values, 100, 0)
     bounds = boundaries(sample, 4)
     hist = histogram(sample, 10.0, bounds)
     exact = Histogram(bounds, (0.0,) * (len(bounds) + 1))
@@ -82,7 +35,7 @@ def test_a_whole_sample_gives_exact_bucket_bytes() -> None:
 
 def test_an_estimated_histogram_scales_to_the_keyed_rows() -> None:
     values = list(np.random.default_rng(3).normal(size=5000))
-    sample = sample_of(values, 200, 3, 1)
+    sample = sample_of(values, 200, 1)
     hist = histogram(sample, 2.0, boundaries(sample, 8))
     assert len(sample.keys) == 200
     assert math.isclose(sum(hist.bucket_bytes), 2.0 * 5000)
@@ -158,9 +111,9 @@ def test_every_matching_pair_lies_in_a_candidate_cell_whatever_was_sampled(
     buckets: int,
 ) -> None:
     """The invariant that keeps sampled A-DSP exact: the plan covers every result cell."""
-    s_sample = sample_of(stream, k, 2, 7)
+    s_sample = sample_of(stream, k, 7)
     r_keys = [r for r, _ in master]
-    r_sample = sample_of(r_keys, k, 2, 8)
+    r_sample = sample_of(r_keys, k, 8)
     widest = max(width for _, width in master) if predicate.type == "range" else 0.0
     r_sample = KeySample(r_sample.rows, r_sample.keyed, r_sample.keys, widest)
     r_bounds = boundaries(r_sample, buckets)

@@ -125,7 +125,6 @@ def assert_layout_is_the_plans_routing(h: ThetaHarness) -> None:
     master = h.engine.read(h.master).select("mk", "y")
     keys = key_spec(h.config.stage("band").predicate)  # type: ignore[union-attr]
     routed = route(
-        h.spark,
         master,
         numeric(F.col(keys.master_key), T.DoubleType()),
         plan.master,
