@@ -33,6 +33,16 @@ from joins.theta_predicate import ThetaPredicate
 
 
 @dataclass(frozen=True)
+class SideCounts:
+    """One side's exact row count, rows whose key is a number, and ``max(hi - lo)`` for a
+    range predicate's master (else 0): all ``auto`` needs to decide a broadcast."""
+
+    rows: int
+    keyed: int
+    widest: float = 0.0
+
+
+@dataclass(frozen=True)
 class KeySample:
     """One side's row count and a uniform sample of its non-null, non-NaN keys.
 
@@ -44,6 +54,10 @@ class KeySample:
     keyed: int
     keys: np.ndarray = field(repr=False)
     widest: float = 0.0
+
+    @property
+    def counts(self) -> SideCounts:
+        return SideCounts(self.rows, self.keyed, self.widest)
 
     @property
     def exact(self) -> bool:

@@ -34,7 +34,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from joins.key_sample import KeySample
+from joins.key_sample import KeySample, SideCounts
 from joins.theta_predicate import ThetaPredicate
 
 # ~2.4e8 pairs/s/core measured for Spark's nested loop (promotions, 1M x 240, 2 cores,
@@ -77,16 +77,19 @@ def bin_load(predicate: ThetaPredicate, stream: KeySample, master: KeySample) ->
     return BinLoad(max(loads.values(), default=0.0), stream.keyed + replicated)
 
 
-def choose_scheme(
+def choose_by_counts(
     predicate: ThetaPredicate,
-    stream: KeySample,
-    master: KeySample,
+    stream: SideCounts,
+    master: SideCounts,
     master_row_bytes: float,
     parallelism: int,
     broadcast_bytes: float,
     nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
-) -> SchemeChoice:
-    """The scheme for one join, following the rules in the module docstring."""
+) -> SchemeChoice | None:
+    """The scheme when the row counts alone decide it (a broadcastable master), else None.
+
+    Neither broadcast rule looks at the keys, so ``auto`` skips the sample when one holds:
+    against the 240-row promotions master that saves the sampling job."""
     cores = max(1, parallelism)
     master_bytes = master.rows * master_row_bytes
     if predicate.type == "band" and predicate.master_column:
@@ -96,19 +99,7 @@ def choose_scheme(
                 f"band predicate, binned master (<= {2 * master_bytes:.0f} B) is broadcast: "
                 "no shuffle, no hot bin",
             )
-        load = bin_load(predicate, stream, master)
-        fair = load.total / cores
-        if load.busiest <= fair:
-            return SchemeChoice(
-                "binning",
-                f"band predicate, busiest bin ~{load.busiest:.0f} input rows <= "
-                f"{fair:.0f} (all bins / {cores} tasks at once)",
-            )
-        return SchemeChoice(
-            "adsp",
-            f"band predicate with a hot bin: ~{load.busiest:.0f} input rows > "
-            f"{fair:.0f} (all bins / {cores} tasks at once)",
-        )
+        return None
     pairs_per_core = stream.rows * master.rows / cores
     if master_bytes <= broadcast_bytes and pairs_per_core <= nested_loop_pairs_per_core:
         return SchemeChoice(
@@ -121,4 +112,42 @@ def choose_scheme(
         "adsp",
         f"{predicate.type} predicate, master {master.rows} rows ({master_bytes:.0f} B): "
         f"{pairs_per_core:.3g} comparisons per core for a nested loop",
+    )
+
+
+def choose_scheme(
+    predicate: ThetaPredicate,
+    stream: KeySample,
+    master: KeySample,
+    master_row_bytes: float,
+    parallelism: int,
+    broadcast_bytes: float,
+    nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
+) -> SchemeChoice:
+    """The scheme for one join, following the rules in the module docstring."""
+    decided = choose_by_counts(
+        predicate,
+        stream.counts,
+        master.counts,
+        master_row_bytes,
+        parallelism,
+        broadcast_bytes,
+        nested_loop_pairs_per_core,
+    )
+    if decided is not None:
+        return decided
+    # A band predicate against a master too large to broadcast: the keys decide.
+    cores = max(1, parallelism)
+    load = bin_load(predicate, stream, master)
+    fair = load.total / cores
+    if load.busiest <= fair:
+        return SchemeChoice(
+            "binning",
+            f"band predicate, busiest bin ~{load.busiest:.0f} input rows <= "
+            f"{fair:.0f} (all bins / {cores} tasks at once)",
+        )
+    return SchemeChoice(
+        "adsp",
+        f"band predicate with a hot bin: ~{load.busiest:.0f} input rows > "
+        f"{fair:.0f} (all bins / {cores} tasks at once)",
     )

@@ -1,8 +1,9 @@
 """One theta join under a named scheme, ``auto`` included: resolve it, then run it.
 
-``resolve_scheme`` turns ``auto`` into a concrete scheme from one sampling job
-(:mod:`joins.theta_choice`); the samples it drew then plan A-DSP too, so choosing costs no
-second pass. ``scheme_join_flagged`` runs a concrete scheme with the flagged output of
+``resolve_scheme`` turns ``auto`` into a concrete scheme (:mod:`joins.theta_choice`): one
+counting job decides when the master can be broadcast; otherwise one sampling job more,
+and the samples it drew then plan A-DSP too, so choosing costs no second pass.
+``scheme_join_flagged`` runs a concrete scheme with the flagged output of
 :mod:`joins.baseline` (matches flagged, unmatched stream rows once with nulls).
 """
 
@@ -15,14 +16,22 @@ from pyspark.sql import DataFrame, SparkSession
 from joins import baseline
 from joins.adsp import adsp_join_flagged
 from joins.key_sample import KeySample
-from joins.theta_choice import SchemeChoice, choose_scheme
+from joins.theta_choice import SchemeChoice, choose_by_counts, choose_scheme
 from joins.theta_predicate import ThetaPredicate
-from joins.theta_stats import plan_from_samples, theta_samples
+from joins.theta_stats import (
+    draw_samples,
+    plan_from_samples,
+    side_counts,
+    theta_samples,
+    theta_sides,
+)
 from warehouse.spark import broadcast_threshold, parallelism
 
 logger = logging.getLogger(__name__)
 
 Samples = tuple[KeySample, KeySample]
+# Schemes planned from key samples: when ``auto`` picks one, it draws them once for both.
+PLANNED_SCHEMES = ("adsp", "square", "dynamic")
 
 
 def resolve_scheme(
@@ -37,16 +46,15 @@ def resolve_scheme(
     """The concrete scheme, and the (stream, master) key samples if choosing drew them."""
     if scheme != "auto":
         return SchemeChoice(scheme, "named in the config"), None
-    samples = theta_samples(stream, master, predicate, sample_size)
-    choice = choose_scheme(
-        predicate,
-        samples[0],
-        samples[1],
-        master_row_bytes,
-        parallelism(spark),
-        broadcast_threshold(spark),
-    )
-    return choice, samples
+    sides = theta_sides(stream, master, predicate)
+    counts = side_counts(sides)
+    figures = (master_row_bytes, parallelism(spark), broadcast_threshold(spark))
+    decided = choose_by_counts(predicate, counts[0], counts[1], *figures)
+    if decided is not None and decided.scheme not in PLANNED_SCHEMES:
+        return decided, None  # a broadcast join: nothing needs the keys
+    stream_sample, master_sample = draw_samples(sides, counts, sample_size)
+    choice = decided or choose_scheme(predicate, stream_sample, master_sample, *figures)
+    return choice, (stream_sample, master_sample)
 
 
 def scheme_join_flagged(

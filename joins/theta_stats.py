@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from joins.adsp import key_spec, numeric
 from joins.adsp_plan import Histogram, ThetaPlan, ValueRange, plan_theta
-from joins.key_sample import KeySample, boundaries, bucket_ranges, histogram
+from joins.key_sample import KeySample, SideCounts, boundaries, bucket_ranges, histogram
 from joins.theta_predicate import ThetaPredicate
 
 DEFAULT_SAMPLE_SIZE = 10_000
@@ -63,8 +63,11 @@ def draw_target(k: int) -> float:
     return ((SHORTFALL_Z + math.sqrt(SHORTFALL_Z**2 + 4 * k)) / 2) ** 2
 
 
+Side = tuple[DataFrame, Column, Column | None]
+
+
 def key_samples(
-    sides: Sequence[tuple[DataFrame, Column, Column | None]],
+    sides: Sequence[Side],
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
 ) -> list[KeySample]:
@@ -72,10 +75,12 @@ def key_samples(
 
     ``sides``: (frame, numeric key, numeric interval width or None) per side.
 
-    1. One aggregation counts each side's rows and keyed rows (and the widest range).
-    2. One scan keeps each keyed row with probability ``p_i = min(1, t / keyed_i)``
-       (``rand(seed) < p_i``; :func:`draw_target` gives ``t``), all sides in one union.
-    3. The driver keeps ``k`` of a side's drawn keys, uniformly without replacement.
+    1. :func:`side_counts`: one aggregation counts each side's rows and keyed rows (and
+       the widest range).
+    2. :func:`draw_samples`: one scan keeps each keyed row with probability
+       ``p_i = min(1, t / keyed_i)`` (``rand(seed) < p_i``; :func:`draw_target` gives
+       ``t``), all sides in one union; the driver keeps ``k`` of a side's drawn keys,
+       uniformly without replacement.
 
     A Bernoulli sample, given its size, is a uniform sample without replacement, and so is
     a uniform subsample of it: the result is uniform over the side whatever the
@@ -84,10 +89,12 @@ def key_samples(
     ``mapInArrow`` bottom-k sampler took 1.1-1.4 s, a ``TakeOrderedAndProject`` bottom-k
     per side with ``observe`` counts 0.7 s, these two jobs 0.43-0.56 s.
     """
-    if sample_size < 1:
-        raise ValueError(f"a key sample needs room for at least 1 key, got k = {sample_size}")
-    keyed = F.col("key").isNotNull() & ~F.isnan("key")
-    union = reduce(
+    return draw_samples(sides, side_counts(sides), sample_size, seed)
+
+
+def _keys(sides: Sequence[Side]) -> DataFrame:
+    """Every side's numeric key (and width) in one union, tagged with the side's index."""
+    return reduce(
         DataFrame.unionByName,
         [
             frame.select(
@@ -98,6 +105,15 @@ def key_samples(
             for index, (frame, key, width) in enumerate(sides)
         ],
     )
+
+
+def _keyed() -> Column:
+    """The row's key is a number (not null, not NaN): only those rows can match."""
+    return F.col("key").isNotNull() & ~F.isnan("key")
+
+
+def side_counts(sides: Sequence[Side]) -> list[SideCounts]:
+    """Each side's rows, keyed rows and widest range: one job for all sides."""
     # One global aggregate (per-side conditional counts): a groupBy would shuffle into
     # spark.sql.shuffle.partitions tasks, nearly all of them empty.
     aggregates = []
@@ -105,38 +121,44 @@ def key_samples(
         on_side = F.col("side") == index
         aggregates += [
             F.count(F.when(on_side, 1)).alias(f"rows_{index}"),
-            F.count(F.when(on_side & keyed, 1)).alias(f"keyed_{index}"),
+            F.count(F.when(on_side & _keyed(), 1)).alias(f"keyed_{index}"),
             F.max(F.when(on_side & ~F.isnan("width"), F.col("width"))).alias(f"widest_{index}"),
         ]
-    totals = union.agg(*aggregates).collect()[0]
-    counted = {
-        index: {name: totals[f"{name}_{index}"] for name in ("rows", "keyed", "widest")}
-        for index in range(len(sides))
-    }
-    fractions = [
-        min(1.0, draw_target(sample_size) / counted[i]["keyed"]) if counted[i]["keyed"] else 0.0
-        for i in range(len(sides))
-    ]
+    totals = _keys(sides).agg(*aggregates).collect()[0]
+    counts = []
+    for index in range(len(sides)):
+        widest = totals[f"widest_{index}"]
+        counts.append(
+            SideCounts(
+                rows=int(totals[f"rows_{index}"]),
+                keyed=int(totals[f"keyed_{index}"]),
+                widest=float(widest) if widest is not None and widest > 0 else 0.0,
+            )
+        )
+    return counts
+
+
+def draw_samples(
+    sides: Sequence[Side],
+    counts: Sequence[SideCounts],
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+) -> list[KeySample]:
+    """Up to ``sample_size`` uniform keys per side, given the sides' exact ``counts``."""
+    if sample_size < 1:
+        raise ValueError(f"a key sample needs room for at least 1 key, got k = {sample_size}")
+    fractions = [min(1.0, draw_target(sample_size) / c.keyed) if c.keyed else 0.0 for c in counts]
     chance = F.element_at(F.array(*[F.lit(f) for f in fractions]), F.col("side") + 1)
-    drawn = union.where(keyed & (F.rand(seed) < chance)).select("side", "key").toArrow()
+    drawn = _keys(sides).where(_keyed() & (F.rand(seed) < chance)).select("side", "key").toArrow()
     side = drawn.column("side").to_numpy()
     keys = drawn.column("key").to_numpy(zero_copy_only=False).astype(float)
     rng = np.random.default_rng(seed)
     samples = []
-    for index in range(len(sides)):
+    for index, count in enumerate(counts):
         mine = keys[side == index]
         if len(mine) > sample_size:
             mine = rng.choice(mine, size=sample_size, replace=False)
-        row = counted[index]
-        widest = row["widest"]
-        samples.append(
-            KeySample(
-                rows=int(row["rows"]),
-                keyed=int(row["keyed"]),
-                keys=np.sort(mine),
-                widest=float(widest) if widest is not None and widest > 0 else 0.0,
-            )
-        )
+        samples.append(KeySample(count.rows, count.keyed, np.sort(mine), count.widest))
     return samples
 
 
@@ -172,6 +194,12 @@ def master_sample(
     return sample
 
 
+def theta_sides(stream: DataFrame, master: DataFrame, predicate: ThetaPredicate) -> list[Side]:
+    """The (stream, master) sides whose keys a theta join's statistics read."""
+    key, width = master_key(master, predicate)
+    return [(stream, stream_key(stream, predicate), None), (master, key, width)]
+
+
 def theta_samples(
     stream: DataFrame,
     master: DataFrame,
@@ -179,10 +207,7 @@ def theta_samples(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> tuple[KeySample, KeySample]:
     """Both sides' key samples: (stream, master)."""
-    key, width = master_key(master, predicate)
-    stream_sample, master_sample = key_samples(
-        [(stream, stream_key(stream, predicate), None), (master, key, width)], sample_size
-    )
+    stream_sample, master_sample = key_samples(theta_sides(stream, master, predicate), sample_size)
     return stream_sample, master_sample
 
 

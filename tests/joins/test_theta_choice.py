@@ -1,4 +1,4 @@
-"""``scheme: auto`` picks by the rules of joins/theta_choice.py, from samples alone."""
+"""``scheme: auto`` picks by the rules of joins/theta_choice.py, from counts and samples alone."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from joins.key_sample import KeySample
-from joins.theta_choice import bin_load, choose_scheme
+from joins.theta_choice import bin_load, choose_by_counts, choose_scheme
 from joins.theta_predicate import ThetaPredicate
 
 BAND = ThetaPredicate(type="band", stream_column="x", master_column="y", eps=1.0)
@@ -66,3 +66,24 @@ def test_master_rows_count_once_per_bin_their_band_reaches() -> None:
     master = KeySample(2, 2, np.array([0.5, 10.0]))  # eps 1: bins 0-1 and 4-5 (width 2)
     load = bin_load(BAND, KeySample(0, 0, np.empty(0)), master)
     assert load.total == 4.0 and load.busiest == 1.0
+
+
+@pytest.mark.parametrize(
+    ("predicate", "master_rows", "broadcast", "scheme"),
+    [
+        (RANGE, 240, 10 * MB, "spark"),
+        (LESS, 1_000_000, 10 * MB, "adsp"),  # too large to broadcast: no sample changes that
+        (BAND, 1000, 10 * MB, "binning"),
+        (BAND, 1_000_000, 10 * MB, None),  # the keys decide: hot bin or not
+    ],
+)
+def test_counts_alone_decide_every_rule_but_the_hot_bin(
+    predicate: ThetaPredicate, master_rows: int, broadcast: float, scheme: str | None
+) -> None:
+    """``auto`` draws keys only when they can change the choice, and whenever the counts
+    decide, the full rule set with samples decides the same."""
+    stream, master = uniform(1_000_000), uniform(master_rows, seed=3)
+    decided = choose_by_counts(predicate, stream.counts, master.counts, 24.0, 2, broadcast)
+    assert (decided.scheme if decided else None) == scheme
+    if decided is not None:
+        assert choose_scheme(predicate, stream, master, 24.0, 2, broadcast) == decided
