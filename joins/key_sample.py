@@ -1,4 +1,4 @@
-"""Theta statistics from one uniform key sample per side (bottom-k sampling).
+"""Theta statistics from exact counts and one uniform key sample per side.
 
 A-DSP plans from equi-depth histograms of both sides' ordering keys (Sec. 3.1 of the
 A-DSP paper). Computing them exactly took four Spark passes (two ``approxQuantile`` and two

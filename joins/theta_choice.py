@@ -22,6 +22,10 @@ Three candidates, from cheapest per row to most robust:
              (:func:`joins.theta_stats.plan_from_samples`), so choosing costs no extra
              pass.
 
+Both broadcast rules need the row counts only (:func:`choose_by_counts`), so ``auto`` draws
+keys only for a band against a master too large to broadcast, or for a scheme that is
+planned from them.
+
 Invariant: the choice depends only on the predicate, the samples (exact row counts plus
 uniform key samples) and the cluster figures passed in. The same inputs always give the
 same choice, so a run can be replayed. Every scheme is exact, so the choice affects time
