@@ -163,7 +163,7 @@ def run_case(
             plan = plan_from_samples(
                 *samples, predicate, memory, method, 16, 24, buckets=args.buckets
             )
-            joined = adsp_join(spark, stream, master, predicate, plan)
+            joined = adsp_join(stream, master, predicate, plan)
             _, rows = timed_count(spark, joined, args.spark_timeout)
             elapsed = time.perf_counter() - started  # planning (statistics) + join
             stats = load_stats(spark, stream, master, plan, predicate)

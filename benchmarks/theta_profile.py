@@ -64,7 +64,7 @@ def profile_once(
             "adsp",
         ),
     )
-    timed("A-DSP join + count", lambda: adsp_join(spark, stream, master, predicate, plan).count())
+    timed("A-DSP join + count", lambda: adsp_join(stream, master, predicate, plan).count())
     s_key = numeric(F.col("x"), stream.schema["x"].dataType)
     r_key = numeric(F.col("y"), master.schema["y"].dataType)
     routed_s = route(stream, s_key, plan.stream, plan, "stream", 64)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -194,7 +194,6 @@ def local_join_function(
 
 
 def adsp_join(
-    spark: SparkSession,
     stream: DataFrame,
     master: DataFrame,
     predicate: ThetaPredicate,
@@ -325,7 +324,6 @@ def flag_matches(
 
 
 def adsp_join_flagged(
-    spark: SparkSession,
     stream: DataFrame,
     master: DataFrame,
     predicate: ThetaPredicate,
@@ -340,5 +338,5 @@ def adsp_join_flagged(
     right = master.withColumn(MATCHED, F.lit(True)).withColumn(
         version_column(master_name), F.lit(master_version).cast("bigint")
     )
-    matched = adsp_join(spark, stream, right, predicate, plan)
+    matched = adsp_join(stream, right, predicate, plan)
     return flag_matches(stream, matched, right.schema, row_id)

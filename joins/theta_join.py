@@ -95,6 +95,4 @@ def scheme_join_flagged(
         master_row_bytes=master_row_bytes,
     )
     logger.info("theta %s plan: %d area(s), %d task(s)", scheme, len(plan.areas), plan.tasks)
-    return adsp_join_flagged(
-        spark, stream, master, predicate, plan, master_name, master_version, row_id
-    )
+    return adsp_join_flagged(stream, master, predicate, plan, master_name, master_version, row_id)

@@ -106,7 +106,7 @@ def test_theta_join_equals_duckdb(
         buckets=8,
         sample_size=sample_size,
     )
-    result = adsp_join(spark, s_df, m_df, predicate, plan).select("sid", "rid")
+    result = adsp_join(s_df, m_df, predicate, plan).select("sid", "rid")
 
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=lower, upper=upper))
     assert_same_multiset(result, expected)
@@ -149,7 +149,7 @@ def test_binning_and_flagged_adsp_keep_unmatched_rows(spark: SparkSession) -> No
     binned = finish(binned_band_join_flagged(s_df, m_df, predicate, "m", 3), "left")
     assert_same_multiset(binned.select("sid", "rid"), expected)
     plan = theta_plan(s_df, m_df, predicate, 300.0, "adsp", 16, 32, buckets=6)
-    flagged = adsp_join_flagged(spark, s_df, m_df, predicate, plan, "m", 3, "_row_id")
+    flagged = adsp_join_flagged(s_df, m_df, predicate, plan, "m", 3, "_row_id")
     assert_same_multiset(finish(flagged, "left").select("sid", "rid"), expected)
     versions = {r[0] for r in finish(flagged, "left").select("_version_m").collect()}
     assert versions == {3, None}
