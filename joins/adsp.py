@@ -1,8 +1,9 @@
 """A-DSP theta join on Spark: two-layer routing (Alg. 3) and sorted local joins per task.
 
-Routing uses no Python UDF and no join: a tuple's bucket is a sum of comparisons against the
-histogram boundaries, its slot a hash of its columns, and a constant array indexed by
-(bucket, slot) holds the task ids it must reach; ``explode`` replicates the tuple. Every
+Routing uses no Python UDF and no join: a tuple's bucket is a binary search over the
+histogram boundaries (nested ``CASE WHEN``), its slot a hash of its columns, and a constant
+array indexed by (bucket, slot) holds the task ids it must reach; ``explode`` replicates the
+tuple. Every
 candidate (R, S) pair meets in exactly one task (see ``joins.adsp_plan``).
 
 Inside a task (``cogroup().applyInArrow``) the master rows are sorted by key and each stream

@@ -62,3 +62,9 @@ def test_a_sample_is_uniform_across_uneven_partitions(spark: SparkSession) -> No
     frame.unpersist()
     # 400 draws, 80 expected from the small partition (sd about 8)
     assert abs(small - 80) < 35, small
+
+
+def test_a_sample_without_room_for_a_key_is_refused(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([(1.0, None)], SCHEMA)
+    with pytest.raises(ValueError, match="at least 1 key, got k = 0"):
+        key_samples([(frame, F.col("key"), None)], 0)
