@@ -185,7 +185,7 @@ def master_key(master: DataFrame, predicate: ThetaPredicate) -> tuple[Column, Co
 def stream_sample(
     stream: DataFrame, predicate: ThetaPredicate, sample_size: int = DEFAULT_SAMPLE_SIZE
 ) -> KeySample:
-    """The stream's key sample alone (one job)."""
+    """The stream's key sample alone (a counting job, then a draw)."""
     (sample,) = key_samples([(stream, stream_key(stream, predicate), None)], sample_size)
     return sample
 
@@ -193,7 +193,7 @@ def stream_sample(
 def master_sample(
     master: DataFrame, predicate: ThetaPredicate, sample_size: int = DEFAULT_SAMPLE_SIZE
 ) -> KeySample:
-    """The master's key sample alone (one job), with the widest interval for ranges."""
+    """The master's key sample alone (two jobs), with the widest interval for ranges."""
     key, width = master_key(master, predicate)
     (sample,) = key_samples([(master, key, width)], sample_size)
     return sample
