@@ -12,8 +12,8 @@ AQE partition coalescing off, so a task is one hash partition: binning's tasks h
 bins, A-DSP's (and Square's and Dynamic's) sets of (plan task, bin) pairs, since a band's
 local join is an equi-join on both (``joins.adsp.binned_local_join``). A-DSP, Square and Dynamic are planned with the per-task memory
 V = input bytes / ``--memory-divisor`` (16: A-DSP then plans tens of tasks; a task holds
-both an R and an S share, so the count is not the divisor) from one sampling job, which
-is counted too.
+both an R and an S share, so the count is not the divisor) from the key statistics (a
+counting job and a sampling job, both sides at once), which are counted too.
 
 Each join's output is written to Parquet (``--sink parquet``, the default), as the pipeline
 writes every enriched row; ``--sink count`` only counts it, which lets Spark skip building

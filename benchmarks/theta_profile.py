@@ -3,10 +3,10 @@
     python -m benchmarks.theta_profile [--zipf 0] [--eps 1] [--rows 1000000] [--repeat 2]
 
 TPC-H SF1 orders keyed by o_totalprice, master and stream of ``--rows`` each, band
-predicate. Each phase is timed as its own Spark action: statistics (one sampling scan per side),
-planning, the whole A-DSP join, routing alone, binning, and A-DSP routing with a JVM local
-join (an equi-join on task and bin, the alternative to the Python local join). The first
-repetition includes the Python workers' start-up.
+predicate. Each phase is timed as its own Spark action: statistics (a counting job and a
+sampling job, both sides at once), planning, the whole A-DSP join, routing alone, binning,
+and A-DSP routing with the same JVM local join built by hand (an equi-join on task and
+bin). The first repetition includes the JVM's warm-up.
 """
 
 from __future__ import annotations

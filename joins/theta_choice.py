@@ -90,10 +90,11 @@ def choose_by_counts(
     broadcast_bytes: float,
     nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
 ) -> SchemeChoice | None:
-    """The scheme when the row counts alone decide it (a broadcastable master), else None.
+    """The scheme when the row counts alone decide it, else None (a band predicate against a
+    master too large to broadcast, where the keys decide: :func:`choose_scheme`).
 
-    Neither broadcast rule looks at the keys, so ``auto`` skips the sample when one holds:
-    against the 240-row promotions master that saves the sampling job."""
+    No rule here looks at the keys, so ``auto`` draws none for a broadcast join: against the
+    240-row promotions master that saves the sampling job."""
     cores = max(1, parallelism)
     master_bytes = master.rows * master_row_bytes
     if predicate.type == "band" and predicate.master_column:
