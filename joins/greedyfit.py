@@ -206,24 +206,41 @@ def plan_rebalance(
     theta: float,
     theta_gap: int = 0,
     max_migrations: int = 64,
+    rest: Sequence[InstanceLoad] | None = None,
+    chooser: random.Random | None = None,
 ) -> list[Migration]:
-    """The monitor's loop: while ``LI > theta``, move GreedyFit's keys from the heaviest
-    instance to the lightest; stop when balanced or when no key can move."""
+    """The monitor's loop: while ``LI > theta``, move keys from the heaviest instance to the
+    lightest; stop when balanced or when no key can move.
+
+    ``instances`` list the keys each instance may move; ``rest`` (default nothing) is the
+    load of each instance's other tuples, which stays where it is. Keys are chosen by
+    GreedyFit, or by SAFit when ``chooser`` (its random source) is given."""
     if theta < 1:
         raise ValueError(f"plan_rebalance: expected theta >= 1, found {theta}")
+    fixed = list(rest) if rest is not None else [InstanceLoad(0, 0)] * len(instances)
+    if len(fixed) != len(instances):
+        raise ValueError(
+            f"plan_rebalance: expected one rest load per instance ({len(instances)}), "
+            f"found {len(fixed)}"
+        )
+
+    def total(i: int) -> InstanceLoad:
+        keys = InstanceLoad.of(current[i])
+        return InstanceLoad(keys.stored + fixed[i].stored, keys.probes + fixed[i].probes)
+
     current = [list(keys) for keys in instances]
     plan: list[Migration] = []
     for _ in range(max_migrations):
-        loads = [InstanceLoad.of(keys).load for keys in current]
+        loads = [total(i).load for i in range(len(current))]
         if len(loads) < 2 or imbalance(loads) <= theta:
             break
         source = max(range(len(loads)), key=lambda i: (loads[i], -i))
         target = min(range(len(loads)), key=lambda i: (loads[i], i))
-        source_load, target_load = (
-            InstanceLoad.of(current[source]),
-            InstanceLoad.of(current[target]),
-        )
-        chosen = greedy_fit(current[source], source_load, target_load, theta_gap)
+        source_load, target_load = total(source), total(target)
+        if chooser is None:
+            chosen = greedy_fit(current[source], source_load, target_load, theta_gap)
+        else:
+            chosen = sa_fit(current[source], source_load, target_load, chooser)
         if not chosen:
             break
         migration = Migration(

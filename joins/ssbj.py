@@ -3,11 +3,13 @@
 One step of the operator is one ``groupBy(bucket).applyInArrow`` pass: the step's new stream
 tuples, the operator's state (H_S, H_R, the counters, s_B), master partition ``step mod k``
 of every version the step needs and, when the master moved, the rows that changed, are
-laid out as one wide table (``joins.ssbj_buckets``), split by a hash of the join value into
-buckets, and each bucket runs Algorithm 1 (``joins.ssbj_algorithm``). The result holds the
-enriched rows and the whole new state, so the stateful driver (``pipeline.ssbj_stage``)
-writes two tables per step: the output and the operator state. The state scales out with
-executors like a keyed operator: a bucket is one group.
+laid out as one wide table (``joins.ssbj_buckets``), split by the join value's hash into
+buckets as the step's key routing says (``joins.key_routing``: one bucket per Spark task,
+hot keys moved by GreedyFit), and each bucket runs Algorithm 1 (``joins.ssbj_algorithm``).
+The result holds the enriched rows, the whole new state and each bucket's load, so the
+stateful driver (``pipeline.ssbj_stage``) writes two tables per step: the output and the
+operator state. The state scales out with executors like a keyed operator: a bucket is one
+group.
 
 Also here: :func:`scan_rows`, the assignment of master rows to the k partitions of the
 cyclic scan, and the readers of the state table's roles.
@@ -26,6 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from joins.columns import version_column
+from joins.greedyfit import KeyLoad
+from joins.key_routing import BucketLoad, KeyRouting, task_labels
 from joins.ssbj_algorithm import StepPlan
 from joins.ssbj_buckets import (
     ADDED,
@@ -36,6 +40,8 @@ from joins.ssbj_buckets import (
     EMPTY,
     ENTRY_STEP,
     HITS,
+    KEY_HASH,
+    KEY_LOAD,
     MARKED,
     MASTER_ROWS,
     MATCHED,
@@ -47,10 +53,12 @@ from joins.ssbj_buckets import (
     PARTITION,
     PENDING,
     PINNED_VERSION,
+    PROBES,
     RELOAD,
     REMOVED,
     ROLE,
     STATE_ROLES,
+    STORED,
     STREAM_ROLES,
     SWITCH_CHANGE,
     VALUE,
@@ -227,20 +235,35 @@ class WideTable:
             values.append(value.alias(f"_join_value_{i}"))
         return values
 
+    @property
+    def step_schema(self) -> T.StructType:
+        """A step's result: the state's columns, then where each bucket's load came from."""
+        return T.StructType(
+            [
+                *self.schema.fields,
+                T.StructField(BUCKET, T.IntegerType(), True),
+                T.StructField(KEY_HASH, T.LongType(), True),
+                T.StructField(STORED, T.LongType(), True),
+                T.StructField(PROBES, T.LongType(), True),
+            ]
+        )
+
     def step(
         self,
         inputs: Sequence[DataFrame],
         partitions: Sequence[DataFrame],
         plan: StepPlan,
         deltas: BucketDeltas,
-        buckets: int,
+        routing: KeyRouting,
+        top_keys: int = 16,
     ) -> DataFrame:
-        """One step of every bucket: enriched rows, new state and counters, one pass.
+        """One step of every bucket: enriched rows, new state, counters and loads, one pass.
 
         ``partitions`` are the master partition rows (``partition_rows``); of those only
         the rows whose join value a new tuple, a pending tuple or s_B asks for reach the
         buckets (a semi-join before the shuffle: the rest can match nothing this step, so
-        a step ships the probed share of |R|/k, not all of it)."""
+        a step ships the probed share of |R|/k, not all of it). Every row is placed by
+        ``routing``; each bucket reports its ``top_keys`` heaviest keys."""
         union = _union(inputs)
         values = self._join_values()
         names = [f"_join_value_{i}" for i in range(len(values))]
@@ -248,11 +271,17 @@ class WideTable:
         if partitions:
             met = _union(partitions).select("*", *values).join(asked, names, "left_semi")
             union = union.unionByName(met.drop(*names))
-        keyed = union.withColumn(
-            BUCKET, F.pmod(F.xxhash64(*values), F.lit(buckets)).cast(T.IntegerType())
-        )
-        function = bucket_function(self.layout, plan, deltas)
-        return keyed.groupBy(BUCKET).applyInArrow(function, self.schema)
+        keyed = union.withColumn(KEY_HASH, F.xxhash64(*values))
+        if routing.split:
+            tuple_hash = F.xxhash64(*[F.col(c) for c in self.layout.stream_fields])
+            labels = bucket_labels(F.col(KEY_HASH), F.col(ROLE), tuple_hash, routing)
+            keyed = keyed.withColumn(BUCKET, F.explode(labels))
+        else:
+            keyed = keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
+        label_of = task_labels(routing.buckets)
+        owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
+        function = bucket_function(self.layout, plan, deltas, top_keys, owners)
+        return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
 
     def enriched(self, result: DataFrame) -> DataFrame:
         """The step's output rows, laid out as the stage's output table."""
@@ -264,6 +293,65 @@ class WideTable:
         )
 
 
+def _owner(key_hash: Column, routing: KeyRouting) -> Column:
+    """The bucket that holds a key's state: moved (a literal map) or at home."""
+    home = F.pmod(key_hash, F.lit(routing.buckets))
+    if not routing.moved:
+        return home
+    hashes = ",".join(f"{h}L" for h, _ in routing.moved)
+    targets = ",".join(str(b) for _, b in routing.moved)
+    moved = F.expr(f"map_from_arrays(array({hashes}), array({targets}))")
+    return F.coalesce(F.try_element_at(moved, key_hash), home)
+
+
+def _labels(routing: KeyRouting) -> Column:
+    return F.expr(f"array({','.join(str(label) for label in task_labels(routing.buckets))})")
+
+
+def bucket_label(key_hash: Column, routing: KeyRouting) -> Column:
+    """The group label of a key's owner bucket under ``routing``, labelled so that Spark's
+    hash partitioning puts bucket ``b`` in task ``b`` (``task_labels``).
+
+    Both lookups are SQL literals (a map of the moved keys, an array of labels): constant
+    data in the plan, no join and no broadcast."""
+    bucket = _owner(key_hash, routing)
+    return F.element_at(_labels(routing), (bucket + 1).cast(T.IntegerType())).cast(T.IntegerType())
+
+
+# Rows a replica of a split key needs beside its share of the new tuples: the key's cache
+# entry and the master's changes to it (cache phase), the master partition rows (disk
+# phase, for the tuples that miss the replica's copy of the cache).
+REPLICATED_ROLES = (CACHE, CACHE_CHANGE, RELOAD, PARTITION)
+
+
+def bucket_labels(
+    key_hash: Column, role: Column, tuple_hash: Column, routing: KeyRouting
+) -> Column:
+    """The labels of every bucket a row goes to (an array, to explode): the owner's, except
+    for split keys (``KeyRouting.split``), whose stream tuples (new and pending) go to one
+    of the key's buckets by ``tuple_hash`` and whose :data:`REPLICATED_ROLES` rows go to
+    all of them. A pending tuple stays in its bucket while the key's buckets stay the same;
+    in any bucket it meets the partition, which every bucket of the key receives."""
+    owner = _owner(key_hash, routing)
+    hashes = ",".join(f"{h}L" for h, _ in routing.split)
+    replicas = ",".join(f"array({','.join(str(b) for b in r)})" for _, r in routing.split)
+    split = F.try_element_at(
+        F.expr(f"map_from_arrays(array({hashes}), array({replicas}))"), key_hash
+    )
+    every = F.concat(F.array(owner), split)
+    pick = F.element_at(every, (F.pmod(tuple_hash, F.size(every)) + 1).cast(T.IntegerType()))
+    buckets = (
+        F.when(split.isNull(), F.array(owner))
+        .when(role.isin(*STREAM_ROLES), F.array(pick))
+        .when(role.isin(*REPLICATED_ROLES), every)
+        .otherwise(F.array(owner))
+    )
+    labels = _labels(routing)
+    return F.transform(
+        buckets, lambda b: F.element_at(labels, (b + 1).cast(T.IntegerType())).cast("int")
+    )
+
+
 def _union(frames: Sequence[DataFrame]) -> DataFrame:
     union = frames[0]
     for frame in frames[1:]:
@@ -272,15 +360,42 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
 
 
 def state_of(result: DataFrame) -> DataFrame:
-    """The new operator state in a step's result."""
-    return result.where(F.col(ROLE).isin(*STATE_ROLES))
+    """The new operator state in a step's result (without the load columns)."""
+    return result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(BUCKET, KEY_HASH, STORED, PROBES)
 
 
-def metrics_of(result: DataFrame) -> DataFrame:
-    """The step's counters: (name, value) rows, one per counter and bucket.
+def bucket_loads(
+    rows: Sequence[tuple[int, int | None, int, int]], buckets: int
+) -> list[BucketLoad]:
+    """Each bucket's load from its ``key_load`` rows ``(label, key hash, stored, probes)``:
+    the row with no hash holds its totals, the others its heaviest keys."""
+    bucket_of = {label: b for b, label in enumerate(task_labels(buckets))}
+    totals: dict[int, tuple[int, int]] = {}
+    keys: dict[int, list[KeyLoad]] = {}
+    for label, key_hash, stored, probes in rows:
+        if label not in bucket_of:
+            raise ValueError(f"a load row of bucket label {label}: not one of {buckets} buckets")
+        bucket = bucket_of[label]
+        if key_hash is None:
+            totals[bucket] = (int(stored), int(probes))
+        else:
+            keys.setdefault(bucket, []).append(KeyLoad(int(key_hash), int(stored), int(probes)))
+    return [
+        BucketLoad(b, stored, probes, tuple(keys.get(b, ())))
+        for b, (stored, probes) in sorted(totals.items())
+    ]
 
-    A few rows per bucket: the driver sums them, which spares the step a shuffle."""
-    return result.where(F.col(ROLE) == METRIC_ROLE).select(METRIC, VALUE)
+
+def summary_of(result: DataFrame) -> DataFrame:
+    """The step's counters and the buckets' loads, for one collect on the driver.
+
+    Rows ``(role, name, value, label, key hash, stored, probes)``: role ``metric`` rows are
+    counters (a few per bucket: the driver sums them, which spares the step a shuffle), role
+    ``key_load`` rows are loads (``joins.ssbj_buckets.key_loads``, read by
+    :func:`bucket_loads`)."""
+    return result.where(F.col(ROLE).isin(METRIC_ROLE, KEY_LOAD)).select(
+        ROLE, METRIC, VALUE, BUCKET, KEY_HASH, STORED, PROBES
+    )
 
 
 def pending_tuples(state: DataFrame) -> DataFrame:

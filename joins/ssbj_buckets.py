@@ -18,7 +18,7 @@ and of a master partition only the rows whose join value the bucket's tuples or 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,6 +36,7 @@ from joins.ssbj_algorithm import (
     StepCounts,
     StepPlan,
     StepResult,
+    join_value,
     run_step,
 )
 
@@ -52,6 +53,10 @@ MASTER_ROWS = "_master_rows"
 OBSERVED = "_observed"
 METRIC = "_metric"
 VALUE = "_value"
+# Columns of a step's result only (not of the state): where a bucket's load came from.
+KEY_HASH = "_key_hash"
+STORED = "_stored"
+PROBES = "_probes"
 
 # Input roles
 NEW = "new"
@@ -71,6 +76,9 @@ STREAM_ROLES = (NEW, PENDING)
 # Output roles
 OUT = "out"
 METRIC_ROLE = "metric"
+KEY_LOAD = "key_load"
+LOADED_ROLES = (PENDING, CACHE)  # |R_i|: the state a bucket holds (FastJoin Eq. 3)
+PROBING_ROLES = (NEW, PARTITION)  # phi_si: the rows that probe it this step (Eq. 4)
 
 
 def stream_field(column: str) -> str:
@@ -186,7 +194,18 @@ def decode_state(roles: _Roles, layout: WideLayout, plan: StepPlan) -> BucketSta
         counters.column(OBSERVED).to_pylist(),
         strict=True,
     ):
-        state.counters[plan.master_key_of(row)] = KeyCounters(hits, master_rows, observed)
+        key = plan.master_key_of(row)
+        known = state.counters.get(key)
+        if known is None:
+            state.counters[key] = KeyCounters(hits, master_rows, observed)
+        else:
+            # A split key's replicas hand their counters to its owner: hits add up (each
+            # counted its own tuples); master rows were counted over the same partitions.
+            state.counters[key] = KeyCounters(
+                known.hits + hits,
+                max(known.master_rows, master_rows),
+                max(known.observed, observed),
+            )
     for row in _rows(roles.rows(MARKED), layout.master_fields):
         state.switch_buffer.setdefault(plan.master_key_of(row), [])
     for row in _rows(roles.rows(SWITCH), layout.master_fields):
@@ -335,13 +354,79 @@ def encode_result(
     return enc.table()
 
 
+def key_loads(table: pa.Table, top: int, replicated: pa.Array | None = None) -> pa.Table:
+    """The bucket's load (FastJoin Eq. 3-4) and its ``top`` heaviest keys, as rows of the
+    result: ``(bucket label, key hash, stored, probes)``, the totals with a null hash.
+
+    Keys are ranked by what moving them would take off the bucket's load, Eq. 8 on this
+    side alone: ``|R_i| * phi_sik + phi_si * |R_ik|``. The copies of ``replicated`` keys'
+    rows (split keys this bucket is a replica of) are not stored here."""
+    roles = table.column(ROLE)
+    loaded = pc.is_in(roles, value_set=pa.array(LOADED_ROLES))
+    if replicated is not None and len(replicated):
+        loaded = pc.and_(loaded, pc.invert(pc.is_in(table.column(KEY_HASH), replicated)))
+    stored = pc.cast(loaded, pa.int64())
+    probes = pc.cast(pc.is_in(roles, value_set=pa.array(PROBING_ROLES)), pa.int64())
+    per_key = (
+        pa.table({KEY_HASH: table.column(KEY_HASH), STORED: stored, PROBES: probes})
+        .group_by(KEY_HASH)
+        .aggregate([(STORED, "sum"), (PROBES, "sum")])
+        .rename_columns([KEY_HASH, STORED, PROBES])
+    )
+    total_stored = pc.sum(stored).as_py() or 0
+    total_probes = pc.sum(probes).as_py() or 0
+    gain = pc.add(
+        pc.multiply(per_key.column(PROBES), total_stored),
+        pc.multiply(per_key.column(STORED), total_probes),
+    )
+    order = pc.sort_indices(
+        pa.table({"gain": gain, KEY_HASH: per_key.column(KEY_HASH)}),
+        sort_keys=[("gain", "descending"), (KEY_HASH, "ascending")],
+    )
+    heaviest = per_key.take(order[: max(0, top)])
+    label = table.column(BUCKET)[0].as_py() if table.num_rows else None
+    n = heaviest.num_rows + 1
+    return pa.table(
+        {
+            BUCKET: pa.array([label] * n, pa.int32()),
+            KEY_HASH: pa.concat_arrays(
+                [heaviest.column(KEY_HASH).combine_chunks(), pa.nulls(1, pa.int64())]
+            ),
+            STORED: pa.array([*heaviest.column(STORED).to_pylist(), total_stored], pa.int64()),
+            PROBES: pa.array([*heaviest.column(PROBES).to_pylist(), total_probes], pa.int64()),
+        }
+    )
+
+
+LOAD_FIELDS = (
+    pa.field(BUCKET, pa.int32()),
+    pa.field(KEY_HASH, pa.int64()),
+    pa.field(STORED, pa.int64()),
+    pa.field(PROBES, pa.int64()),
+)
+
+
 def bucket_step(
-    table: pa.Table, layout: WideLayout, plan: StepPlan, deltas: BucketDeltas
+    table: pa.Table,
+    layout: WideLayout,
+    plan: StepPlan,
+    deltas: BucketDeltas,
+    top_keys: int = 0,
+    split_owners: Mapping[int, int] | None = None,
 ) -> pa.Table:
     """Run one step for the rows of one bucket (any role mix) and encode what it yields.
 
     ``plan`` must locate join values as this module decodes them: ``stream_key`` is
     ``layout.stream_key_positions`` and ``master_key`` is ``layout.master_key_positions``.
+    When the rows carry their key hash (``_key_hash``, beside the bucket label), the result
+    also has the bucket's load rows (:func:`key_loads`, role ``key_load``) and the columns
+    :data:`LOAD_FIELDS`; otherwise it has the input's columns.
+
+    ``split_owners`` maps the hashes of split keys to their owner's bucket label
+    (``joins.key_routing``). In a bucket that is not a key's owner (a replica), the key's
+    cache rows are a copy for this step and s_B is the owner's: the replica answers its
+    tuples and keeps neither, so the state holds each cache row and s_B entry once; its
+    waiting tuples and counters go to the owner with the state.
     """
     if (plan.stream_key, plan.master_key) != (
         layout.stream_key_positions,
@@ -351,8 +436,11 @@ def bucket_step(
             f"plan key positions {plan.stream_key}/{plan.master_key} do not match the "
             f"decoded rows' {layout.stream_key_positions}/{layout.master_key_positions}"
         )
-    if BUCKET in table.schema.names:
-        table = table.drop_columns([BUCKET])
+    names = table.schema.names
+    replicated = _replicated_hashes(table, split_owners or {})
+    loads = key_loads(table, top_keys, replicated) if KEY_HASH in names else None
+    replica_keys = _replica_keys(table, replicated, layout, plan)
+    table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
     roles = _Roles(table)
     state = decode_state(roles, layout, plan)
     new, _ = roles.stream_tuples(NEW, layout)
@@ -366,15 +454,58 @@ def bucket_step(
         cache_delta=_delta(roles, CACHE_CHANGE, deltas.cache, layout),
         switch_delta=_delta(roles, SWITCH_CHANGE, deltas.switch, layout),
     )
-    return encode_result(result, layout, plan, table, table.schema)
+    if replica_keys:
+        kept = result.state
+        kept.cache = {k: v for k, v in kept.cache.items() if k not in replica_keys}
+        kept.switch_buffer = {k: v for k, v in kept.switch_buffer.items() if k not in replica_keys}
+        result.counts.cache_rows = sum(max(1, len(rows)) for rows in kept.cache.values())
+    if loads is None:
+        return encode_result(result, layout, plan, table, table.schema)
+    schema = pa.schema([*table.schema, *LOAD_FIELDS])
+    encoded = encode_result(result, layout, plan, table, schema)
+    enc = _Encoder(schema)
+    enc.add(KEY_LOAD, loads.num_rows, {name: loads.column(name) for name in loads.column_names})
+    return pa.concat_tables([encoded, enc.table()])
+
+
+def _replicated_hashes(table: pa.Table, split_owners: Mapping[int, int]) -> pa.Array | None:
+    """The hashes of the split keys this bucket holds a replica of (not their owner)."""
+    if not split_owners or table.num_rows == 0 or BUCKET not in table.schema.names:
+        return None
+    label = table.column(BUCKET)[0].as_py()
+    hashes = [h for h, owner in split_owners.items() if owner != label]
+    return pa.array(hashes, pa.int64()) if hashes else None
+
+
+def _replica_keys(
+    table: pa.Table, replicated: pa.Array | None, layout: WideLayout, plan: StepPlan
+) -> set[tuple[Any, ...]]:
+    """The join values of the rows of ``replicated`` keys, as Algorithm 1 keys them."""
+    if replicated is None:
+        return set()
+    rows = table.filter(pc.is_in(table.column(KEY_HASH), replicated))
+    roles = rows.column(ROLE)
+    stream = rows.filter(pc.is_in(roles, value_set=pa.array(STREAM_ROLES)))
+    master = rows.filter(pc.invert(pc.is_in(roles, value_set=pa.array(STREAM_ROLES))))
+    positions = tuple(range(len(layout.stream_keys)))
+    keys = {
+        join_value(row, positions)
+        for row in _rows(stream, [stream_field(c) for c in layout.stream_keys])
+    }
+    keys |= {plan.master_key_of(row) for row in _rows(master, layout.master_fields)}
+    return keys
 
 
 def bucket_function(
-    layout: WideLayout, plan: StepPlan, deltas: BucketDeltas
+    layout: WideLayout,
+    plan: StepPlan,
+    deltas: BucketDeltas,
+    top_keys: int = 0,
+    split_owners: Mapping[int, int] | None = None,
 ) -> Callable[[pa.Table], pa.Table]:
-    """The function ``applyInArrow`` calls per bucket: the wide columns without the bucket."""
+    """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
 
     def run(table: pa.Table) -> pa.Table:
-        return bucket_step(table, layout, plan, deltas)
+        return bucket_step(table, layout, plan, deltas, top_keys, split_owners)
 
     return run

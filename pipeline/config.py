@@ -240,6 +240,37 @@ class SsbjParams(Strict):
             "new input"
         ),
     )
+    rebalance: Literal["off", "greedyfit", "safit"] = Field(
+        default="greedyfit",
+        description=(
+            "how hot join values move between key buckets (Spark tasks) when the buckets' "
+            "load imbalance LI exceeds rebalance_threshold: FastJoin's GreedyFit or SAFit, "
+            "or off (every value stays in bucket hash mod B). Moves happen between steps and "
+            "never change the result"
+        ),
+    )
+    rebalance_threshold: float = Field(
+        default=2.0, ge=1.0, description="Theta: migrate when LI = L_max / L_min exceeds it"
+    )
+    split_hot_keys: float | None = Field(
+        default=2.0,
+        ge=1.0,
+        description=(
+            "a join value whose tuples exceed this many times a mean bucket's is split: its "
+            "new tuples spread over several buckets, each with a copy of the rows they need "
+            "(its owner keeps its state). Null: hot values only move whole. Needs rebalance"
+        ),
+    )
+    rebalance_keys: int = Field(
+        default=16,
+        ge=1,
+        description="heaviest keys each bucket reports per step: the candidates to move",
+    )
+    rebalance_table: int = Field(
+        default=4096,
+        ge=1,
+        description="most moved keys the routing table keeps (the oldest moves go home)",
+    )
     scount_estimator: Literal["extrapolated", "paper"] = Field(
         default="extrapolated",
         description=(

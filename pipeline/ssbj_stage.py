@@ -42,6 +42,7 @@ cache is brought to the current version from the master's changes before it serv
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -60,9 +61,10 @@ from common.errors import ConfigError, JoinError, NotAppendOnlyError
 from common.faults import crash_point
 from joins import ssbj
 from joins.columns import INTERVAL_START
+from joins.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
 from joins.mesh_partitions import partition_by_bytes
 from joins.ssbj_algorithm import Schedule, StepCounts, StepPlan, schedule
-from joins.ssbj_buckets import PENDING, ROLE, BucketDeltas, stream_field
+from joins.ssbj_buckets import KEY_LOAD, METRIC_ROLE, PENDING, ROLE, BucketDeltas, stream_field
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
@@ -106,6 +108,14 @@ class SsbjStepReport:
     state_bytes: float = 0.0  # Eq. 1 at the end of the step: (b + h_R)·v_R + |H_S|·v_S
     memory_bytes: int | None = None  # the budget M, when one is set
     backlog_rows: int = 0  # input rows left waiting for a later step by the budget
+    # FastJoin's Eq. 2 over the key buckets' loads this step, before and after the moves
+    # the monitor planned for the next step (equal when nothing moved)
+    load_imbalance: float = 1.0
+    load_imbalance_after: float = 1.0
+    moved_keys: int = 0
+    moved_tuples: int = 0  # migration volume: state rows of the moved keys
+    routed_keys: int = 0  # keys away from their home bucket in the next step's routing
+    split_keys: int = 0  # hot keys spread over several buckets in the next step's routing
 
     def as_metrics(self) -> dict[str, float]:
         values: dict[str, float] = {
@@ -124,6 +134,12 @@ class SsbjStepReport:
             "step_seconds": self.seconds,
             "state_bytes": self.state_bytes,
             "backlog_rows": self.backlog_rows,
+            "load_imbalance": _finite(self.load_imbalance),
+            "load_imbalance_after": _finite(self.load_imbalance_after),
+            "moved_keys": self.moved_keys,
+            "moved_tuples": self.moved_tuples,
+            "routed_keys": self.routed_keys,
+            "split_keys": self.split_keys,
             # Conservation view: every tuple in is served by the cache or waits in H_S.
             "tuples_matched": self.cache_hits - self.cache_hits_unmatched,
             "tuples_unmatched": self.cache_hits_unmatched,
@@ -134,6 +150,12 @@ class SsbjStepReport:
         if self.memory_bytes is not None:
             values["memory_bytes"] = self.memory_bytes
         return values
+
+
+def _finite(value: float) -> float:
+    """A metric value the metrics table can hold: an idle bucket beside a busy one makes
+    LI infinite (Eq. 2), recorded as -1."""
+    return value if math.isfinite(value) else -1.0
 
 
 def held_back(state: dict[str, Any] | None) -> str | None:
@@ -576,10 +598,13 @@ class SsbjStage:
             partition_versions=reads.partition_versions,
         )
         planned = time.monotonic()
-        counts = self._run_and_write(
-            wide, wide.step(inputs, partitions, step_plan, deltas, self._buckets()), step, report
+        routing = self._routing(state)
+        result = wide.step(
+            inputs, partitions, step_plan, deltas, routing, self.params.rebalance_keys
         )
+        counts, loads = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
+        self._rebalance(state, routing, loads, report)
 
         for counted in fields(StepCounts):  # the buckets' counts, summed (MESHJOIN: no H_R)
             setattr(report, counted.name, counts[counted.name])
@@ -663,17 +688,30 @@ class SsbjStage:
         return inputs + changed, partitions, deltas
 
     def _run_and_write(
-        self, wide: ssbj.WideTable, step_result: DataFrame, step: int, report: SsbjStepReport
-    ) -> Counter[str]:
-        """Compute the step once, then commit its output and its state; the step's counts.
+        self,
+        wide: ssbj.WideTable,
+        step_result: DataFrame,
+        routing: KeyRouting,
+        step: int,
+        report: SsbjStepReport,
+    ) -> tuple[Counter[str], list[BucketLoad]]:
+        """Compute the step once, then commit its output and its state; the step's counts
+        and the buckets' loads.
 
-        The first action (the counts) materialises every bucket's result; both writes read
-        it back, so the data is read and joined once whatever the writes' plans."""
+        The first action (counts and loads) materialises every bucket's result; both writes
+        read it back, so the data is read and joined once whatever the writes' plans."""
         result = step_result.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts: Counter[str] = Counter()
-            for name, value in ssbj.metrics_of(result).collect():
-                counts[name] += int(value)
+            load_rows = []
+            for role, name, value, label, key_hash, stored, probes in ssbj.summary_of(
+                result
+            ).collect():
+                if role == METRIC_ROLE:
+                    counts[name] += int(value)
+                elif role == KEY_LOAD:
+                    load_rows.append((label, key_hash, stored, probes))
+            loads = ssbj.bucket_loads(load_rows, routing.buckets)
             output = wide.enriched(result)
             outcome = self.engine.append(
                 self.output_path,
@@ -693,7 +731,79 @@ class SsbjStage:
             crash_point("ssbj.before_complete")
         finally:
             result.unpersist()
-        return counts
+        return counts, loads
+
+    def _routing(self, state: dict[str, Any]) -> KeyRouting:
+        """The step's key routing: the saved one, or every key at home when there is none
+        or the bucket count changed (any routing is exact, see ``joins.key_routing``)."""
+        buckets = self._buckets()
+        saved = state.get("routing")
+        if saved is None or self.params.rebalance == "off":
+            return KeyRouting(buckets)
+        routing = KeyRouting.from_dict(saved)
+        if routing.buckets != buckets:
+            logger.info(
+                "ssbj %s: %d key buckets now (%d before): the %d moved keys go home",
+                self.stage.name,
+                buckets,
+                routing.buckets,
+                len(routing.moved),
+            )
+            return KeyRouting(buckets)
+        return routing
+
+    def _rebalance(
+        self,
+        state: dict[str, Any],
+        routing: KeyRouting,
+        loads: list[BucketLoad],
+        report: SsbjStepReport,
+    ) -> None:
+        """FastJoin's monitor after the step: measure LI and, past the threshold, plan the
+        moves that the next step's routing applies (saved with the completed step)."""
+        method = self.params.rebalance
+        planned = rebalance(
+            routing,
+            loads,
+            self.params.rebalance_threshold if method != "off" else math.inf,
+            "greedyfit" if method == "off" else method,
+            seed=int(state["next_step"]),
+            split_factor=self.params.split_hot_keys if method != "off" else None,
+        )
+        report.load_imbalance = planned.before
+        report.load_imbalance_after = planned.after
+        report.moved_keys = planned.moved_keys
+        report.moved_tuples = planned.moved_tuples
+        if method == "off":
+            state.pop("routing", None)
+            return
+        routed = routing.with_moves(
+            moves_of(planned.migrations), self.params.rebalance_table
+        ).with_splits(dict(planned.splits))
+        report.routed_keys = len(routed.moved)
+        report.split_keys = len(routed.split)
+        state["routing"] = routed.to_dict()
+        if planned.splits != routing.split:
+            logger.info(
+                "ssbj %s step %d: %d hot key(s) split over %s bucket(s) for the next step",
+                self.stage.name,
+                report.step,
+                len(planned.splits),
+                "+".join(str(1 + len(r)) for _, r in planned.splits) or "no",
+            )
+        if planned.migrations:
+            logger.info(
+                "ssbj %s step %d: LI %.2f > %.2f, %s moves %d key(s) (%d stored rows) between "
+                "buckets for the next step; LI by the load model %.2f after",
+                self.stage.name,
+                report.step,
+                planned.before,
+                self.params.rebalance_threshold,
+                method,
+                planned.moved_keys,
+                planned.moved_tuples,
+                planned.after,
+            )
 
     def _complete(
         self,
