@@ -1,7 +1,7 @@
 """Hot keys in the SSBJ operator's key buckets: hash placement against FastJoin's migration.
 
-    python -m benchmarks.skew_keys [--zipf 1 1.5 2] [--batch 100000] [--buckets 64]
-                                   [--steps 8] [--partitions 4] [--threshold 1.2]
+    python -m benchmarks.skew_keys [--zipf 1 1.5 2] [--batch 50000] [--buckets 64]
+                                   [--steps 8] [--partitions 2] [--threshold 1.2]
 
 The stream joins TPC-H customer (SF1, 150k keys, one row each) on ``o_custkey`` with
 Zipf-skewed keys (one fixed ranking: the same keys stay hot in every batch). Per z, the same
@@ -19,7 +19,8 @@ bronze commits run through one stage per method, side by side in one process:
 B key buckets are B Spark tasks one to one (``joins.key_routing``), and adaptive partition
 coalescing is off, so the bucket stage's task durations are the buckets' costs. Per method
 the table gives, over the steps after the first R-cycle (warm-up, and the monitor's first
-moves): LI of FastJoin's load model (Eq. 2 over |R_i| * phi_si, ``inf`` when a bucket holds
+moves; with k = 2 the cache fills at step 4, so the hot keys are cached in most
+measured steps): LI of FastJoin's load model (Eq. 2 over |R_i| * phi_si, ``inf`` when a bucket holds
 nothing), the measured task LI of the bucket stage (slowest task / mean task), the step's
 wall time, the makespan of the bucket stage simulated on P = 16, 64 and 256 executors by
 list scheduling of its measured task durations (``benchmarks.makespan``), and the keys and
@@ -30,9 +31,11 @@ step with the largest summed task time).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -209,18 +212,38 @@ def render(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--zipf", type=float, nargs="+", default=[1.0, 1.5, 2.0])
-    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--buckets", type=int, default=64)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=1.2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/skew-keys.md"))
+    parser.add_argument("--case-json", type=Path, help=argparse.SUPPRESS)  # one z, in a child
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.steps <= args.partitions:
         parser.error(f"--steps must exceed --partitions (the warm-up), got {args.steps}")
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("warehouse", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.case_json is None:
+        # One child process (one Spark) per z: a long run of grouped Arrow steps in one JVM
+        # ran out of Arrow memory at the third z, and a fresh JVM per case keeps the cases
+        # independent of each other's history.
+        rows: list[dict[str, Any]] = []
+        for z in args.zipf:
+            case = Path(tempfile.mkdtemp(prefix="skew-keys-case-")) / "rows.json"
+            own = list(sys.argv[1:] if argv is None else argv)
+            command = [sys.executable, "-m", "benchmarks.skew_keys", *own]
+            command += ["--zipf", str(z), "--case-json", str(case)]
+            subprocess.run(command, check=True)
+            for row in json.loads(case.read_text()):
+                row["makespan"] = {int(p): v for p, v in row["makespan"].items()}
+                rows.append(row)
+        table = render(rows, args)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table + "\n")
+        print(table)
+        return 0
     spark = build_session(
         SparkSettings(
             app_name="skew-keys",
@@ -236,10 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     tpch = generate_tpch(1.0, Path("var/bench"))
     rows = [row for z in args.zipf for row in run_case(spark, tpch, z, args)]
-    table = render(rows, args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(table + "\n")
-    print(table)
+    args.case_json.write_text(json.dumps(rows))
+    spark.stop()
     return 0
 
 

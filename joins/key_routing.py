@@ -20,14 +20,20 @@ completed step.
 Buckets are Spark tasks one to one. ``groupBy(bucket)`` sends a group to shuffle partition
 ``pmod(murmur3(label), B)`` (Spark's ``HashPartitioning``, seed 42); labelling bucket ``b``
 with the smallest non-negative int whose Murmur3 hash is ``b`` mod ``B``
-(:func:`task_labels`) puts bucket ``b`` in task ``b``. Labelling with ``b`` itself would
-place the B buckets in B tasks like balls in bins: about ``1/e`` of the tasks idle and the
-busiest holding several buckets, before any key skew.
+(:func:`task_labels`) puts bucket ``b`` in task ``b``. Labelling with ``b`` itself, as the
+operator did before, places the buckets like balls in bins: with B = 2 both buckets land
+in one task (the other idles), with B = 8 three tasks idle, with B = 64 27 tasks idle and
+one holds four buckets, before any key skew.
 
 Load and migration (:func:`rebalance`): each step's buckets report their totals and their
 heaviest keys (:class:`BucketLoad`); FastJoin's Eq. 1-2 give the loads and the imbalance,
 and while ``LI > theta`` GreedyFit (Algorithm 1) or SAFit (Algorithm 3) picks keys to move
 from the heaviest bucket to the lightest (``joins.greedyfit.plan_rebalance``).
+
+Splitting (:func:`plan_splits`, beyond FastJoin, whose migration moves whole keys): a key
+with more tuples than a bucket should hold cannot be balanced by moving it. Its tuples are
+spread over several buckets instead, each with a copy of the rows they need
+(:class:`KeyRouting`), the way STA's two-choice routing spreads a hot key.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -18,8 +19,21 @@ from joins.key_routing import (
     spread_loads,
     task_labels,
 )
-from joins.ssbj import bucket_label, bucket_labels
-from joins.ssbj_buckets import CACHE, COUNTER, MARKED, NEW, PARTITION, PENDING
+from joins.ssbj import bucket_label, bucket_labels, bucket_loads
+from joins.ssbj_buckets import (
+    BUCKET,
+    CACHE,
+    COUNTER,
+    KEY_HASH,
+    MARKED,
+    NEW,
+    PARTITION,
+    PENDING,
+    PROBES,
+    ROLE,
+    STORED,
+    key_loads,
+)
 
 INTS = [0, 1, -1, 7, 42, 2**31 - 1, -(2**31), 123_456_789, -987_654]
 
@@ -78,7 +92,7 @@ def test_routing_table_moves_home_caps_and_round_trips() -> None:
 
 
 @st.composite
-def bucket_loads(draw: st.DrawFn) -> list[BucketLoad]:
+def some_loads(draw: st.DrawFn) -> list[BucketLoad]:
     buckets = draw(st.integers(2, 6))
     loads = []
     next_key = 0
@@ -101,7 +115,7 @@ def bucket_loads(draw: st.DrawFn) -> list[BucketLoad]:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    loads=bucket_loads(),
+    loads=some_loads(),
     theta=st.sampled_from([1.0, 1.2, 2.0]),
     method=st.sampled_from(["greedyfit", "safit"]),
 )
@@ -185,7 +199,7 @@ def test_a_key_hotter_than_a_bucket_is_split_over_the_least_loaded_buckets() -> 
 
 
 @settings(max_examples=100, deadline=None)
-@given(loads=bucket_loads(), factor=st.sampled_from([1.0, 1.5, 3.0]))
+@given(loads=some_loads(), factor=st.sampled_from([1.0, 1.5, 3.0]))
 def test_splitting_keeps_every_probe_and_stored_row(loads: list[BucketLoad], factor: float) -> None:
     routing = KeyRouting(len(loads))
     splits = plan_splits(routing, loads, factor)
@@ -229,3 +243,31 @@ def test_split_keys_rows_reach_their_buckets_by_role(spark: SparkSession) -> Non
     assert got[(6, CACHE, 0)] == got[(6, PARTITION, 0)] == [0, 2, 3]
     assert got[(6, COUNTER, 0)] == got[(6, MARKED, 0)] == [2]
     assert {tuple(got[(5, NEW, t)]) for t in range(5)} == {(1,)} == {tuple(got[(5, CACHE, 0)])}
+
+
+def test_key_loads_count_state_and_probes_per_key_and_rank_the_heaviest() -> None:
+    """A bucket's load rows: totals (null hash) and the top keys by Eq. 8's own-side
+    benefit; a replica does not count the copies of a split key's cache rows as stored."""
+    roles = [NEW, NEW, NEW, PENDING, CACHE, PARTITION, COUNTER, NEW, CACHE, CACHE]
+    hashes = [1, 1, 1, 1, 1, 1, 1, 2, 3, 3]
+    table = pa.table(
+        {
+            ROLE: pa.array(roles),
+            KEY_HASH: pa.array(hashes, pa.int64()),
+            BUCKET: pa.array([7] * len(roles), pa.int32()),
+        }
+    )
+    rows = key_loads(table, top=2).to_pylist()
+    assert rows[-1] == {BUCKET: 7, KEY_HASH: None, STORED: 4, PROBES: 5}
+    # key 1: stored 2, probes 4; key 2: 0, 1; key 3: 2, 0. Benefit 4*p + 5*s: 26, 4, 10
+    assert [(r[KEY_HASH], r[STORED], r[PROBES]) for r in rows[:-1]] == [(1, 2, 4), (3, 2, 0)]
+    copies = key_loads(table, top=5, replicated=pa.array([3], pa.int64())).to_pylist()
+    assert copies[-1][STORED] == 2
+    loads = bucket_loads([(task_labels(8)[3], None, 4, 5), (task_labels(8)[3], 1, 2, 4)], buckets=8)
+    assert loads == [BucketLoad(3, 4, 5, (KeyLoad(1, 2, 4),))]
+    try:
+        bucket_loads([(-5, None, 1, 1)], buckets=8)
+    except ValueError as e:
+        assert "label -5" in str(e)
+    else:
+        raise AssertionError("a load row of an unknown bucket label was accepted")
