@@ -207,10 +207,17 @@ class KeyRouting:
         return KeyRouting(self.buckets, tuple(sorted(table.items())), split)
 
     def with_splits(self, splits: Mapping[int, Sequence[int]]) -> KeyRouting:
-        """This routing with exactly ``splits`` (hash -> replica buckets) as its split keys."""
-        return KeyRouting(
-            self.buckets, self.moved, tuple(sorted((h, tuple(r)) for h, r in splits.items()))
-        )
+        """This routing with exactly ``splits`` (hash -> replica buckets) as its split keys.
+
+        A replica that is the key's owner under this routing is left out (the owner takes
+        a share anyway), and a key left with no replica is not split: a move the table's
+        cap sent home can make a planned replica the owner."""
+        kept = {}
+        for key_hash, replicas in splits.items():
+            others = tuple(b for b in replicas if b != self.bucket(key_hash))
+            if others:
+                kept[key_hash] = others
+        return KeyRouting(self.buckets, self.moved, tuple(sorted(kept.items())))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -166,9 +166,12 @@ def test_split_keys_validate_round_trip_and_give_way_to_moves() -> None:
     assert routing.targets(5) == (1,)
     assert KeyRouting.from_dict(routing.to_dict()) == routing
     assert routing.with_moves({6: 1}, limit=10).split == ((9, (2,)),)  # moved whole again
-    for bad in ({6: (2,)}, {6: (0, 0)}, {6: (4,)}, {6: ()}):
+    # the owner (2) is no replica of its own key; nothing left means no split
+    assert KeyRouting(4).with_splits({6: (2, 3)}).split == ((6, (3,)),)
+    assert KeyRouting(4).with_splits({6: (2,)}).split == ()
+    for bad in ([[6, [2]]], [[6, [0, 0]]], [[6, [4]]], [[6, []]]):
         try:
-            KeyRouting(4).with_splits(bad)
+            KeyRouting.from_dict({"buckets": 4, "moved": [], "split": bad})
         except ValueError as e:
             assert "key hash 6" in str(e)
         else:
