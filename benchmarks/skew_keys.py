@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.makespan import stage_makespan
 from benchmarks.skew_sim import TaskMetrics
-from benchmarks.ssbj_bench import MASTERS, Case, stream_batch
+from benchmarks.ssbj_bench import MASTERS, Case, build_config, stream_batch
 from benchmarks.standalone import free_port
 from demo.data import ZipfSampler, _plain, generate_tpch
 from pipeline.schemas import bronze_schema
@@ -62,7 +62,7 @@ EXECUTORS = (16, 64, 256)
 
 
 def config(root: Path, partitions: int, threshold: float) -> dict[str, Any]:
-    spec = MASTERS["customer"]
+    """One stage per method over customer (``benchmarks.ssbj_bench.build_config``)."""
     operators: dict[str, dict[str, Any]] = {
         "hash": {"mode": "ssbj", "rebalance": "off"},
         "greedyfit": {"mode": "ssbj", "rebalance": "greedyfit", "split_hot_keys": None},
@@ -70,43 +70,13 @@ def config(root: Path, partitions: int, threshold: float) -> dict[str, Any]:
         "split": {"mode": "ssbj", "rebalance": "greedyfit", "split_hot_keys": 2.0},
         "aqe": {"mode": "baseline"},
     }
-    stages = [
-        {
-            "name": method,
-            "kind": "equi",
-            "input": "s",
-            "master": "m",
-            "join_on": {spec.stream_key: spec.key},
-            "join": "inner",
-            "output": f"out_{method}",
-            "operator": {
-                **operators[method],
-                "partitions": partitions,
-                "rebalance_threshold": threshold,
-            },
-        }
-        for method in METHODS
-    ]
-    return {
-        "name": "skew_keys",
-        "warehouse": {"root": str(root / "wh"), "state_store": f"sqlite:///{root / 'state.db'}"},
-        "streams": {
-            "s": {
-                "landing": str(root / "landing"),
-                "format": "json",
-                "event_time": "ts",
-                "id_column": "sid",
-                "columns": [
-                    {"name": "sid", "type": "bigint", "nullable": False},
-                    {"name": spec.stream_key, "type": "bigint"},
-                    {"name": "payload", "type": "double"},
-                    {"name": "ts", "type": "timestamp", "nullable": False},
-                ],
-            }
-        },
-        "masters": {"m": {"table": "masters/m", "keys": [spec.key], "columns": spec.columns}},
-        "stages": stages,
-    }
+    return build_config(
+        root,
+        "customer",
+        partitions,
+        {m: {**operators[m], "rebalance_threshold": threshold} for m in METHODS},
+        name="skew_keys",
+    )
 
 
 def bucket_stage(stages: list[list[float]], buckets: int, method: str) -> list[float]:

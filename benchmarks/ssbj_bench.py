@@ -46,9 +46,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -105,10 +106,18 @@ OPERATORS = {
 }
 
 
-def build_config(root: Path, master: str, partitions: int) -> dict:
+def build_config(
+    root: Path,
+    master: str,
+    partitions: int,
+    operators: Mapping[str, Mapping[str, Any]] = OPERATORS,
+    name: str = "bench",
+) -> dict:
+    """A pipeline of one stream joined to ``master`` by one equi stage per entry of
+    ``operators`` (stage name -> its ``operator`` settings), k = ``partitions`` each."""
     spec = MASTERS[master]
     stages = []
-    for mode in MODES:
+    for mode, operator in operators.items():
         stages.append(
             {
                 "name": f"{mode}",
@@ -118,11 +127,11 @@ def build_config(root: Path, master: str, partitions: int) -> dict:
                 "join_on": {spec.stream_key: spec.key},
                 "join": "inner",
                 "output": f"out_{mode}",
-                "operator": {**OPERATORS[mode], "partitions": partitions},
+                "operator": {**operator, "partitions": partitions},
             }
         )
     return {
-        "name": "bench",
+        "name": name,
         "warehouse": {"root": str(root / "wh"), "state_store": f"sqlite:///{root / 'state.db'}"},
         "streams": {
             "s": {
