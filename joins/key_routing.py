@@ -38,6 +38,7 @@ spread over several buckets instead, each with a copy of the rows they need
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -72,9 +73,11 @@ def murmur3_int(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
+@functools.cache
 def task_labels(buckets: int) -> tuple[int, ...]:
     """``labels[b]``: the smallest int >= 0 that Spark's hash partitioning over ``buckets``
-    partitions sends to partition ``b``."""
+    partitions sends to partition ``b``. Cached: a step asks three times (the bucket
+    column, the split keys' owners, reading the loads back), every step asks again."""
     if buckets < 1:
         raise ValueError(f"task_labels: expected at least 1 bucket, found {buckets}")
     labels: dict[int, int] = {}
@@ -302,8 +305,7 @@ def rebalance(
     splits = plan_splits(routing, every, split_factor) if split_factor is not None else {}
     if splits:
         every = spread_loads(every, routing.with_splits(splits), splits)
-    if imbalance([b.load for b in every]) <= theta:
-        return Rebalance(before, imbalance([b.load for b in every]), (), _pairs(splits))
+    # No migration when the (spread) loads are within theta: plan_rebalance checks first.
     migrations = plan_rebalance(
         [list(b.keys) for b in every],
         theta,
@@ -352,10 +354,11 @@ def spread_loads(
 
 
 def _loads_after(every: Sequence[BucketLoad], migrations: Sequence[Migration]) -> list[int]:
+    """Eq. 1 per bucket once ``migrations`` have moved their keys."""
     stored = [b.stored for b in every]
     probes = [b.probes for b in every]
+    keys = {k.key: k for b in every for k in b.keys}
     for m in migrations:
-        keys = {k.key: k for b in every for k in b.keys}
         moved = [keys[k] for k in m.keys]
         for sign, bucket in ((-1, m.source), (1, m.target)):
             stored[bucket] += sign * sum(k.stored for k in moved)
