@@ -762,21 +762,24 @@ class SsbjStage:
         """FastJoin's monitor after the step: measure LI and, past the threshold, plan the
         moves that the next step's routing applies (saved with the completed step)."""
         method = self.params.rebalance
+        if method == "off":  # LI is still measured: no threshold is ever exceeded
+            report.load_imbalance = report.load_imbalance_after = rebalance(
+                routing, loads, math.inf
+            ).before
+            state.pop("routing", None)
+            return
         planned = rebalance(
             routing,
             loads,
-            self.params.rebalance_threshold if method != "off" else math.inf,
-            "greedyfit" if method == "off" else method,
+            self.params.rebalance_threshold,
+            method,
             seed=int(state["next_step"]),
-            split_factor=self.params.split_hot_keys if method != "off" else None,
+            split_factor=self.params.split_hot_keys,
         )
         report.load_imbalance = planned.before
         report.load_imbalance_after = planned.after
         report.moved_keys = planned.moved_keys
         report.moved_tuples = planned.moved_tuples
-        if method == "off":
-            state.pop("routing", None)
-            return
         routed = routing.with_moves(
             moves_of(planned.migrations), self.params.rebalance_table
         ).with_splits(dict(planned.splits))
