@@ -35,19 +35,33 @@ for the merged sketch over the union of the parts.
 
 Hashing is seeded and stable across processes (BLAKE2b of the key's type and value), so
 sketches built by different executors and runs line up, and a sketch serialises to plain
-JSON (:meth:`ASketch.to_dict`) for the operator state.
+JSON (:meth:`ASketch.to_dict`, non-zero counters only) for the operator state.
+:class:`SketchShape` is the size a configuration asks for; sketches of one shape merge.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 # A key the sketch counts: what a join column holds (ints, strings, dates as ISO strings).
 Key = Hashable
+
+
+@dataclass(frozen=True)
+class SketchShape:
+    """The size of a sketch: ``phi`` filter slots over ``depth`` x ``width`` counters."""
+
+    phi: int
+    depth: int
+    width: int
+    seed: int = 0
+
+    def empty(self) -> ASketch:
+        return ASketch(self.phi, self.depth, self.width, self.seed)
 
 
 @dataclass
@@ -145,6 +159,10 @@ class ASketch:
     def is_hot(self, key: Key) -> bool:
         return key in self.filter
 
+    @property
+    def shape(self) -> SketchShape:
+        return SketchShape(self.phi, self.depth, self.width, self.seed)
+
     def hot_keys(self) -> list[tuple[Key, int]]:
         """The filter's keys with their estimates, largest first."""
         return sorted(
@@ -156,20 +174,26 @@ class ASketch:
 
     def merge(self, other: ASketch) -> ASketch:
         """The sketch of both parts' keys (see the module docstring)."""
-        if (self.phi, self.depth, self.width, self.seed) != (
-            other.phi,
-            other.depth,
-            other.width,
-            other.seed,
-        ):
-            raise ValueError(
-                "ASketch.merge: expected sketches of the same phi, depth, width and seed, "
-                f"found {(self.phi, self.depth, self.width, self.seed)} and "
-                f"{(other.phi, other.depth, other.width, other.seed)}"
-            )
-        merged = ASketch(self.phi, self.depth, self.width, self.seed, self.added + other.added)
-        for part in (self, other):
-            for row in range(self.depth):
+        return ASketch.merge_all([self, other])
+
+    @staticmethod
+    def merge_all(parts: Sequence[ASketch]) -> ASketch:
+        """The sketch of all parts' keys at once: the same as merging them pairwise, with
+        the filter ranked once instead of once per pair (a step merges one part per key
+        bucket)."""
+        if not parts:
+            raise ValueError("ASketch.merge_all: expected at least one sketch, found none")
+        shape = parts[0].shape
+        for part in parts[1:]:
+            if part.shape != shape:
+                raise ValueError(
+                    "ASketch.merge: expected sketches of the same phi, depth, width and seed, "
+                    f"found {shape} and {part.shape}"
+                )
+        merged = shape.empty()
+        merged.added = sum(part.added for part in parts)
+        for part in parts:
+            for row in range(shape.depth):
                 target, source = merged.counters[row], part.counters[row]
                 for column, value in enumerate(source):
                     if value:
@@ -178,17 +202,20 @@ class ASketch:
                 if entry.gathered:
                     for row, column in enumerate(merged._cells(key)):
                         merged.counters[row][column] += entry.gathered
-        candidates = set(self.filter) | set(other.filter)
-        ranked = sorted(candidates, key=lambda k: (-merged.estimate(k), _order(k)))
-        for key in ranked[: self.phi]:
-            estimate = merged.estimate(key)
-            merged.filter[key] = FilterEntry(estimate, estimate)
+        candidates = {key for part in parts for key in part.filter}
+        estimates = {key: merged.estimate(key) for key in candidates}
+        ranked = sorted(candidates, key=lambda k: (-estimates[k], _order(k)))
+        for key in ranked[: shape.phi]:
+            merged.filter[key] = FilterEntry(estimates[key], estimates[key])
         return merged
 
     # ------------------------------------------------------------------ state
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form; keys must be JSON scalars (int, float, str, bool, None)."""
+        """A JSON-ready form; keys must be JSON scalars (int, float, str, bool, None).
+
+        Counters are saved as ``[row, column, value]`` for the non-zero ones: a sketch of
+        a few hundred keys (one key bucket's step) fills a few hundred of its cells."""
         return {
             "phi": self.phi,
             "depth": self.depth,
@@ -196,7 +223,9 @@ class ASketch:
             "seed": self.seed,
             "added": self.added,
             "filter": [[k, e.new, e.old] for k, e in self.filter.items()],
-            "counters": [list(row) for row in self.counters],
+            "cells": [
+                [r, c, v] for r, row in enumerate(self.counters) for c, v in enumerate(row) if v
+            ],
         }
 
     @classmethod
@@ -208,8 +237,11 @@ class ASketch:
                 width=int(data["width"]),
                 seed=int(data["seed"]),
                 added=int(data["added"]),
-                counters=[[int(v) for v in row] for row in data["counters"]],
             )
+            for row, column, value in data["cells"]:
+                if not (0 <= int(row) < sketch.depth and 0 <= int(column) < sketch.width):
+                    raise ValueError(f"cell ({row}, {column}) is outside the counters")
+                sketch.counters[int(row)][int(column)] = int(value)
             for key, new, old in data["filter"]:
                 sketch.filter[key] = FilterEntry(int(new), int(old))
         except (KeyError, TypeError, ValueError) as e:

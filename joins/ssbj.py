@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from joins.asketch import SketchShape
 from joins.columns import version_column
 from joins.greedyfit import KeyLoad
 from joins.key_routing import BucketLoad, KeyRouting, task_labels
@@ -42,6 +43,7 @@ from joins.ssbj_buckets import (
     HITS,
     KEY_HASH,
     KEY_LOAD,
+    KEY_SKETCH,
     MARKED,
     MASTER_ROWS,
     MATCHED,
@@ -57,6 +59,7 @@ from joins.ssbj_buckets import (
     RELOAD,
     REMOVED,
     ROLE,
+    SKETCH,
     STATE_ROLES,
     STORED,
     STREAM_ROLES,
@@ -245,6 +248,7 @@ class WideTable:
                 T.StructField(KEY_HASH, T.LongType(), True),
                 T.StructField(STORED, T.LongType(), True),
                 T.StructField(PROBES, T.LongType(), True),
+                T.StructField(SKETCH, T.BinaryType(), True),
             ]
         )
 
@@ -256,6 +260,8 @@ class WideTable:
         deltas: BucketDeltas,
         routing: KeyRouting,
         top_keys: int = 16,
+        tracked: Sequence[int] | None = None,
+        sketch: SketchShape | None = None,
     ) -> DataFrame:
         """One step of every bucket: enriched rows, new state, counters and loads, one pass.
 
@@ -263,7 +269,9 @@ class WideTable:
         the rows whose join value a new tuple, a pending tuple or s_B asks for reach the
         buckets (a semi-join before the shuffle: the rest can match nothing this step, so
         a step ships the probed share of |R|/k, not all of it). Every row is placed by
-        ``routing``; each bucket reports its ``top_keys`` heaviest keys."""
+        ``routing``; each bucket reports its ``top_keys`` heaviest keys. With ``sketch``,
+        only the ``tracked`` key hashes are instrumented and each bucket reports an
+        ASketch of its new tuples (``joins.ssbj_buckets.bucket_step``)."""
         union = _union(inputs)
         values = self._join_values()
         names = [f"_join_value_{i}" for i in range(len(values))]
@@ -280,7 +288,7 @@ class WideTable:
             keyed = keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
         label_of = task_labels(routing.buckets)
         owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
-        function = bucket_function(self.layout, plan, deltas, top_keys, owners)
+        function = bucket_function(self.layout, plan, deltas, top_keys, owners, tracked, sketch)
         return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
 
     def enriched(self, result: DataFrame) -> DataFrame:
@@ -361,7 +369,9 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
 
 def state_of(result: DataFrame) -> DataFrame:
     """The new operator state in a step's result (without the load columns)."""
-    return result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(BUCKET, KEY_HASH, STORED, PROBES)
+    return result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(
+        BUCKET, KEY_HASH, STORED, PROBES, SKETCH
+    )
 
 
 def bucket_loads(
@@ -389,12 +399,12 @@ def bucket_loads(
 def summary_of(result: DataFrame) -> DataFrame:
     """The step's counters and the buckets' loads, for one collect on the driver.
 
-    Rows ``(role, name, value, label, key hash, stored, probes)``: role ``metric`` rows are
-    counters (a few per bucket: the driver sums them, which spares the step a shuffle), role
-    ``key_load`` rows are loads (``joins.ssbj_buckets.key_loads``, read by
-    :func:`bucket_loads`)."""
-    return result.where(F.col(ROLE).isin(METRIC_ROLE, KEY_LOAD)).select(
-        ROLE, METRIC, VALUE, BUCKET, KEY_HASH, STORED, PROBES
+    Rows ``(role, name, value, label, key hash, stored, probes, sketch)``: role ``metric``
+    rows are counters (a few per bucket: the driver sums them, which spares the step a
+    shuffle), role ``key_load`` rows are loads (``joins.ssbj_buckets.key_loads``, read by
+    :func:`bucket_loads`), role ``key_sketch`` rows the buckets' key sketches."""
+    return result.where(F.col(ROLE).isin(METRIC_ROLE, KEY_LOAD, KEY_SKETCH)).select(
+        ROLE, METRIC, VALUE, BUCKET, KEY_HASH, STORED, PROBES, SKETCH
     )
 
 

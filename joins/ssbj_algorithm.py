@@ -257,6 +257,7 @@ class StepCounts:
     output_rows: int = 0
     pending_rows: int = 0
     cache_rows: int = 0  # H_R rows, an empty entry counting as one
+    counter_rows: int = 0  # join values with counters (f_count, s_count) after the step
 
 
 @dataclass
@@ -312,6 +313,7 @@ def run_step(
     partitions: Mapping[int, Sequence[Row]],
     cache_delta: MasterDelta | None = None,
     switch_delta: MasterDelta | None = None,
+    tracked: frozenset[Key] | None = None,
 ) -> StepResult:
     """One iteration of Algorithm 1's outer loop (lines 3–51) for one bucket.
 
@@ -319,6 +321,13 @@ def run_step(
     partition ``step mod k`` at that version (a version may be absent when the bucket has no
     rows there). ``cache_delta`` brings H_R from its version to the plan's; ``switch_delta``
     brings s_B from the version it was collected at, for a phase-out that moves it.
+
+    ``tracked``, when given, bounds the instrumentation for key domains too large to
+    count every value: only tracked values get s_count (lines 28–29) and are weighed for
+    switching (line 33); the operator passes the values its ASketch finds most frequent in
+    the stream (``joins.asketch``). Untracked values stay on the disk side, which answers
+    them exactly; cached values keep their f_count. ``None`` counts every pending value,
+    as the paper does.
     """
     position = plan.position
     counts = StepCounts()
@@ -383,7 +392,7 @@ def run_step(
         # step's chunk: switch j when |H_S(j)|·v_S > s_f·s_count(j)·v_R.
         waiting = Counter(t.key for t in pending if not has_null(t.key))
         for key, tuples in waiting.items():
-            if key in cache or key in buffer:
+            if key in cache or key in buffer or (tracked is not None and key not in tracked):
                 continue
             counted = counters.get(key)
             if plan.estimator == "extrapolated":
@@ -411,6 +420,8 @@ def run_step(
         # Lines 28–29: s_count of every pending value over the current partition.
         current = index[version]
         for key in {t.key for t in pending if not has_null(t.key)}:
+            if tracked is not None and key not in tracked:
+                continue
             c = counters.setdefault(key, KeyCounters())
             c.master_rows += len(current.get(key, ()))
             c.observed += 1
@@ -438,4 +449,5 @@ def run_step(
     counts.output_rows = len(output)
     counts.pending_rows = len(kept)
     counts.cache_rows = sum(max(1, len(rows)) for rows in cache.values())
+    counts.counter_rows = len(counters)
     return StepResult(output, BucketState(kept, cache, counters, buffer), counts)

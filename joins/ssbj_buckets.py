@@ -18,6 +18,7 @@ and of a master partition only the rows whose join value the bucket's tuples or 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from joins.asketch import ASketch, SketchShape
 from joins.ssbj_algorithm import (
     BucketState,
     KeyCounters,
@@ -57,6 +59,7 @@ VALUE = "_value"
 KEY_HASH = "_key_hash"
 STORED = "_stored"
 PROBES = "_probes"
+SKETCH = "_sketch"  # a bucket's ASketch of its new tuples' key hashes, as JSON
 
 # Input roles
 NEW = "new"
@@ -77,6 +80,7 @@ STREAM_ROLES = (NEW, PENDING)
 OUT = "out"
 METRIC_ROLE = "metric"
 KEY_LOAD = "key_load"
+KEY_SKETCH = "key_sketch"
 LOADED_ROLES = (PENDING, CACHE)  # |R_i|: the state a bucket holds (FastJoin Eq. 3)
 PROBING_ROLES = (NEW, PARTITION)  # phi_si: the rows that probe it this step (Eq. 4)
 
@@ -403,6 +407,7 @@ LOAD_FIELDS = (
     pa.field(KEY_HASH, pa.int64()),
     pa.field(STORED, pa.int64()),
     pa.field(PROBES, pa.int64()),
+    pa.field(SKETCH, pa.binary()),
 )
 
 
@@ -413,6 +418,8 @@ def bucket_step(
     deltas: BucketDeltas,
     top_keys: int = 0,
     split_owners: Mapping[int, int] | None = None,
+    tracked: Sequence[int] | None = None,
+    sketch: SketchShape | None = None,
 ) -> pa.Table:
     """Run one step for the rows of one bucket (any role mix) and encode what it yields.
 
@@ -428,6 +435,12 @@ def bucket_step(
     tuples and keeps neither, so the state holds each cache row and s_B entry once. Its
     waiting tuples stay in the state (the next step routes them by tuple again) and its
     counters reach the owner there, merged by :func:`decode_state`.
+
+    ``tracked`` (key hashes) and ``sketch`` bound the per-value counters for large key
+    domains: only the tracked values are instrumented (``run_step``'s ``tracked``), and
+    the bucket reports an ASketch of the shape ``sketch`` over its new tuples' key hashes
+    (role ``key_sketch``, :func:`new_key_sketch`), which the operator merges across buckets
+    to choose the next step's tracked values. Both need the key hash column.
     """
     if (plan.stream_key, plan.master_key) != (
         layout.stream_key_positions,
@@ -440,7 +453,13 @@ def bucket_step(
     names = table.schema.names
     replicated = _replicated_hashes(table, split_owners or {})
     loads = key_loads(table, top_keys, replicated) if KEY_HASH in names else None
-    replica_keys = _replica_keys(table, replicated, layout, plan)
+    replica_keys = _keys_of(table, replicated, layout, plan)
+    tracked_keys = None
+    if tracked is not None:
+        tracked_keys = frozenset(
+            _keys_of(table, pa.array(tracked, pa.int64()), layout, plan, stream_only=True)
+        )
+    partial = new_key_sketch(table, layout, sketch) if sketch is not None else None
     table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
     roles = _Roles(table)
     state = decode_state(roles, layout, plan)
@@ -454,6 +473,7 @@ def bucket_step(
         _partition_rows(roles, layout, wanted),
         cache_delta=_delta(roles, CACHE_CHANGE, deltas.cache, layout),
         switch_delta=_delta(roles, SWITCH_CHANGE, deltas.switch, layout),
+        tracked=tracked_keys,
     )
     if replica_keys:
         kept = result.state
@@ -466,7 +486,36 @@ def bucket_step(
     encoded = encode_result(result, layout, plan, table, schema)
     enc = _Encoder(schema)
     enc.add(KEY_LOAD, loads.num_rows, {name: loads.column(name) for name in loads.column_names})
+    if partial is not None:
+        enc.add(
+            KEY_SKETCH,
+            1,
+            {
+                BUCKET: [loads.column(BUCKET)[0].as_py()],
+                SKETCH: [json.dumps(partial.to_dict(), separators=(",", ":")).encode()],
+            },
+        )
     return pa.concat_tables([encoded, enc.table()])
+
+
+def new_key_sketch(table: pa.Table, layout: WideLayout, shape: SketchShape) -> ASketch:
+    """An ASketch of the key hashes of the bucket's new tuples whose join value has no
+    null (those match nothing, and are never cached); each distinct hash is added with its
+    count, in hash order, so the sketch is the same however the rows arrived."""
+    if KEY_HASH not in table.schema.names:
+        raise ValueError(f"a key sketch needs the {KEY_HASH} column, found {table.schema.names}")
+    mask = pc.equal(table.column(ROLE), NEW)
+    for name in layout.stream_keys:
+        mask = pc.and_(mask, pc.is_valid(table.column(stream_field(name))))
+    hashes = table.column(KEY_HASH).filter(mask)
+    sketch = shape.empty()
+    if len(hashes):
+        counted = pc.value_counts(hashes.combine_chunks())
+        values = counted.field("values").to_pylist()
+        counts = counted.field("counts").to_pylist()
+        for key, count in sorted(zip(values, counts, strict=True)):
+            sketch.add(key, count)
+    return sketch
 
 
 def _replicated_hashes(table: pa.Table, split_owners: Mapping[int, int]) -> pa.Array | None:
@@ -478,22 +527,28 @@ def _replicated_hashes(table: pa.Table, split_owners: Mapping[int, int]) -> pa.A
     return pa.array(hashes, pa.int64()) if hashes else None
 
 
-def _replica_keys(
-    table: pa.Table, replicated: pa.Array | None, layout: WideLayout, plan: StepPlan
+def _keys_of(
+    table: pa.Table,
+    hashes: pa.Array | None,
+    layout: WideLayout,
+    plan: StepPlan,
+    stream_only: bool = False,
 ) -> set[tuple[Any, ...]]:
-    """The join values of the rows of ``replicated`` keys, as Algorithm 1 keys them."""
-    if replicated is None:
+    """The join values of the rows whose key hash is in ``hashes``, as Algorithm 1 keys
+    them (of stream rows only, when ``stream_only``)."""
+    if hashes is None or not len(hashes):
         return set()
-    rows = table.filter(pc.is_in(table.column(KEY_HASH), replicated))
+    rows = table.filter(pc.is_in(table.column(KEY_HASH), hashes))
     roles = rows.column(ROLE)
     stream = rows.filter(pc.is_in(roles, value_set=pa.array(STREAM_ROLES)))
-    master = rows.filter(pc.invert(pc.is_in(roles, value_set=pa.array(STREAM_ROLES))))
     positions = tuple(range(len(layout.stream_keys)))
     keys = {
         join_value(row, positions)
         for row in _rows(stream, [stream_field(c) for c in layout.stream_keys])
     }
-    keys |= {plan.master_key_of(row) for row in _rows(master, layout.master_fields)}
+    if not stream_only:
+        master = rows.filter(pc.invert(pc.is_in(roles, value_set=pa.array(STREAM_ROLES))))
+        keys |= {plan.master_key_of(row) for row in _rows(master, layout.master_fields)}
     return keys
 
 
@@ -503,10 +558,12 @@ def bucket_function(
     deltas: BucketDeltas,
     top_keys: int = 0,
     split_owners: Mapping[int, int] | None = None,
+    tracked: Sequence[int] | None = None,
+    sketch: SketchShape | None = None,
 ) -> Callable[[pa.Table], pa.Table]:
     """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
 
     def run(table: pa.Table) -> pa.Table:
-        return bucket_step(table, layout, plan, deltas, top_keys, split_owners)
+        return bucket_step(table, layout, plan, deltas, top_keys, split_owners, tracked, sketch)
 
     return run

@@ -278,6 +278,39 @@ class SsbjParams(Strict):
             "extrapolated: scales the sum to all k partitions and skips values never seen"
         ),
     )
+    key_counts: Literal["exact", "sketch"] = Field(
+        default="exact",
+        description=(
+            "exact: every pending join value gets counters (one state row each); sketch: "
+            "an ASketch of the stream's join values, merged from every bucket each step, "
+            "picks the sketch_keys most frequent values of the current R-cycle, and only "
+            "those are counted and can enter the cache. For key domains too large to count "
+            "every value; the result is exact either way"
+        ),
+    )
+    sketch_keys: int = Field(
+        default=1024, ge=1, description="phi: the sketch's filter, the values tracked at once"
+    )
+    sketch_width: int = Field(
+        default=2048,
+        ge=16,
+        description="counters per row of the sketch's count-min layer (error ~ e/width)",
+    )
+    sketch_depth: int = Field(
+        default=4,
+        ge=1,
+        le=16,
+        description="rows of the count-min layer (the error bound fails with p ~ exp(-depth))",
+    )
+
+    @model_validator(mode="after")
+    def _sketch_needs_a_cache(self) -> SsbjParams:
+        if self.key_counts == "sketch" and self.mode != "ssbj":
+            raise ValueError(
+                f"key_counts: sketch bounds the counters of SSBJ's cache; mode {self.mode!r} "
+                "keeps no cache (use key_counts: exact, or mode: ssbj)"
+            )
+        return self
 
 
 class EquiStage(Strict):

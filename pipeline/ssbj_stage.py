@@ -41,6 +41,7 @@ cache is brought to the current version from the master's changes before it serv
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -56,15 +57,24 @@ from pyspark.sql import types as T
 
 from cache.inequality import TupleSizes
 from cache.intake import Admission, OperatorMemory, admit, chunk_capacity
-from cache.rcycle import StepPosition
+from cache.rcycle import CycleState, StepPosition
 from common.errors import ConfigError, JoinError, NotAppendOnlyError
 from common.faults import crash_point
 from joins import ssbj
+from joins.asketch import ASketch, SketchShape
 from joins.columns import INTERVAL_START
 from joins.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
 from joins.mesh_partitions import partition_by_bytes
 from joins.ssbj_algorithm import Schedule, StepCounts, StepPlan, schedule
-from joins.ssbj_buckets import KEY_LOAD, METRIC_ROLE, PENDING, ROLE, BucketDeltas, stream_field
+from joins.ssbj_buckets import (
+    KEY_LOAD,
+    KEY_SKETCH,
+    METRIC_ROLE,
+    PENDING,
+    ROLE,
+    BucketDeltas,
+    stream_field,
+)
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
@@ -116,6 +126,9 @@ class SsbjStepReport:
     moved_tuples: int = 0  # migration volume: state rows of the moved keys
     routed_keys: int = 0  # keys away from their home bucket in the next step's routing
     split_keys: int = 0  # hot keys spread over several buckets in the next step's routing
+    counter_rows: int = 0  # join values with counters in the state after the step
+    tracked_keys: int = 0  # key_counts: sketch: the values the step counted (0 for exact)
+    sketch_bytes: int = 0  # key_counts: sketch: the merged sketch's size
 
     def as_metrics(self) -> dict[str, float]:
         values: dict[str, float] = {
@@ -140,6 +153,9 @@ class SsbjStepReport:
             "moved_tuples": self.moved_tuples,
             "routed_keys": self.routed_keys,
             "split_keys": self.split_keys,
+            "counter_rows": self.counter_rows,
+            "tracked_keys": self.tracked_keys,
+            "sketch_bytes": self.sketch_bytes,
             # Conservation view: every tuple in is served by the cache or waits in H_S.
             "tuples_matched": self.cache_hits - self.cache_hits_unmatched,
             "tuples_unmatched": self.cache_hits_unmatched,
@@ -599,12 +615,23 @@ class SsbjStage:
         )
         planned = time.monotonic()
         routing = self._routing(state)
+        shape = self._sketch_shape()
+        tracked = self._tracked(state, shape)
         result = wide.step(
-            inputs, partitions, step_plan, deltas, routing, self.params.rebalance_keys
+            inputs,
+            partitions,
+            step_plan,
+            deltas,
+            routing,
+            self.params.rebalance_keys,
+            tracked,
+            shape,
         )
-        counts, loads = self._run_and_write(wide, result, routing, step, report)
+        counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
         self._rebalance(state, routing, loads, report)
+        self._count_keys(state, position, shape, sketches, report)
+        report.tracked_keys = len(tracked) if tracked is not None else 0
 
         for counted in fields(StepCounts):  # the buckets' counts, summed (MESHJOIN: no H_R)
             setattr(report, counted.name, counts[counted.name])
@@ -694,9 +721,9 @@ class SsbjStage:
         routing: KeyRouting,
         step: int,
         report: SsbjStepReport,
-    ) -> tuple[Counter[str], list[BucketLoad]]:
-        """Compute the step once, then commit its output and its state; the step's counts
-        and the buckets' loads.
+    ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
+        """Compute the step once, then commit its output and its state; the step's counts,
+        the buckets' loads and their key sketches (none unless ``key_counts: sketch``).
 
         The first action (counts and loads) materialises every bucket's result; both writes
         read it back, so the data is read and joined once whatever the writes' plans."""
@@ -704,13 +731,16 @@ class SsbjStage:
         try:
             counts: Counter[str] = Counter()
             load_rows = []
-            for role, name, value, label, key_hash, stored, probes in ssbj.summary_of(
+            sketches = []
+            for role, name, value, label, key_hash, stored, probes, sketch in ssbj.summary_of(
                 result
             ).collect():
                 if role == METRIC_ROLE:
                     counts[name] += int(value)
                 elif role == KEY_LOAD:
                     load_rows.append((label, key_hash, stored, probes))
+                elif role == KEY_SKETCH:
+                    sketches.append(ASketch.from_dict(json.loads(bytes(sketch))))
             loads = ssbj.bucket_loads(load_rows, routing.buckets)
             output = wide.enriched(result)
             outcome = self.engine.append(
@@ -731,7 +761,60 @@ class SsbjStage:
             crash_point("ssbj.before_complete")
         finally:
             result.unpersist()
-        return counts, loads
+        return counts, loads, sketches
+
+    def _sketch_shape(self) -> SketchShape | None:
+        """The ASketch size ``key_counts: sketch`` asks for; None for exact counts."""
+        if self.params.key_counts != "sketch" or not self.use_cache:
+            return None
+        return SketchShape(
+            self.params.sketch_keys, self.params.sketch_depth, self.params.sketch_width
+        )
+
+    def _tracked(self, state: dict[str, Any], shape: SketchShape | None) -> list[int] | None:
+        """The key hashes this step counts: the saved sketch's filter (the most frequent
+        values of the R-cycle so far, or of the last one at a cycle's first step); none
+        before the first sketch. None counts every value (``key_counts: exact``)."""
+        if shape is None:
+            return None
+        saved = state.get("key_sketch")
+        if saved is None:
+            return []
+        sketch = ASketch.from_dict(saved)
+        if sketch.shape != shape:
+            return []  # the configured size changed: a new sketch starts this step
+        return sorted(key for key in sketch.filter if isinstance(key, int))
+
+    def _count_keys(
+        self,
+        state: dict[str, Any],
+        position: StepPosition,
+        shape: SketchShape | None,
+        parts: list[ASketch],
+        report: SsbjStepReport,
+    ) -> None:
+        """Merge the buckets' key sketches into the operator's, saved with the step.
+
+        The sketch counts the stream since the current incrementing cycle began, the
+        cycle whose s_count the switching decision reads: it starts afresh at that cycle's
+        first step (whose tracked values came from the cycle before)."""
+        if shape is None:
+            state.pop("key_sketch", None)
+            return
+        restart = position.starts_cycle and position.state is CycleState.INCREMENTING
+        saved = state.get("key_sketch")
+        base = [] if saved is None or restart else [ASketch.from_dict(saved)]
+        if base and base[0].shape != shape:
+            logger.info(
+                "ssbj %s: the key sketch's size changed from %s to %s; a new one starts",
+                self.stage.name,
+                base[0].shape,
+                shape,
+            )
+            base = []
+        merged = ASketch.merge_all(base + parts) if base or parts else shape.empty()
+        state["key_sketch"] = merged.to_dict()
+        report.sketch_bytes = merged.size_bytes()
 
     def _routing(self, state: dict[str, Any]) -> KeyRouting:
         """The step's key routing: the saved one, or every key at home when there is none

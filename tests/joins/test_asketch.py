@@ -78,6 +78,17 @@ def test_merged_parts_keep_the_invariants_over_the_whole(
     # The saved form round-trips exactly.
     again = ASketch.from_dict(json.loads(json.dumps(merged.to_dict())))
     assert again.to_dict() == merged.to_dict()
+    assert again.counters == merged.counters
+    # All parts at once: the same counters, and a filter of the keys estimated highest.
+    at_once = ASketch.merge_all(sketches)
+    check_invariants(at_once, Counter(k for part in parts for k in part))
+    if len(sketches) > 1:  # (one part alone is not merged: its filter's gathering stays)
+        assert at_once.counters == merged.counters
+    candidates = {k for sketch in sketches for k in sketch.filter}
+    kept = sorted((at_once.estimate(k) for k in at_once.filter), reverse=True)
+    left_out = [at_once.estimate(k) for k in candidates - set(at_once.filter)]
+    assert len(at_once.filter) == min(phi, len(candidates))
+    assert not left_out or not kept or max(left_out) <= kept[-1]
 
 
 def test_the_count_min_bound_holds_for_nearly_every_key() -> None:
@@ -121,5 +132,10 @@ def test_bad_shapes_and_saved_forms_are_refused() -> None:
         ASketch(seed=1).merge(ASketch(seed=2))
     with pytest.raises(ValueError, match="not a saved sketch"):
         ASketch.from_dict({"phi": 2})
+    saved = ASketch(phi=2, depth=2, width=4).to_dict()
+    with pytest.raises(ValueError, match=r"cell \(2, 0\) is outside"):
+        ASketch.from_dict(saved | {"cells": [[2, 0, 5]]})
+    with pytest.raises(ValueError, match="at least one sketch"):
+        ASketch.merge_all([])
     with pytest.raises(ValueError, match="count >= 1"):
         ASketch().add("k", 0)

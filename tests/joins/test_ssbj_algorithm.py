@@ -10,6 +10,7 @@ state must read back as the same state.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from dataclasses import replace
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from cache.inequality import TupleSizes
 from cache.rcycle import StepPosition
+from joins.asketch import ASketch, SketchShape
 from joins.ssbj_algorithm import (
     BucketState,
     Reload,
@@ -32,6 +34,7 @@ from joins.ssbj_algorithm import (
 )
 from joins.ssbj_buckets import (
     ADDED,
+    BUCKET,
     CACHE,
     CACHE_CHANGE,
     CHANGE,
@@ -39,6 +42,8 @@ from joins.ssbj_buckets import (
     EMPTY,
     ENTRY_STEP,
     HITS,
+    KEY_HASH,
+    KEY_SKETCH,
     MASTER_ROWS,
     MATCHED,
     METRIC,
@@ -51,6 +56,7 @@ from joins.ssbj_buckets import (
     PINNED_VERSION,
     REMOVED,
     ROLE,
+    SKETCH,
     STATE_ROLES,
     SWITCH,
     VALUE,
@@ -135,6 +141,7 @@ def plan_for(
     estimator=st.sampled_from(["paper", "extrapolated"]),
     steps=st.integers(1, 24),
     reload=st.booleans(),
+    tracked=st.sampled_from([None, frozenset(), frozenset({(1,)}), frozenset({(2,), (6,)})]),
 )
 def test_every_tuple_is_answered_once_with_its_pinned_version(
     seed: int,
@@ -145,7 +152,11 @@ def test_every_tuple_is_answered_once_with_its_pinned_version(
     estimator: str,
     steps: int,
     reload: bool,
+    tracked: frozenset[tuple[int]] | None,
 ) -> None:
+    """``tracked`` (the values an ASketch picked, or None for exact counts) may change
+    which values are cached, never the answer; only tracked values get counters and
+    enter the cache."""
     rng = random.Random(seed)
     versions = [[(key, s, float(key * 10 + s)) for key in range(1, 6) for s in range(key % 3)]]
     state = BucketState()
@@ -186,10 +197,20 @@ def test_every_tuple_is_answered_once_with_its_pinned_version(
             for v in reads.partition_versions
         }
         result = run_step(
-            plan, state, new, partitions, delta(reads.cache_from), delta(reads.switch_from)
+            plan,
+            state,
+            new,
+            partitions,
+            delta(reads.cache_from),
+            delta(reads.switch_from),
+            tracked=tracked,
         )
         produced.update(result.output)
         counts = result.counts
+        assert counts.counter_rows == len(result.state.counters)
+        if tracked is not None:
+            assert set(result.state.counters) <= tracked
+            assert set(result.state.cache) | set(result.state.switch_buffer) <= tracked
         assert counts.tuples_in == len(new) == counts.cache_hits + counts.entered_pending
         assert counts.output_rows == len(result.output)
         assert counts.pending_rows == len(result.state.pending)
@@ -360,3 +381,52 @@ def test_nan_and_signed_zero_join_values_meet_as_in_spark_and_duckdb() -> None:
     rows = out.filter(pc.equal(out.column(ROLE), OUT)).select([STREAM[0], MASTER[1]]).to_pylist()
     assert Counter((r[STREAM[0]], r[MASTER[1]]) for r in rows) == matched
     assert nan != nan  # the test data's NaNs really are distinct objects that compare unequal
+
+
+def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> None:
+    """With a sketch shape, a bucket reports an ASketch of its new tuples' key hashes
+    (null join values left out: they match nothing) and gives counters only to the
+    values whose hash is tracked; the answer does not depend on either."""
+    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    state, control = BucketState(), {"cache_version": None, "switch_version": None}
+    # Step 0 of k = 1 starts an incrementing cycle: every pending value gets s_count.
+    plan, _ = plan_for(0, 1, 1, 0, True, False, "paper", state, control, True)
+    new = [(i, key) for i, key in enumerate([1, 1, 1, 2, 2, 3, None, None])]
+    master = [(1, 0, 1.0), (2, 0, 2.0), (2, 1, 3.0)]
+    hashes = {1: 101, 2: 202, 3: 303, None: 999}
+    table = pa.concat_tables(
+        [
+            role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+            role_rows(
+                PARTITION, [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master]
+            ),
+        ]
+    )
+    key_of = [
+        hashes[r[stream_field("k")] if r[ROLE] == NEW else r[master_field("mk")]]
+        for r in table.to_pylist()
+    ]
+    table = table.append_column(BUCKET, pa.array([7] * table.num_rows, pa.int32()))
+    table = table.append_column(KEY_HASH, pa.array(key_of, pa.int64()))
+    arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
+
+    def run(tracked: list[int] | None) -> pa.Table:
+        return bucket_step(
+            table, layout, arrow_plan, BucketDeltas(), 4, None, tracked, SketchShape(2, 3, 64)
+        )
+
+    exact, tracked = run(None), run([202])
+    for result in (exact, tracked):
+        rows = result.filter(pc.equal(result.column(ROLE), KEY_SKETCH)).to_pylist()
+        assert [r[BUCKET] for r in rows] == [7]
+        sketch = ASketch.from_dict(json.loads(rows[0][SKETCH]))
+        assert sketch.added == 6  # the two null-key tuples are not counted
+        assert dict(sketch.hot_keys()) == {101: 3, 202: 2}  # phi = 2: the two hottest
+        assert sketch.estimate(303) >= 1
+    assert of_role(exact, COUNTER, [MASTER[0], MASTER_ROWS, OBSERVED]) == Counter(
+        {(1, 1, 1): 1, (2, 2, 1): 1, (3, 0, 1): 1}
+    )
+    assert of_role(tracked, COUNTER, [MASTER[0], MASTER_ROWS, OBSERVED]) == Counter({(2, 2, 1): 1})
+    assert of_role(tracked, METRIC_ROLE, [METRIC, VALUE])[("counter_rows", 1)] == 1
+    out = [*STREAM, *MASTER]
+    assert of_role(exact, OUT, out) == of_role(tracked, OUT, out)

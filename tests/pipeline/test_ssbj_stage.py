@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from cache.inequality import should_switch_into_cache
 from common.errors import JoinError
 from joins import ssbj
+from joins.asketch import ASketch, SketchShape
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness
 
@@ -299,6 +300,52 @@ def test_state_of_an_earlier_release_with_tuples_pending_is_refused(
     assert_same_multiset(h.output(), h.oracle("inner"))
     state = h.store.operator_state("enrich")
     assert state is not None and state["next_step"] == 9  # steps 7 and 8 (the drain)
+
+
+def test_a_key_sketch_bounds_the_counters_and_the_output_stays_exact(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``key_counts: sketch``: the buckets sketch their new tuples' keys, the driver merges
+    the sketches (saved in the operator state) and only the values in its filter get
+    counters and can enter the cache. Against exact counting over the same arrivals, with
+    many one-off keys beside two hot ones and a master update mid-run: both outputs are
+    the DuckDB oracle's whole multiset, the hot values are still cached, and far fewer
+    counter rows are kept."""
+    rng = random.Random(9)
+    arrivals = []
+    next_id = 0
+    for _ in range(6):
+        keys = [rng.choice([1, 2]) for _ in range(8)] + [
+            rng.randrange(100, 10_000) for _ in range(8)
+        ]
+        arrivals.append([(next_id + i, k) for i, k in enumerate(keys)])
+        next_id += len(keys)
+    master = [(k, s, float(10 * k + s)) for k in [1, 2, *range(100, 400)] for s in range(k % 2 + 1)]
+    counters = {}
+    for counting in ("exact", "sketch"):
+        operator = {"key_counts": counting, "sketch_keys": 2, "sketch_width": 64}
+        h = SsbjHarness(spark, tmp_path / counting, "ssbj", 2, 1, "left", operator=operator)
+        h.load_master(master, 2)
+        for run, batch in enumerate(arrivals):
+            h.arrive(batch)
+            if run == 2:
+                h.update_master([(1, 0, -5.0), (150, 9, 3.5)], [(2, 0)])
+            h.run()
+        h.drain()
+        assert_same_multiset(h.output(), h.oracle("left"))
+        assert h.metric_sum("cache_hits") > 0, counting
+        counters[counting] = h.metric_sum("counter_rows")
+        tracked = [m.value for m in h.store.metrics() if m.name == "tracked_keys"]
+        state = h.store.operator_state("enrich")
+        assert state is not None
+        if counting == "sketch":
+            assert 0 < max(tracked) <= 2
+            sketch = ASketch.from_dict(state["key_sketch"])
+            assert sketch.shape == SketchShape(2, 4, 64)  # (empty: the drain added nothing)
+            assert h.metric_sum("sketch_bytes") > 0
+        else:
+            assert max(tracked) == 0 and "key_sketch" not in state
+    assert counters["sketch"] * 3 < counters["exact"], counters
 
 
 @pytest.mark.parametrize(
