@@ -242,16 +242,21 @@ class KeyRouting:
 
 
 def plan_splits(
-    routing: KeyRouting, loads: Sequence[BucketLoad], factor: float
+    routing: KeyRouting, loads: Sequence[BucketLoad], factor: float, ways: int | None = None
 ) -> dict[int, tuple[int, ...]]:
     """Hot keys to split, and their replica buckets.
 
     A key whose probes (new tuples and master rows, summed over the buckets that report
     it) exceed ``factor`` times the mean bucket's probes cannot be balanced by moving it
-    whole: it is split over ``d = ceil(probes / mean)`` buckets (at most B), its owner and
-    the ``d - 1`` buckets with the fewest probes of other keys. Deterministic."""
+    whole: it is split over ``d = ceil(probes / mean)`` buckets (at most B, and at most
+    ``ways``), its owner and the ``d - 1`` buckets with the fewest probes of other keys.
+    ``ways = 2`` is STA's Algorithm 2 for hot keys (two choices, the key's own instance
+    and the least loaded other); every replica costs a copy of the key's master rows, so
+    ``ways`` bounds that copying. Deterministic."""
     if factor < 1:
         raise ValueError(f"plan_splits: expected a factor >= 1, found {factor}")
+    if ways is not None and ways < 2:
+        raise ValueError(f"plan_splits: expected ways >= 2 (or none), found {ways}")
     total = sum(b.probes for b in loads)
     if total == 0 or routing.buckets < 2:
         return {}
@@ -269,7 +274,7 @@ def plan_splits(
     splits: dict[int, tuple[int, ...]] = {}
     for key_hash, probes in sorted(hot.items(), key=lambda kv: (-kv[1], kv[0])):
         owner = routing.bucket(key_hash)
-        d = min(routing.buckets, math.ceil(probes / mean))
+        d = min(routing.buckets, math.ceil(probes / mean), ways or routing.buckets)
         spare = sorted(
             (i for i in range(routing.buckets) if i != owner), key=lambda i: (other[i], i)
         )
@@ -289,11 +294,13 @@ def rebalance(
     theta_gap: int = 0,
     seed: int = 0,
     split_factor: float | None = None,
+    split_ways: int | None = None,
 ) -> Rebalance:
     """The monitor: LI over all buckets (Eq. 2; a bucket that reported nothing has load 0)
     and, when it exceeds ``theta``, the migrations that bring it down. With
     ``split_factor``, keys too hot to move whole are split first (:func:`plan_splits`) and
-    stay out of the migrations; their loads are spread over their buckets for the rest."""
+    stay out of the migrations; their loads are spread over their buckets for the rest
+    (over at most ``split_ways`` buckets each)."""
     if method not in METHODS:
         raise ValueError(f"rebalance: expected a method in {METHODS}, found {method!r}")
     by_bucket = {b.bucket: b for b in loads}
@@ -302,7 +309,9 @@ def rebalance(
         raise ValueError(f"rebalance: loads of buckets {unknown}, routing has {routing.buckets}")
     every = [by_bucket.get(b, BucketLoad(b, 0, 0)) for b in range(routing.buckets)]
     before = imbalance([b.load for b in every])
-    splits = plan_splits(routing, every, split_factor) if split_factor is not None else {}
+    splits = (
+        plan_splits(routing, every, split_factor, split_ways) if split_factor is not None else {}
+    )
     if splits:
         every = spread_loads(every, routing.with_splits(splits), splits)
     # No migration when the (spread) loads are within theta: plan_rebalance checks first.

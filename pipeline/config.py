@@ -261,6 +261,14 @@ class SsbjParams(Strict):
             "(its owner keeps its state). Null: hot values only move whole. Needs rebalance"
         ),
     )
+    split_ways: int | None = Field(
+        default=None,
+        ge=2,
+        description=(
+            "most buckets one split value spreads over (each holds a copy of its rows). 2 is "
+            "STA's two choices for hot keys; null: as many as its tuples need, up to all"
+        ),
+    )
     rebalance_keys: int = Field(
         default=16,
         ge=1,
@@ -304,11 +312,17 @@ class SsbjParams(Strict):
     )
 
     @model_validator(mode="after")
-    def _sketch_needs_a_cache(self) -> SsbjParams:
+    def _options_that_need_others(self) -> SsbjParams:
         if self.key_counts == "sketch" and self.mode != "ssbj":
             raise ValueError(
                 f"key_counts: sketch bounds the counters of SSBJ's cache; mode {self.mode!r} "
                 "keeps no cache (use key_counts: exact, or mode: ssbj)"
+            )
+        if self.split_ways is not None and self.split_hot_keys is None:
+            raise ValueError(
+                f"split_ways: {self.split_ways} bounds how hot values are split, but "
+                "split_hot_keys is null (nothing is split); set split_hot_keys or drop "
+                "split_ways"
             )
         return self
 

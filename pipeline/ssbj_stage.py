@@ -858,6 +858,7 @@ class SsbjStage:
             method,
             seed=int(state["next_step"]),
             split_factor=self.params.split_hot_keys,
+            split_ways=self.params.split_ways,
         )
         report.load_imbalance = planned.before
         report.load_imbalance_after = planned.after

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -189,7 +190,11 @@ def test_a_key_hotter_than_a_bucket_is_split_over_the_least_loaded_buckets() -> 
     splits = plan_splits(routing, loads, factor=2.0)
     # mean probes 250: key 8 (800) needs ceil(800 / 250) = 4 buckets, every other one
     assert splits == {8: (1, 2, 3)}
+    # STA's two choices: the owner and the least loaded other bucket
+    assert plan_splits(routing, loads, factor=2.0, ways=2) == {8: (2,)}
     assert plan_splits(routing, loads, factor=4.0) == {}
+    with pytest.raises(ValueError, match="ways >= 2"):
+        plan_splits(routing, loads, factor=2.0, ways=1)
     plan = rebalance(routing, loads, theta=100.0, split_factor=2.0)
     assert plan.splits == ((8, (1, 2, 3)),)
     assert all(8 not in m.keys for m in plan.migrations)
@@ -202,10 +207,17 @@ def test_a_key_hotter_than_a_bucket_is_split_over_the_least_loaded_buckets() -> 
 
 
 @settings(max_examples=100, deadline=None)
-@given(loads=some_loads(), factor=st.sampled_from([1.0, 1.5, 3.0]))
-def test_splitting_keeps_every_probe_and_stored_row(loads: list[BucketLoad], factor: float) -> None:
+@given(
+    loads=some_loads(),
+    factor=st.sampled_from([1.0, 1.5, 3.0]),
+    ways=st.sampled_from([None, 2, 3]),
+)
+def test_splitting_keeps_every_probe_and_stored_row(
+    loads: list[BucketLoad], factor: float, ways: int | None
+) -> None:
     routing = KeyRouting(len(loads))
-    splits = plan_splits(routing, loads, factor)
+    splits = plan_splits(routing, loads, factor, ways)
+    assert all(len(replicas) < (ways or len(loads) + 1) for replicas in splits.values())
     spread = spread_loads(loads, routing.with_splits(splits), splits)
     assert sum(b.probes for b in spread) == sum(b.probes for b in loads)
     assert sum(b.stored for b in spread) == sum(b.stored for b in loads)

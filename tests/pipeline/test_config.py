@@ -91,6 +91,26 @@ def test_valid_config_parses() -> None:
             {"partitions": 0},
             "stages.0.equi.operator.partitions: Input should be greater than or equal to 1",
         ),
+        (
+            "stages.0.operator",
+            {"mode": "meshjoin", "key_counts": "sketch"},
+            "stages.0.equi.operator: key_counts: sketch bounds the counters",
+        ),
+        (
+            "stages.0.operator",
+            {"split_hot_keys": None, "split_ways": 2},
+            "split_ways: 2 bounds how hot values are split, but split_hot_keys is null",
+        ),
+        (
+            "stages.0.operator",
+            {"split_ways": 1},
+            "stages.0.equi.operator.split_ways: Input should be greater than or equal to 2",
+        ),
+        (
+            "stages.0.operator",
+            {"sketch_width": 8},
+            "stages.0.equi.operator.sketch_width: Input should be greater than or equal to 16",
+        ),
         ("schedule", {"interval": "5 parsecs"}, "schedule.interval: expected a duration like 30s"),
         ("quality", {"nope": {}}, "quality.nope: not an output table"),
         ("masters.m.columns", [], "masters.m.columns: List should have at least 1 item"),
