@@ -13,6 +13,11 @@ bronze commits run through one stage per method, side by side in one process:
   and 3);
 - ``split``: GreedyFit, and a key with more than twice a mean bucket's tuples split over
   several buckets (``operator.split_hot_keys: 2``, the default);
+- ``twochoice``: ``split`` with each hot key on at most two buckets, its own and the least
+  loaded other (``operator.split_ways: 2``, STA's Algorithm 2 for hot keys);
+- ``sketch``: ``split`` with ``operator.key_counts: sketch``: only the join values in the
+  filter of the ASketch the buckets build and the driver merges get counters and can
+  enter the cache (the others are counted nowhere);
 - ``aqe``: a plain Spark join of each batch to the whole master, broadcast off, with Spark's
   adaptive skew-join handling on (it splits a skewed partition of the sort-merge join).
 
@@ -24,8 +29,10 @@ measured steps): LI of FastJoin's load model (Eq. 2 over |R_i| * phi_si, ``inf``
 nothing), the measured task LI of the bucket stage (slowest task / mean task), the step's
 wall time, the makespan of the bucket stage simulated on P = 16, 64 and 256 executors by
 list scheduling of its measured task durations (``benchmarks.makespan``), and the keys and
-stored rows moved per trigger. ``aqe``'s columns are of its join stage (the stage of the
-step with the largest summed task time).
+stored rows moved per trigger, the state's counter rows and the share of tuples the cache
+answered. ``aqe``'s columns are of its join stage (the stage of the step with the largest
+summed task time). ``--methods`` runs some of the methods (``hash`` always runs: the
+ratios are to it).
 """
 
 from __future__ import annotations
@@ -57,24 +64,29 @@ from warehouse.delta.schema import arrow_to_spark
 from warehouse.spark import SparkSettings, build_session
 
 logger = logging.getLogger("skew-keys")
-METHODS = ("hash", "greedyfit", "safit", "split", "aqe")
+METHODS = ("hash", "greedyfit", "safit", "split", "twochoice", "sketch", "aqe")
 EXECUTORS = (16, 64, 256)
 
 
-def config(root: Path, partitions: int, threshold: float) -> dict[str, Any]:
+def config(
+    root: Path, partitions: int, threshold: float, methods: Sequence[str] = METHODS
+) -> dict[str, Any]:
     """One stage per method over customer (``benchmarks.ssbj_bench.build_config``)."""
+    split = {"mode": "ssbj", "rebalance": "greedyfit", "split_hot_keys": 2.0}
     operators: dict[str, dict[str, Any]] = {
         "hash": {"mode": "ssbj", "rebalance": "off"},
         "greedyfit": {"mode": "ssbj", "rebalance": "greedyfit", "split_hot_keys": None},
         "safit": {"mode": "ssbj", "rebalance": "safit", "split_hot_keys": None},
-        "split": {"mode": "ssbj", "rebalance": "greedyfit", "split_hot_keys": 2.0},
+        "split": split,
+        "twochoice": {**split, "split_ways": 2},
+        "sketch": {**split, "key_counts": "sketch"},
         "aqe": {"mode": "baseline"},
     }
     return build_config(
         root,
         "customer",
         partitions,
-        {m: {**operators[m], "rebalance_threshold": threshold} for m in METHODS},
+        {m: {**operators[m], "rebalance_threshold": threshold} for m in methods},
         name="skew_keys",
     )
 
@@ -92,7 +104,8 @@ def bucket_stage(stages: list[list[float]], buckets: int, method: str) -> list[f
 def run_case(spark, tpch: Path, z: float, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     spec = MASTERS["customer"]
     root = Path(tempfile.mkdtemp(prefix=f"skew-keys-z{z}-"))
-    case = Case.open(spark, config(root, args.partitions, args.threshold))
+    methods = args.methods
+    case = Case.open(spark, config(root, args.partitions, args.threshold, methods))
     table = _plain(pq.read_table(tpch / spec.file)).select(spec.columns)
     case.load_master(spark.createDataFrame(table, arrow_to_spark(table.schema)).repartition(8))
     rng = np.random.default_rng(42)
@@ -100,7 +113,7 @@ def run_case(spark, tpch: Path, z: float, args: argparse.Namespace) -> list[dict
     bronze = case.create_bronze()
     stream_schema = bronze_schema(case.config.streams["s"])
     metrics = TaskMetrics(spark)
-    measured: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+    measured: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     warmup = args.partitions
     for step in range(args.steps):
         batch = stream_batch(
@@ -109,7 +122,7 @@ def run_case(spark, tpch: Path, z: float, args: argparse.Namespace) -> list[dict
         case.engine.append(
             bronze, spark.createDataFrame(batch, stream_schema), AppTransaction("bench", step)
         )
-        for method in METHODS:
+        for method in methods:
             group = f"skew-keys-{z}-{method}-{step}"
             spark.sparkContext.setJobGroup(group, group)
             started = time.perf_counter()
@@ -123,7 +136,7 @@ def run_case(spark, tpch: Path, z: float, args: argparse.Namespace) -> list[dict
     spark.sparkContext.setJobGroup("", "")
     recorded = case.metrics()
     rows = []
-    for method in METHODS:
+    for method in methods:
         steps = measured[method]
         model = [values for s, values in sorted(recorded.get(method, {}).items()) if s > warmup]
         lis = [v.get("load_imbalance", math.nan) for v in model]
@@ -149,6 +162,11 @@ def run_case(spark, tpch: Path, z: float, args: argparse.Namespace) -> list[dict
                 else 0,
                 "triggers": len(triggers),
                 "steps": len(steps),
+                "counter_rows": statistics.mean(v.get("counter_rows", 0) for v in model)
+                if model
+                else 0,
+                "hit_share": sum(v.get("cache_hits", 0) for v in model)
+                / max(1, sum(v.get("tuples_in", 0) for v in model)),
             }
         )
     case.store.dispose()
@@ -163,18 +181,24 @@ def render(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
         "",
         "| z | method | LI (model, Eq. 2) | LI (tasks, max/mean) | step s | "
         + " | ".join(f"makespan P={p} s" for p in EXECUTORS)
-        + " | vs hash at P=64 | triggers | keys moved/trigger | stored rows moved/trigger |",
-        "|---|---|---|---|---|" + "---|" * len(EXECUTORS) + "---|---|---|---|",
+        + " | vs hash at P=64 | triggers | keys moved/trigger | stored rows moved/trigger"
+        + " | counter rows | cache answered |",
+        "|---|---|---|---|---|" + "---|" * len(EXECUTORS) + "---|---|---|---|---|---|",
     ]
     for z in sorted({r["z"] for r in rows}):
         base = next(r for r in rows if r["z"] == z and r["method"] == "hash")["makespan"][64]
         for r in (r for r in rows if r["z"] == z):
             li = "-" if r["method"] == "aqe" else f"{r['li_model']:.2f}"
+            state = (
+                "- | -"
+                if r["method"] == "aqe"
+                else f"{r['counter_rows']:,.0f} | {100 * r['hit_share']:.1f}%"
+            )
             lines.append(
                 f"| {z:g} | {r['method']} | {li} | {r['li_tasks']:.2f} | {r['seconds']:.2f} | "
                 + " | ".join(f"{r['makespan'][p]:.3f}" for p in EXECUTORS)
                 + f" | {base / r['makespan'][64]:.2f}x | {r['triggers']}/{r['steps']} | "
-                f"{r['moved_keys']:.1f} | {r['moved_tuples']:.0f} |"
+                f"{r['moved_keys']:.1f} | {r['moved_tuples']:.0f} | {state} |"
             )
     return "\n".join(lines)
 
@@ -187,11 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=1.2)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/skew-keys.md"))
     parser.add_argument("--case-json", type=Path, help=argparse.SUPPRESS)  # one z, in a child
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.steps <= args.partitions:
         parser.error(f"--steps must exceed --partitions (the warm-up), got {args.steps}")
+    args.methods = ["hash", *(m for m in METHODS if m in args.methods and m != "hash")]
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("warehouse", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
