@@ -40,15 +40,20 @@ def test_a_busy_lease_is_waited_for(state_store_url: str) -> None:
     store = StateStore(state_store_url)
     holder = PipelineLease(store, "p", "run r1", NO_WAIT)
     holder.acquire()
-    # Expire the holder's grant from outside: the waiter takes over at its next poll.
-    set_lease(store, expires_at=datetime.now(UTC) - timedelta(seconds=1))
-    waiter = PipelineLease(
-        StateStore(state_store_url), "p", "run r2", LeaseSettings(30, 5, poll_seconds=0.1)
-    )
-    with waiter:
-        assert waiter.token == 2
-        with pytest.raises(LeaseLostError, match="was lost"):
-            holder.check()
+    try:
+        # Expire the holder's grant from outside: the waiter takes over at its next poll.
+        set_lease(store, expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        waiter = PipelineLease(
+            StateStore(state_store_url), "p", "run r2", LeaseSettings(30, 5, poll_seconds=0.1)
+        )
+        with waiter:
+            assert waiter.token == 2
+            with pytest.raises(LeaseLostError, match="was lost"):
+                holder.check()
+    finally:
+        # Stop the holder's heartbeat: left running, it renews against a dropped
+        # database after the test, for the rest of the session.
+        holder.release()
 
 
 def test_lease_of_a_killed_process_is_taken_over_at_once(state_store_url: str) -> None:
@@ -85,14 +90,18 @@ def test_a_live_holder_on_another_host_keeps_the_lease_until_it_expires(
     state_store_url: str,
 ) -> None:
     store = StateStore(state_store_url)
-    PipelineLease(store, "p", "seed", NO_WAIT).acquire()
-    set_lease(store, owner="elsewhere:1:1:x", expires_at=datetime.now(UTC) + timedelta(hours=1))
-    with pytest.raises(LeaseHeldError, match="elsewhere"):
-        PipelineLease(store, "p", "run r2", NO_WAIT).acquire()
-    set_lease(store, expires_at=datetime.now(UTC) - timedelta(seconds=1))
-    lease = PipelineLease(store, "p", "run r3", NO_WAIT)
-    with lease:
-        assert lease.token == 2
+    seed = PipelineLease(store, "p", "seed", NO_WAIT)
+    seed.acquire()
+    try:
+        set_lease(store, owner="elsewhere:1:1:x", expires_at=datetime.now(UTC) + timedelta(hours=1))
+        with pytest.raises(LeaseHeldError, match="elsewhere"):
+            PipelineLease(store, "p", "run r2", NO_WAIT).acquire()
+        set_lease(store, expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        lease = PipelineLease(store, "p", "run r3", NO_WAIT)
+        with lease:
+            assert lease.token == 2
+    finally:
+        seed.release()
 
 
 def test_a_fenced_out_writer_writes_nothing(state_store_url: str) -> None:
