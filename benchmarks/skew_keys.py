@@ -29,8 +29,8 @@ measured steps): LI of FastJoin's load model (Eq. 2 over |R_i| * phi_si, ``inf``
 nothing), the measured task LI of the bucket stage (slowest task / mean task), the step's
 wall time, the makespan of the bucket stage simulated on P = 16, 64 and 256 executors by
 list scheduling of its measured task durations (``benchmarks.makespan``), and the keys and
-stored rows moved per trigger, the state's counter rows and the share of tuples the cache
-answered. ``aqe``'s columns are of its join stage (the stage of the step with the largest
+stored rows moved per trigger, the state's rows after a step (waiting tuples H_S, cache
+rows H_R, value counters) and the share of tuples the cache answered. ``aqe``'s columns are of its join stage (the stage of the step with the largest
 summed task time). ``--methods`` runs some of the methods (``hash`` always runs: the
 ratios are to it).
 """
@@ -162,9 +162,10 @@ def run_case(spark, tpch: Path, z: float, args: argparse.Namespace) -> list[dict
                 else 0,
                 "triggers": len(triggers),
                 "steps": len(steps),
-                "counter_rows": statistics.mean(v.get("counter_rows", 0) for v in model)
-                if model
-                else 0,
+                **{
+                    name: statistics.mean(v.get(name, 0) for v in model) if model else 0
+                    for name in ("counter_rows", "pending_rows", "cache_rows")
+                },
                 "hit_share": sum(v.get("cache_hits", 0) for v in model)
                 / max(1, sum(v.get("tuples_in", 0) for v in model)),
             }
@@ -182,7 +183,7 @@ def render(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
         "| z | method | LI (model, Eq. 2) | LI (tasks, max/mean) | step s | "
         + " | ".join(f"makespan P={p} s" for p in EXECUTORS)
         + " | vs hash at P=64 | triggers | keys moved/trigger | stored rows moved/trigger"
-        + " | counter rows | cache answered |",
+        + " | state rows: H_S / H_R / counters | cache answered |",
         "|---|---|---|---|---|" + "---|" * len(EXECUTORS) + "---|---|---|---|---|---|",
     ]
     for z in sorted({r["z"] for r in rows}):
@@ -192,7 +193,8 @@ def render(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
             state = (
                 "- | -"
                 if r["method"] == "aqe"
-                else f"{r['counter_rows']:,.0f} | {100 * r['hit_share']:.1f}%"
+                else f"{r['pending_rows']:,.0f} / {r['cache_rows']:,.0f} / "
+                f"{r['counter_rows']:,.0f} | {100 * r['hit_share']:.1f}%"
             )
             lines.append(
                 f"| {z:g} | {r['method']} | {li} | {r['li_tasks']:.2f} | {r['seconds']:.2f} | "

@@ -33,7 +33,9 @@ eviction cycle instead of its end (both see f_count over the E cycles since the 
 pass); s_count is reset when an incrementing cycle starts (the paper resets it at phase-out,
 line 12: the same counts reach line 33); pending tuples of a value moved into H_R stay in
 H_S until their cycle completes (removing them early would lose the partitions they have
-not met yet).
+not met yet). Beyond the paper, the instrumentation can be bounded to a set of tracked
+values (``run_step``'s ``tracked``: the ASketch filter of ``operator.key_counts: sketch``);
+untracked values are never cached, which changes where they are answered, not the answer.
 """
 
 from __future__ import annotations
