@@ -288,7 +288,10 @@ class WideTable:
             keyed = keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
         label_of = task_labels(routing.buckets)
         owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
-        function = bucket_function(self.layout, plan, deltas, top_keys, owners, tracked, sketch)
+        ways = {h: 1 + len(replicas) for h, replicas in routing.split}
+        function = bucket_function(
+            self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways
+        )
         return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
 
     def enriched(self, result: DataFrame) -> DataFrame:

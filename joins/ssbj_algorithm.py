@@ -316,6 +316,7 @@ def run_step(
     cache_delta: MasterDelta | None = None,
     switch_delta: MasterDelta | None = None,
     tracked: frozenset[Key] | None = None,
+    spread: Mapping[Key, int] | None = None,
 ) -> StepResult:
     """One iteration of Algorithm 1's outer loop (lines 3–51) for one bucket.
 
@@ -330,6 +331,11 @@ def run_step(
     the stream (``joins.asketch``). Untracked values stay on the disk side, which answers
     them exactly; cached values keep their f_count. ``None`` counts every pending value,
     as the paper does.
+
+    ``spread`` maps a value whose tuples are split evenly over several buckets (this one
+    its owner, ``joins.key_routing``) to the number of those buckets: the owner holds that
+    share of the value's H_S, so line 33 weighs ``|H_S(j)|`` times it, the value's whole
+    H_S, as the unsplit value would be weighed.
     """
     position = plan.position
     counts = StepCounts()
@@ -405,7 +411,8 @@ def run_step(
                 )
             else:
                 estimate = counted.master_rows if counted is not None else 0
-            if should_switch_into_cache(tuples, estimate, plan.sizes, plan.switch_factor):
+            whole = tuples * spread.get(key, 1) if spread else tuples
+            if should_switch_into_cache(whole, estimate, plan.sizes, plan.switch_factor):
                 buffer[key] = []
 
     # Disk phase, lines 24–27: each pending tuple meets this partition of its version.

@@ -420,6 +420,7 @@ def bucket_step(
     split_owners: Mapping[int, int] | None = None,
     tracked: Sequence[int] | None = None,
     sketch: SketchShape | None = None,
+    split_ways: Mapping[int, int] | None = None,
 ) -> pa.Table:
     """Run one step for the rows of one bucket (any role mix) and encode what it yields.
 
@@ -434,7 +435,9 @@ def bucket_step(
     cache rows are a copy for this step and s_B is the owner's: the replica answers its
     tuples and keeps neither, so the state holds each cache row and s_B entry once. Its
     waiting tuples stay in the state (the next step routes them by tuple again) and its
-    counters reach the owner there, merged by :func:`decode_state`.
+    counters reach the owner there, merged by :func:`decode_state`. ``split_ways`` gives
+    each split key's number of buckets: its owner weighs its share of the key's waiting
+    tuples by it when deciding the switch into the cache (``run_step``'s ``spread``).
 
     ``tracked`` (key hashes) and ``sketch`` bound the per-value counters for large key
     domains: only the tracked values are instrumented (``run_step``'s ``tracked``), and
@@ -460,6 +463,7 @@ def bucket_step(
             _keys_of(table, pa.array(tracked, pa.int64()), layout, plan, stream_only=True)
         )
     partial = new_key_sketch(table, layout, sketch) if sketch is not None else None
+    spread = _owned_spread(table, split_owners or {}, split_ways or {}, layout, plan)
     table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
     roles = _Roles(table)
     state = decode_state(roles, layout, plan)
@@ -474,6 +478,7 @@ def bucket_step(
         cache_delta=_delta(roles, CACHE_CHANGE, deltas.cache, layout),
         switch_delta=_delta(roles, SWITCH_CHANGE, deltas.switch, layout),
         tracked=tracked_keys,
+        spread=spread,
     )
     if replica_keys:
         kept = result.state
@@ -527,6 +532,27 @@ def _replicated_hashes(table: pa.Table, split_owners: Mapping[int, int]) -> pa.A
     return pa.array(hashes, pa.int64()) if hashes else None
 
 
+def _owned_spread(
+    table: pa.Table,
+    split_owners: Mapping[int, int],
+    split_ways: Mapping[int, int],
+    layout: WideLayout,
+    plan: StepPlan,
+) -> dict[tuple[Any, ...], int]:
+    """The split keys this bucket owns, by join value, with their number of buckets."""
+    if not split_ways or table.num_rows == 0 or BUCKET not in table.schema.names:
+        return {}
+    label = table.column(BUCKET)[0].as_py()
+    spread = {}
+    for key_hash, owner in split_owners.items():
+        ways = split_ways.get(key_hash, 1)
+        if owner != label or ways < 2:
+            continue
+        for key in _keys_of(table, pa.array([key_hash], pa.int64()), layout, plan, True):
+            spread[key] = ways
+    return spread
+
+
 def _keys_of(
     table: pa.Table,
     hashes: pa.Array | None,
@@ -560,10 +586,13 @@ def bucket_function(
     split_owners: Mapping[int, int] | None = None,
     tracked: Sequence[int] | None = None,
     sketch: SketchShape | None = None,
+    split_ways: Mapping[int, int] | None = None,
 ) -> Callable[[pa.Table], pa.Table]:
     """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
 
     def run(table: pa.Table) -> pa.Table:
-        return bucket_step(table, layout, plan, deltas, top_keys, split_owners, tracked, sketch)
+        return bucket_step(
+            table, layout, plan, deltas, top_keys, split_owners, tracked, sketch, split_ways
+        )
 
     return run

@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cache.inequality import TupleSizes
-from cache.rcycle import StepPosition
+from cache.rcycle import CycleState, StepPosition
 from joins.asketch import ASketch, SketchShape
 from joins.ssbj_algorithm import (
     BucketState,
+    KeyCounters,
     Reload,
     RowChanges,
     StepPlan,
@@ -44,6 +45,7 @@ from joins.ssbj_buckets import (
     HITS,
     KEY_HASH,
     KEY_SKETCH,
+    MARKED,
     MASTER_ROWS,
     MATCHED,
     METRIC,
@@ -430,3 +432,53 @@ def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> No
     assert of_role(tracked, METRIC_ROLE, [METRIC, VALUE])[("counter_rows", 1)] == 1
     out = [*STREAM, *MASTER]
     assert of_role(exact, OUT, out) == of_role(tracked, OUT, out)
+
+
+def test_a_split_keys_owner_weighs_the_whole_of_its_waiting_tuples() -> None:
+    """A split key's tuples are spread evenly over its d buckets, so its owner holds 1/d of
+    its H_S: line 33 must weigh d times the owner's share, or a key hot enough to split
+    would rarely enter the cache. Three tuples of key 1 against three master rows
+    (72 B < 120 B) do not switch it; as the owner's share of a key split two ways
+    (144 B > 120 B) they do."""
+    state = BucketState(counters={(1,): KeyCounters(master_rows=3, observed=1)})
+    control = {"cache_version": 0, "switch_version": None}
+    plan, reads = plan_for(1, 1, 5, 0, True, False, "paper", state, control, True)
+    assert plan.position.state is CycleState.SWITCHING and plan.position.starts_cycle
+    new = [(0, 1), (1, 1), (2, 1)]
+    master = [(1, 0, 1.0), (1, 1, 2.0), (1, 2, 3.0)]
+    partitions = {v: master for v in reads.partition_versions}
+
+    def marked(spread: dict[tuple[int], int] | None) -> set[tuple[int, ...]]:
+        fresh = BucketState(counters={(1,): KeyCounters(master_rows=3, observed=1)})
+        return set(run_step(plan, fresh, new, partitions, spread=spread).state.switch_buffer)
+
+    assert marked(None) == set()
+    assert marked({(1,): 2}) == {(1,)}
+    assert marked({(2,): 2}) == set()  # another key's spread changes nothing
+
+    # The Arrow step gives the spread to the key's owner only.
+    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    table = pa.concat_tables(
+        [
+            role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+            role_rows(
+                COUNTER,
+                [{MASTER[0]: 1, HITS: 0, MASTER_ROWS: 3, OBSERVED: 1}],
+            ),
+            role_rows(
+                PARTITION, [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master]
+            ),
+        ]
+    )
+    table = table.append_column(BUCKET, pa.array([7] * table.num_rows, pa.int32()))
+    table = table.append_column(KEY_HASH, pa.array([101] * table.num_rows, pa.int64()))
+    arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
+
+    def marked_in(owner: int) -> Counter[Row]:
+        out = bucket_step(
+            table, layout, arrow_plan, BucketDeltas(), 4, {101: owner}, None, None, {101: 2}
+        )
+        return of_role(out, MARKED, [MASTER[0]])
+
+    assert marked_in(owner=7) == Counter({(1,): 1})
+    assert marked_in(owner=8) == Counter()  # a replica: neither decides nor keeps s_B
