@@ -432,8 +432,9 @@ def bucket_step(
 
     ``split_owners`` maps the hashes of split keys to their owner's bucket label
     (``joins.key_routing``). In a bucket that is not a key's owner (a replica), the key's
-    cache rows are a copy for this step and s_B is the owner's: the replica answers its
-    tuples and keeps neither, so the state holds each cache row and s_B entry once. Its
+    cache rows and s_B are copies for this step: the replica answers its tuples (from s_B
+    too, at the phase-out step that makes it the cache) and keeps neither, so the state
+    holds each cache row and s_B entry once. Its
     waiting tuples stay in the state (the next step routes them by tuple again) and its
     counters reach the owner there, merged by :func:`decode_state`. ``split_ways`` gives
     each split key's number of buckets: its owner weighs its share of the key's waiting

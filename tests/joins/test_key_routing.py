@@ -33,6 +33,7 @@ from joins.ssbj_buckets import (
     PROBES,
     ROLE,
     STORED,
+    SWITCH,
     key_loads,
 )
 
@@ -232,7 +233,7 @@ def test_split_keys_rows_reach_their_buckets_by_role(spark: SparkSession) -> Non
     routing = KeyRouting(4).with_splits({6: (0, 3)})  # owner 2
     labels = task_labels(4)
     rows = [(6, NEW, t) for t in range(60)] + [(6, PENDING, t) for t in range(60, 120)]
-    rows += [(6, role, 0) for role in (CACHE, PARTITION, COUNTER, MARKED)]
+    rows += [(6, role, 0) for role in (CACHE, PARTITION, COUNTER, MARKED, SWITCH)]
     rows += [(5, NEW, t) for t in range(5)] + [(5, CACHE, 0)]
     frame = spark.createDataFrame(
         rows,
@@ -255,8 +256,9 @@ def test_split_keys_rows_reach_their_buckets_by_role(spark: SparkSession) -> Non
     tuples = [(6, NEW, t) for t in range(60)] + [(6, PENDING, t) for t in range(60, 120)]
     assert all(len(got[t]) == 1 for t in tuples)
     assert {got[t][0] for t in tuples[:60]} == {got[t][0] for t in tuples[60:]} == {0, 2, 3}
-    assert got[(6, CACHE, 0)] == got[(6, PARTITION, 0)] == [0, 2, 3]
-    assert got[(6, COUNTER, 0)] == got[(6, MARKED, 0)] == [2]
+    for role in (CACHE, PARTITION, MARKED, SWITCH):  # s_B too: it becomes the cache
+        assert got[(6, role, 0)] == [0, 2, 3], role
+    assert got[(6, COUNTER, 0)] == [2]
     assert {tuple(got[(5, NEW, t)]) for t in range(5)} == {(1,)} == {tuple(got[(5, CACHE, 0)])}
 
 
