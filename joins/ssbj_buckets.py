@@ -434,9 +434,9 @@ def bucket_step(
     (``joins.key_routing``). In a bucket that is not a key's owner (a replica), the key's
     cache rows and s_B are copies for this step: the replica answers its tuples (from s_B
     too, at the phase-out step that makes it the cache) and keeps neither, so the state
-    holds each cache row and s_B entry once. Its
-    waiting tuples stay in the state (the next step routes them by tuple again) and its
-    counters reach the owner there, merged by :func:`decode_state`. ``split_ways`` gives
+    holds each cache row and s_B entry once. Its waiting tuples stay in the state (the
+    next step routes them by tuple again) and its counters reach the owner there, merged
+    by :func:`decode_state`. ``split_ways`` gives
     each split key's number of buckets: its owner weighs its share of the key's waiting
     tuples by it when deciding the switch into the cache (``run_step``'s ``spread``).
 

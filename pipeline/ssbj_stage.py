@@ -616,7 +616,8 @@ class SsbjStage:
         planned = time.monotonic()
         routing = self._routing(state)
         shape = self._sketch_shape()
-        tracked = self._tracked(state, shape)
+        saved_sketch = self._saved_sketch(state, shape)
+        tracked = self._tracked(shape, saved_sketch)
         result = wide.step(
             inputs,
             partitions,
@@ -630,7 +631,7 @@ class SsbjStage:
         counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
         self._rebalance(state, routing, loads, report)
-        self._count_keys(state, position, shape, sketches, report)
+        self._count_keys(state, position, shape, saved_sketch, sketches, report)
         report.tracked_keys = len(tracked) if tracked is not None else 0
 
         for counted in fields(StepCounts):  # the buckets' counts, summed (MESHJOIN: no H_R)
@@ -771,29 +772,45 @@ class SsbjStage:
             self.params.sketch_keys, self.params.sketch_depth, self.params.sketch_width
         )
 
-    def _tracked(self, state: dict[str, Any], shape: SketchShape | None) -> list[int] | None:
+    def _saved_sketch(self, state: dict[str, Any], shape: SketchShape | None) -> ASketch | None:
+        """The key sketch saved with the last step, read once per step; None when there is
+        none yet, or when the configured size changed (a new sketch starts this step)."""
+        saved = state.get("key_sketch")
+        if shape is None or saved is None:
+            return None
+        sketch = ASketch.from_dict(saved)
+        if sketch.shape != shape:
+            logger.info(
+                "ssbj %s: the key sketch's size changed from %s to %s; a new one starts",
+                self.stage.name,
+                sketch.shape,
+                shape,
+            )
+            return None
+        return sketch
+
+    @staticmethod
+    def _tracked(shape: SketchShape | None, saved: ASketch | None) -> list[int] | None:
         """The key hashes this step counts: the saved sketch's filter (the most frequent
         values of the R-cycle so far, or of the last one at a cycle's first step); none
         before the first sketch. None counts every value (``key_counts: exact``)."""
         if shape is None:
             return None
-        saved = state.get("key_sketch")
         if saved is None:
             return []
-        sketch = ASketch.from_dict(saved)
-        if sketch.shape != shape:
-            return []  # the configured size changed: a new sketch starts this step
-        return sorted(key for key in sketch.filter if isinstance(key, int))
+        return sorted(key for key in saved.filter if isinstance(key, int))
 
     def _count_keys(
         self,
         state: dict[str, Any],
         position: StepPosition,
         shape: SketchShape | None,
+        saved: ASketch | None,
         parts: list[ASketch],
         report: SsbjStepReport,
     ) -> None:
-        """Merge the buckets' key sketches into the operator's, saved with the step.
+        """Merge the buckets' key sketches into the operator's (``saved``), saved with the
+        step.
 
         The sketch counts the stream since the current incrementing cycle began, the
         cycle whose s_count the switching decision reads: it starts afresh at that cycle's
@@ -802,16 +819,7 @@ class SsbjStage:
             state.pop("key_sketch", None)
             return
         restart = position.starts_cycle and position.state is CycleState.INCREMENTING
-        saved = state.get("key_sketch")
-        base = [] if saved is None or restart else [ASketch.from_dict(saved)]
-        if base and base[0].shape != shape:
-            logger.info(
-                "ssbj %s: the key sketch's size changed from %s to %s; a new one starts",
-                self.stage.name,
-                base[0].shape,
-                shape,
-            )
-            base = []
+        base = [] if saved is None or restart else [saved]
         merged = ASketch.merge_all(base + parts) if base or parts else shape.empty()
         state["key_sketch"] = merged.to_dict()
         report.sketch_bytes = merged.size_bytes()
