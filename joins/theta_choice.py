@@ -26,10 +26,19 @@ Both broadcast rules need the row counts only (:func:`choose_by_counts`), so ``a
 keys only for a band against a master too large to broadcast, or for a scheme that is
 planned from them.
 
-Invariant: the choice depends only on the predicate, the samples (exact row counts plus
-uniform key samples) and the cluster figures passed in. The same inputs always give the
-same choice, so a run can be replayed. Every scheme is exact, so the choice affects time
-only.
+Before any job, the optimizer's size estimates decide what they can
+(:func:`choose_by_size`): the broadcast rules when the estimates hold the row counts, and
+range binning for a band join whose inputs are under ``sample_above_bytes``. The counting
+and sampling jobs cost about 0.2-0.5 s here (BENCHMARKS.md, session 13), about what binning
+takes for the whole of such a join. A hot bin can at worst put all of binning's input in
+one task: for 16 MiB, at the ~24 MB/s per core measured for binning at 1M x 1M, about
+0.7 s, so sampling could save at most about what it costs. (Output pairs are not in the
+estimate: a wide band's hot bin forms its pairs in one task.)
+
+Invariant: the choice depends only on the predicate, the size estimates, the samples
+(exact row counts plus uniform key samples) and the cluster figures passed in. The same
+inputs always give the same choice, so a run can be replayed. Every scheme is exact, so the
+choice affects time only.
 """
 
 from __future__ import annotations
@@ -37,10 +46,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Protocol
 
 from joins.key_sample import KeySample, SideCounts
 from joins.theta_predicate import ThetaPredicate
 
+# Sampling costs about as much as binning a band join of inputs this size in the worst case
+# (module docstring); ``operator.sample_above_bytes`` overrides it.
+SAMPLE_ABOVE_BYTES = 16 * 1024 * 1024
 # ~2.4e8 pairs/s/core measured for Spark's nested loop (promotions, 1M x 240, 2 cores,
 # 0.95 s); 5e8 per core keeps it under about 2 s, below A-DSP's fixed cost.
 NESTED_LOOP_PAIRS_PER_CORE = 500_000_000
@@ -79,6 +92,64 @@ def bin_load(predicate: ThetaPredicate, stream: KeySample, master: KeySample) ->
             loads[b] += r_scale
             replicated += r_scale
     return BinLoad(max(loads.values(), default=0.0), stream.keyed + replicated)
+
+
+class SideSize(Protocol):
+    """The optimizer's estimate of one side (no job ran for it): bytes, and rows if known
+    (``warehouse.spark.PlanSize`` on Spark)."""
+
+    @property
+    def bytes(self) -> float: ...
+
+    @property
+    def rows(self) -> int | None: ...
+
+
+def choose_by_size(
+    predicate: ThetaPredicate,
+    stream: SideSize,
+    master: SideSize,
+    parallelism: int,
+    broadcast_bytes: float,
+    sample_above_bytes: float = SAMPLE_ABOVE_BYTES,
+    nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
+) -> SchemeChoice | None:
+    """The scheme when the size estimates alone decide it, else None (count, then maybe
+    sample: :func:`choose_by_counts`, :func:`choose_scheme`).
+
+    The broadcast rules are those of :func:`choose_by_counts`, on the estimated bytes that
+    Spark's own broadcast rule reads; the nested loop's comparisons need both row counts,
+    so it is chosen here only where the estimates hold them. A band join whose inputs
+    (the master twice, as binning replicates it) are under ``sample_above_bytes`` bins:
+    sampling could not save what it costs (module docstring).
+    """
+    if predicate.type == "band" and predicate.master_column:
+        if 2 * master.bytes <= broadcast_bytes:
+            return SchemeChoice(
+                "binning",
+                f"band predicate, binned master (~{2 * master.bytes:.0f} B estimated) is "
+                "broadcast: no shuffle, no hot bin",
+            )
+        inputs = stream.bytes + 2 * master.bytes
+        if inputs < sample_above_bytes:
+            return SchemeChoice(
+                "binning",
+                f"band predicate, inputs ~{inputs:.0f} B estimated < {sample_above_bytes:.0f} "
+                "(operator.sample_above_bytes): sampling for a hot bin would cost about what "
+                "it could save",
+            )
+        return None
+    if stream.rows is None or master.rows is None or master.bytes > broadcast_bytes:
+        return None
+    pairs_per_core = stream.rows * master.rows / max(1, parallelism)
+    if pairs_per_core > nested_loop_pairs_per_core:
+        return None  # the counts would say the same; let them, with exact figures
+    return SchemeChoice(
+        "spark",
+        f"{predicate.type} predicate, master {master.rows} rows (~{master.bytes:.0f} B "
+        f"estimated) is broadcast; {pairs_per_core:.3g} comparisons per core <= "
+        f"{nested_loop_pairs_per_core:.3g}",
+    )
 
 
 def choose_by_counts(

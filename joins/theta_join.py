@@ -1,8 +1,9 @@
 """One theta join under a named scheme, ``auto`` included: resolve it, then run it.
 
-``resolve_scheme`` turns ``auto`` into a concrete scheme (:mod:`joins.theta_choice`): one
-counting job decides when the master can be broadcast; otherwise one sampling job more,
-and the samples it drew then plan A-DSP too, so choosing costs no second pass.
+``resolve_scheme`` turns ``auto`` into a concrete scheme (:mod:`joins.theta_choice`): the
+optimizer's size estimates decide small joins with no job at all; otherwise one counting
+job decides when the master can be broadcast; otherwise one sampling job more, and the
+samples it drew then plan A-DSP too, so choosing costs no second pass.
 ``scheme_join_flagged`` runs a concrete scheme with the flagged output of
 :mod:`joins.baseline` (matches flagged, unmatched stream rows once with nulls).
 """
@@ -16,7 +17,13 @@ from pyspark.sql import DataFrame, SparkSession
 from joins import baseline
 from joins.adsp import adsp_join_flagged
 from joins.key_sample import KeySample
-from joins.theta_choice import SchemeChoice, choose_by_counts, choose_scheme
+from joins.theta_choice import (
+    SAMPLE_ABOVE_BYTES,
+    SchemeChoice,
+    choose_by_counts,
+    choose_by_size,
+    choose_scheme,
+)
 from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import (
     draw_samples,
@@ -25,7 +32,7 @@ from joins.theta_stats import (
     theta_samples,
     theta_sides,
 )
-from warehouse.spark import broadcast_threshold, parallelism
+from warehouse.spark import broadcast_threshold, parallelism, plan_size
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +49,20 @@ def resolve_scheme(
     scheme: str,
     sample_size: int,
     master_row_bytes: float,
+    sample_above_bytes: float = SAMPLE_ABOVE_BYTES,
 ) -> tuple[SchemeChoice, Samples | None]:
     """The concrete scheme, and the (stream, master) key samples if choosing drew them."""
     if scheme != "auto":
         return SchemeChoice(scheme, "named in the config"), None
+    cores, broadcast = parallelism(spark), broadcast_threshold(spark)
+    by_size = choose_by_size(
+        predicate, plan_size(stream), plan_size(master), cores, broadcast, sample_above_bytes
+    )
+    if by_size is not None:
+        return by_size, None  # decided before any job
     sides = theta_sides(stream, master, predicate)
     counts = side_counts(sides)
-    figures = (master_row_bytes, parallelism(spark), broadcast_threshold(spark))
+    figures = (master_row_bytes, cores, broadcast)
     decided = choose_by_counts(predicate, counts[0], counts[1], *figures)
     if decided is not None and decided.scheme not in PLANNED_SCHEMES:
         return decided, None  # a broadcast join: nothing needs the keys

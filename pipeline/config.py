@@ -41,6 +41,7 @@ from pydantic import (
 from common.errors import ConfigError
 from common.model import Identifier, Strict
 from common.secrets import looks_secret, mask_url, register_secret, register_url_password
+from joins.theta_choice import SAMPLE_ABOVE_BYTES
 from joins.theta_predicate import ThetaPredicate
 from quality.config import QualityConfig
 from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
@@ -352,6 +353,13 @@ class ThetaParams(Strict):
         default=10_000,
         ge=100,
         description="keys sampled per side for the histograms and the auto choice",
+    )
+    sample_above_bytes: int = Field(
+        default=SAMPLE_ABOVE_BYTES,
+        ge=0,
+        description="auto bins a band join whose inputs the optimizer estimates under this "
+        "many bytes, with no counting or sampling job (joins/theta_choice.py); 0 samples "
+        "every band join against a master too large to broadcast",
     )
     persist_layout: bool = Field(
         default=True,

@@ -303,6 +303,7 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
             operator.scheme,
             operator.sample_size,
             master_row_bytes,
+            operator.sample_above_bytes,
         )
         if operator.scheme == "auto":
             logger.info(

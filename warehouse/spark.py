@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import ConfigError, SparkServerError
 from warehouse.code_archive import ship_project_code
@@ -324,3 +324,52 @@ def broadcast_threshold(session: SparkSession) -> float:
         )
     value = int(found.group(1)) * units[found.group(2) or "b"]
     return float(max(0, value))
+
+
+@dataclass(frozen=True)
+class PlanSize:
+    """Catalyst's estimate of a DataFrame's size, read from its optimized plan: no job runs.
+
+    ``bytes`` is what Spark's own broadcast rule compares with its threshold (file sizes for
+    a file scan, measured bytes for a materialized cache). ``rows`` is known only where
+    Catalyst knows it exactly (a materialized cache, analysed tables), else None.
+    """
+
+    bytes: float
+    rows: int | None
+
+
+# The root node's statistics in ``explain("cost")``: "Statistics(sizeInBytes=235.9 KiB,
+# rowCount=2.00E+4)"; Spark prints sizes with binary units and one decimal.
+_COST_STATISTICS = re.compile(
+    r"Statistics\(sizeInBytes=([0-9.Ee+-]+)\s*(B|KiB|MiB|GiB|TiB|PiB|EiB)"
+    r"(?:,\s*rowCount=([0-9.Ee+-]+))?"
+)
+_BINARY_UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}
+
+
+def plan_size(frame: DataFrame) -> PlanSize:
+    """The optimizer's size estimate of ``frame``, in-process or over Spark Connect."""
+    if is_connect(frame.sparkSession):
+        return parse_cost_statistics(frame._explain_string(mode="cost"))  # type: ignore[operator]
+    stats = frame._jdf.queryExecution().optimizedPlan().stats()
+    rows = stats.rowCount()
+    return PlanSize(
+        bytes=float(str(stats.sizeInBytes())),
+        rows=int(str(rows.get())) if rows.isDefined() else None,
+    )
+
+
+def parse_cost_statistics(explained: str) -> PlanSize:
+    """The root's statistics from ``explain(mode="cost")`` text (its first ``Statistics``,
+    under "Optimized Logical Plan"); the printed size is rounded to one decimal."""
+    optimized = explained.split("== Optimized Logical Plan ==", 1)[-1]
+    found = _COST_STATISTICS.search(optimized)
+    if found is None:
+        raise SparkServerError(
+            "expected 'Statistics(sizeInBytes=...)' in the optimized plan's cost explain, "
+            f"found none in: {optimized[:300]!r}"
+        )
+    size = float(found.group(1)) * 1024 ** _BINARY_UNITS[found.group(2)]
+    rows = int(float(found.group(3))) if found.group(3) else None
+    return PlanSize(bytes=size, rows=rows)

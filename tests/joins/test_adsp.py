@@ -194,6 +194,63 @@ def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, ki
 
 
 @pytest.mark.parametrize("kind", ["range", "band"])
+def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
+    spark: SparkSession, kind: str
+) -> None:
+    """A materialized cache holds exact rows: a range predicate against a small master goes
+    to the nested loop, and a band join under ``sample_above_bytes`` bins even with
+    broadcasting off and a hot bin, without a counting or sampling job; the join is exact."""
+    from joins.baseline import finish
+    from joins.theta_join import resolve_scheme, scheme_join_flagged
+
+    rng = random.Random(11)
+    stream = [(i, 7.0 if i < 140 else round(rng.uniform(0, 60), 1)) for i in range(160)]
+    master = []
+    for i in range(50):
+        lo = round(rng.uniform(0, 60), 1)
+        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 9.0])))
+    predicate = predicate_for(kind, 0.5, 2.0)
+    s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid")).cache()
+    m_df = spark.createDataFrame(master, MASTER).cache()
+    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1" if kind == "band" else "10m")
+    tracker = spark.sparkContext.statusTracker()
+    try:
+        assert (s_df.count(), m_df.count()) == (160, 50)  # materialized: exact row counts
+        spark.sparkContext.setJobGroup("auto-by-size", "choosing may run no job")
+        try:
+            choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert tracker.getJobIdsForGroup("auto-by-size") == []
+        assert samples is None
+        assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
+        assert "estimated" in choice.reason
+        joined = scheme_join_flagged(
+            spark,
+            s_df,
+            m_df,
+            predicate,
+            choice.scheme,
+            master_name="m",
+            master_version=1,
+            row_id="_row_id",
+            task_memory=600.0,
+            sample_size=20,
+            stream_row_bytes=16.0,
+            master_row_bytes=32.0,
+            broadcast=True,
+        )
+        actual = finish(joined, "left").select("sid", "rid").collect()
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
+        s_df.unpersist()
+        m_df.unpersist()
+    expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
+    assert_same_multiset(actual, expected)
+
+
+@pytest.mark.parametrize("kind", ["range", "band"])
 def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
     spark: SparkSession, kind: str
 ) -> None:
@@ -214,7 +271,8 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
     previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
     try:
-        choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0)
+        # sample_above_bytes 0: inputs this small would bin on their size estimate alone.
+        choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0, 0)
         assert choice.scheme == "adsp", choice
         assert samples is not None and samples[0].rows == 160 and samples[1].rows == 50
         joined = scheme_join_flagged(

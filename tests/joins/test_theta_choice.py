@@ -1,12 +1,23 @@
-"""``scheme: auto`` picks by the rules of joins/theta_choice.py, from counts and samples alone."""
+"""``scheme: auto`` picks by the rules of joins/theta_choice.py, from size estimates, counts and
+samples alone."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from joins.key_sample import KeySample
-from joins.theta_choice import bin_load, choose_by_counts, choose_scheme
+from joins.key_sample import KeySample, SideCounts
+from joins.theta_choice import (
+    SAMPLE_ABOVE_BYTES,
+    bin_load,
+    choose_by_counts,
+    choose_by_size,
+    choose_scheme,
+)
 from joins.theta_predicate import ThetaPredicate
 
 BAND = ThetaPredicate(type="band", stream_column="x", master_column="y", eps=1.0)
@@ -87,3 +98,86 @@ def test_counts_alone_decide_every_rule_but_the_hot_bin(
     assert (decided.scheme if decided else None) == scheme
     if decided is not None:
         assert choose_scheme(predicate, stream, master, 24.0, 2, broadcast) == decided
+
+
+@dataclass(frozen=True)
+class Size:
+    """An optimizer estimate, as ``warehouse.spark.plan_size`` returns it."""
+
+    bytes: float
+    rows: int | None = None
+
+
+def test_a_small_band_join_bins_on_its_estimate_and_a_large_one_is_left_to_the_keys() -> None:
+    small = choose_by_size(BAND, Size(1 * MB), Size(4 * MB), 2, 0.0)
+    assert small is not None and small.scheme == "binning"
+    assert "sample_above_bytes" in small.reason
+    # 1 + 2 x 8 MiB: binning replicates the master, so it counts twice and crosses 16 MiB.
+    assert choose_by_size(BAND, Size(1 * MB), Size(8 * MB), 2, 0.0) is None
+    # 0 turns the rule off: a tiny band join against an unbroadcastable master samples.
+    assert choose_by_size(BAND, Size(10.0), Size(10.0), 2, 0.0, sample_above_bytes=0) is None
+    broadcast = choose_by_size(BAND, Size(100 * MB), Size(1 * MB), 2, 10 * MB, 0)
+    assert broadcast is not None and broadcast.scheme == "binning"
+    assert "broadcast" in broadcast.reason
+
+
+@pytest.mark.parametrize(
+    ("stream", "master", "expected"),
+    [
+        (Size(320_000, 20_000), Size(5_760, 240), "spark"),
+        (Size(320_000, None), Size(5_760, 240), None),  # rows unknown: count them
+        (Size(320_000, 20_000), Size(5_760, None), None),
+        (Size(320_000, 20_000), Size(20 * MB, 240), None),  # not broadcastable
+        (Size(32 * MB, 2_000_000), Size(4 * MB, 1_000), None),  # 1e9 comparisons per core
+    ],
+)
+def test_the_nested_loop_is_chosen_on_estimates_only_with_both_row_counts(
+    stream: Size, master: Size, expected: str | None
+) -> None:
+    choice = choose_by_size(RANGE, stream, master, 2, 10 * MB)
+    assert (choice.scheme if choice else None) == expected
+
+
+@given(
+    predicate=st.sampled_from([BAND, RANGE, LESS]),
+    stream_rows=st.integers(0, 10**8),
+    master_rows=st.integers(0, 10**7),
+    row_bytes=st.floats(1.0, 200.0),
+    cores=st.integers(1, 512),
+    broadcast=st.sampled_from([0.0, 1 * MB, 10 * MB, 1024 * MB]),
+)
+def test_sizes_decide_as_the_exact_counts_would_when_they_hold_the_counts(
+    predicate: ThetaPredicate,
+    stream_rows: int,
+    master_rows: int,
+    row_bytes: float,
+    cores: int,
+    broadcast: float,
+) -> None:
+    """With the small-join rule off, an estimate that holds the exact rows (and the bytes
+    those rows take) never decides differently from counting them."""
+    master_bytes = master_rows * row_bytes
+    by_size = choose_by_size(
+        predicate,
+        Size(stream_rows * row_bytes, stream_rows),
+        Size(master_bytes, master_rows),
+        cores,
+        broadcast,
+        sample_above_bytes=0,
+    )
+    by_counts = choose_by_counts(
+        predicate,
+        SideCounts(stream_rows, stream_rows),
+        SideCounts(master_rows, master_rows),
+        row_bytes,
+        cores,
+        broadcast,
+    )
+    if by_size is not None:
+        assert by_counts is not None and by_counts.scheme == by_size.scheme
+
+
+def test_the_default_threshold_is_the_documented_16_mib() -> None:
+    from pipeline.config import ThetaParams
+
+    assert SAMPLE_ABOVE_BYTES == 16 * MB == ThetaParams().sample_above_bytes

@@ -140,6 +140,26 @@ def test_theta_predicate_needs_its_columns() -> None:
         parse_config(raw)
 
 
+def test_a_negative_sample_threshold_names_the_theta_key() -> None:
+    raw = copy.deepcopy(VALID)
+    raw["stages"].append(
+        {
+            "name": "s2",
+            "kind": "theta",
+            "input": "out1",
+            "master": "m",
+            "predicate": {"type": "band", "stream_column": "k", "master_column": "mk", "eps": 1},
+            "output": "out2",
+            "operator": {"sample_above_bytes": -1},
+        }
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"stages\.1\.theta\.operator\.sample_above_bytes: Input should be greater than",
+    ):
+        parse_config(raw)
+
+
 def test_yaml_errors_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "missing.yaml")

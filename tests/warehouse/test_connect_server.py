@@ -126,7 +126,7 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
         import json
         from pyspark.sql import types as T
         from warehouse.delta import open_engine
-        from warehouse.spark import SparkSettings, build_session, is_connect
+        from warehouse.spark import SparkSettings, build_session, is_connect, plan_size
 
         spark = build_session(SparkSettings(remote={server.url!r}))
         engine = open_engine(spark, "auto")
@@ -136,11 +136,17 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
         engine.create_table({str(tmp_path / "t")!r}, schema)
         frame = spark.createDataFrame([(1, "a"), (2, "b"), (2, "b")], schema)
         engine.append({str(tmp_path / "t")!r}, frame)
+        cached = frame.cache()  # the optimizer's estimate, read from the server's plan
+        cached.count()
         print(json.dumps({{
             "connect": is_connect(spark),
             "engine": type(engine).__name__,
             "zone": spark.conf.get("spark.sql.session.timeZone"),
             "rows": sorted(tuple(r) for r in engine.read({str(tmp_path / "t")!r}).collect()),
+            "estimate": [
+                plan_size(cached).rows,
+                plan_size(engine.read({str(tmp_path / "t")!r})).bytes > 0,
+            ],
         }}))
         """,
         REPO_ROOT,
@@ -153,6 +159,7 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
         "engine": "EmbeddedDeltaEngine",
         "zone": "UTC",
         "rows": [[1, "a"], [2, "b"], [2, "b"]],
+        "estimate": [3, True],
     }
     clutter = [
         p.name
