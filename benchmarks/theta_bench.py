@@ -94,92 +94,116 @@ def run_case(
     spark: SparkSession, case: dict[str, Any], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     stream, master, predicate = case["stream"], case["master"], case["predicate"]
-    stream = stream.cache()
+    # Every method gets the same cached input, with the row id the pipeline's stream has
+    # (``auto`` may pick A-DSP, whose flagged join needs it).
+    stream = stream.withColumn("_row_id", F.monotonically_increasing_id()).cache()
     master = master.cache()
     stream.count(), master.count()
     total_bytes = case["stream_rows"] * 16 + case["master_rows"] * 24
     memory = total_bytes / args.target_tasks
     results = []
-    for method in args.methods:
-        if method in case.get("skip", ()):
-            continue
-        row: dict[str, Any] = {
-            "case": case["name"],
-            "method": method,
-            "tasks": "-",
-            "replication": "-",
-            "max/mean": "-",
-        }
-        if method == "duckdb":
-            con = duckdb.connect()
-            con.register("s", stream.toArrow())
-            con.register("m", master.toArrow())
-            started = time.perf_counter()
-            out = con.execute(f"SELECT count(*) FROM s JOIN m ON {case['duckdb']}").fetchone()
-            row.update(seconds=time.perf_counter() - started, rows=out[0] if out else None)
-        elif method == "spark":
-            joined = stream.join(master, baseline.theta_condition(predicate, stream, master))
-            seconds, rows = timed_count(spark, joined, args.spark_timeout)
-            row.update(seconds=seconds, rows=rows)
-        elif method == "auto":
-            started = time.perf_counter()
-            choice, samples = resolve_scheme(spark, stream, master, predicate, "auto", 10_000, 24)
-            chosen = time.perf_counter() - started
-            joined = scheme_join_flagged(
-                spark,
-                stream.withColumn("_row_id", F.monotonically_increasing_id()),
-                master,
-                predicate,
-                choice.scheme,
-                master_name="m",
-                master_version=0,
-                row_id="_row_id",
-                task_memory=memory,
-                sample_size=10_000,
-                stream_row_bytes=16,
-                master_row_bytes=24,
-                samples=samples,
-                broadcast=True,
-            ).where("_matched")
-            _, rows = timed_count(spark, joined, args.spark_timeout)
-            row.update(
-                seconds=time.perf_counter() - started,
-                rows=rows,
-                tasks=choice.scheme,
-                stats=chosen,
-            )
-        elif method == "binning":
-            if predicate.type != "band":
+    # Round-robin repeats, the median kept per method: the first method of a process
+    # pays the JVM's warm-up, which one run alone charged to whichever ran first.
+    for _ in range(args.repeat):
+        for method in args.methods:
+            if method in case.get("skip", ()):
                 continue
-            joined = baseline.binned_band_join_flagged(stream, master, predicate, "m", 0).where(
-                "_matched"
-            )
-            seconds, rows = timed_count(spark, joined, args.spark_timeout)
-            row.update(seconds=seconds, rows=rows)
-        else:
-            started = time.perf_counter()
-            samples = theta_samples(stream, master, predicate)
-            planned = time.perf_counter() - started
-            plan = plan_from_samples(
-                *samples, predicate, memory, method, 16, 24, buckets=args.buckets
-            )
-            joined = adsp_join(stream, master, predicate, plan)
-            _, rows = timed_count(spark, joined, args.spark_timeout)
-            elapsed = time.perf_counter() - started  # planning (statistics) + join
-            stats = load_stats(spark, stream, master, plan, predicate)
-            row.update(
-                seconds=elapsed,
-                stats=planned,
-                rows=rows,
-                tasks=plan.tasks,
-                replication=f"{stats['replication']:.2f}",
-                **{"max/mean": f"{stats['max_load'] / max(1, stats['mean_load']):.2f}"},
-            )
-        logger.info("%s %s: %s", case["name"], method, row)
-        results.append(row)
+            row: dict[str, Any] = {
+                "case": case["name"],
+                "method": method,
+                "tasks": "-",
+                "replication": "-",
+                "max/mean": "-",
+            }
+            if method == "duckdb":
+                con = duckdb.connect()
+                con.register("s", stream.toArrow())
+                con.register("m", master.toArrow())
+                started = time.perf_counter()
+                out = con.execute(f"SELECT count(*) FROM s JOIN m ON {case['duckdb']}").fetchone()
+                row.update(seconds=time.perf_counter() - started, rows=out[0] if out else None)
+            elif method == "spark":
+                # Every Spark method is timed from building its DataFrame, as auto and A-DSP
+                # are: building and analysing the plan is part of what a run waits for.
+                started = time.perf_counter()
+                joined = stream.join(master, baseline.theta_condition(predicate, stream, master))
+                _, rows = timed_count(spark, joined, args.spark_timeout)
+                row.update(seconds=time.perf_counter() - started, rows=rows)
+            elif method == "auto":
+                started = time.perf_counter()
+                choice, samples = resolve_scheme(
+                    spark, stream, master, predicate, "auto", 10_000, 24
+                )
+                chosen = time.perf_counter() - started
+                joined = scheme_join_flagged(
+                    spark,
+                    stream,
+                    master,
+                    predicate,
+                    choice.scheme,
+                    master_name="m",
+                    master_version=0,
+                    row_id="_row_id",
+                    task_memory=memory,
+                    sample_size=10_000,
+                    stream_row_bytes=16,
+                    master_row_bytes=24,
+                    samples=samples,
+                    broadcast=True,
+                ).where("_matched")
+                _, rows = timed_count(spark, joined, args.spark_timeout)
+                row.update(
+                    seconds=time.perf_counter() - started,
+                    rows=rows,
+                    tasks=choice.scheme,
+                    stats=chosen,
+                )
+            elif method == "binning":
+                if predicate.type != "band":
+                    continue
+                started = time.perf_counter()
+                joined = baseline.binned_band_join_flagged(stream, master, predicate, "m", 0).where(
+                    "_matched"
+                )
+                _, rows = timed_count(spark, joined, args.spark_timeout)
+                row.update(seconds=time.perf_counter() - started, rows=rows)
+            else:
+                started = time.perf_counter()
+                samples = theta_samples(stream, master, predicate)
+                planned = time.perf_counter() - started
+                plan = plan_from_samples(
+                    *samples, predicate, memory, method, 16, 24, buckets=args.buckets
+                )
+                joined = adsp_join(stream, master, predicate, plan)
+                _, rows = timed_count(spark, joined, args.spark_timeout)
+                elapsed = time.perf_counter() - started  # planning (statistics) + join
+                stats = load_stats(spark, stream, master, plan, predicate)
+                row.update(
+                    seconds=elapsed,
+                    stats=planned,
+                    rows=rows,
+                    tasks=plan.tasks,
+                    replication=f"{stats['replication']:.2f}",
+                    **{"max/mean": f"{stats['max_load'] / max(1, stats['mean_load']):.2f}"},
+                )
+            logger.info("%s %s: %s", case["name"], method, row)
+            results.append(row)
     stream.unpersist()
     master.unpersist()
-    return results
+    return median_runs(results)
+
+
+def median_runs(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each method's run with the median time (the upper one of an even count), in the
+    order the methods first ran; its ``runs`` holds every run's seconds."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for row in results:
+        by_method.setdefault(row["method"], []).append(row)
+    medians = []
+    for rows in by_method.values():
+        ordered = sorted(rows, key=lambda r: r["seconds"])
+        medians.append({**ordered[len(ordered) // 2], "runs": [r["seconds"] for r in rows]})
+    return medians
 
 
 def migration_row(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
@@ -344,7 +368,8 @@ def cases(spark: SparkSession, tpch: Path, args: argparse.Namespace) -> list[dic
 def render(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"TPC-H SF{args.scale:g} orders, local[2] on 2 cores, V = input bytes / {args.target_tasks}, "
-        f"{args.buckets} histogram buckets, Spark timeout {args.spark_timeout:g}s",
+        f"{args.buckets} histogram buckets, Spark timeout {args.spark_timeout:g}s, "
+        f"median of {args.repeat} run(s) per method",
         "",
         "| case | method | tasks (auto: chosen) | replication | max/mean load | output rows "
         "| statistics s | seconds | vs Spark native | vs DuckDB | vs best Spark method |",
@@ -389,6 +414,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--buckets", type=int, default=32)
     parser.add_argument("--spark-timeout", type=float, default=120.0)
     parser.add_argument("--quick", action="store_true", help="only the 20k x 200k size")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per method, round-robin over the methods; the table keeps each median",
+    )
     parser.add_argument(
         "--size",
         nargs="+",

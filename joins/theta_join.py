@@ -27,6 +27,7 @@ from joins.theta_choice import (
 from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import (
     draw_samples,
+    observed_samples,
     plan_from_samples,
     side_counts,
     theta_samples,
@@ -55,14 +56,18 @@ def resolve_scheme(
     if scheme != "auto":
         return SchemeChoice(scheme, "named in the config"), None
     cores, broadcast = parallelism(spark), broadcast_threshold(spark)
-    by_size = choose_by_size(
-        predicate, plan_size(stream), plan_size(master), cores, broadcast, sample_above_bytes
-    )
+    sizes = plan_size(stream), plan_size(master)
+    by_size = choose_by_size(predicate, *sizes, cores, broadcast, sample_above_bytes)
     if by_size is not None:
         return by_size, None  # decided before any job
     sides = theta_sides(stream, master, predicate)
-    counts = side_counts(sides)
     figures = (master_row_bytes, cores, broadcast)
+    if sizes[0].rows is not None and sizes[1].rows is not None:
+        # Both row counts known: one job draws and counts. choose_scheme applies the
+        # count rules first, so a broadcast the exact counts allow is still chosen.
+        known = observed_samples(sides, [sizes[0].rows, sizes[1].rows], sample_size)
+        return choose_scheme(predicate, known[0], known[1], *figures), (known[0], known[1])
+    counts = side_counts(sides)
     decided = choose_by_counts(predicate, counts[0], counts[1], *figures)
     if decided is not None and decided.scheme not in PLANNED_SCHEMES:
         return decided, None  # a broadcast join: nothing needs the keys

@@ -2,7 +2,9 @@
 
 Each side's ordering key (as a number, :func:`joins.adsp.numeric`) and, for a range
 predicate, the master's interval width are read by two JVM jobs for all sides together
-(:func:`key_samples`): a count, then a Bernoulli sample sized from it. The driver derives
+(:func:`key_samples`): a count, then a Bernoulli sample sized from it. Where the optimizer
+knows every side's rows exactly (a materialized cache), one job draws and counts at once
+(:func:`observed_samples`). The driver derives
 histograms and candidate ranges from the samples (:mod:`joins.key_sample`). Four passes
 (quantiles and bucket counts per side) became two for both sides, with no Python worker.
 """
@@ -10,18 +12,21 @@ histograms and candidate ranges from the samples (:mod:`joins.key_sample`). Four
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 import numpy as np
-from pyspark.sql import Column, DataFrame
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from joins.adsp import key_spec, numeric
 from joins.adsp_plan import Histogram, ThetaPlan, ValueRange, plan_theta
 from joins.key_sample import KeySample, SideCounts, boundaries, bucket_ranges, histogram
 from joins.theta_predicate import ThetaPredicate
+from warehouse.spark import plan_size
 
 DEFAULT_SAMPLE_SIZE = 10_000
 DEFAULT_BUCKETS = 32
@@ -70,8 +75,10 @@ def key_samples(
     sides: Sequence[Side],
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
+    known_rows: Sequence[int | None] | None = None,
 ) -> list[KeySample]:
-    """A uniform sample of each side's keys, with exact counts: two JVM jobs for all sides.
+    """A uniform sample of each side's keys, with exact counts: two JVM jobs for all sides,
+    or one when ``known_rows`` holds every side's row count (:func:`observed_samples`).
 
     ``sides``: (frame, numeric key, numeric interval width or None) per side.
 
@@ -90,6 +97,8 @@ def key_samples(
     per side with ``observe`` counts 0.7 s, these two jobs 0.43-0.56 s.
     """
     _check_sample_size(sample_size)  # before the counting job, not after it
+    if known_rows is not None and all(rows is not None for rows in known_rows):
+        return observed_samples(sides, [int(rows or 0) for rows in known_rows], sample_size, seed)
     return draw_samples(sides, side_counts(sides), sample_size, seed)
 
 
@@ -118,21 +127,30 @@ def _keyed() -> Column:
     return F.col("key").isNotNull() & ~F.isnan("key")
 
 
-def side_counts(sides: Sequence[Side]) -> list[SideCounts]:
-    """Each side's rows, keyed rows and widest range: one job for all sides."""
-    # One global aggregate (per-side conditional counts): a groupBy would shuffle into
-    # spark.sql.shuffle.partitions tasks, nearly all of them empty.
+def _count_columns(sides: int) -> list[Column]:
+    """Per side: rows, keyed rows and the widest range, as global aggregates."""
     aggregates = []
-    for index in range(len(sides)):
+    for index in range(sides):
         on_side = F.col("side") == index
         aggregates += [
             F.count(F.when(on_side, 1)).alias(f"rows_{index}"),
             F.count(F.when(on_side & _keyed(), 1)).alias(f"keyed_{index}"),
             F.max(F.when(on_side & ~F.isnan("width"), F.col("width"))).alias(f"widest_{index}"),
         ]
-    totals = _keys(sides).agg(*aggregates).collect()[0]
+    return aggregates
+
+
+def side_counts(sides: Sequence[Side]) -> list[SideCounts]:
+    """Each side's rows, keyed rows and widest range: one job for all sides."""
+    # One global aggregate (per-side conditional counts): a groupBy would shuffle into
+    # spark.sql.shuffle.partitions tasks, nearly all of them empty.
+    totals = _keys(sides).agg(*_count_columns(len(sides))).collect()[0].asDict()
+    return _counts_of(totals, len(sides))
+
+
+def _counts_of(totals: Mapping[str, Any], sides: int) -> list[SideCounts]:
     counts = []
-    for index in range(len(sides)):
+    for index in range(sides):
         widest = totals[f"widest_{index}"]
         counts.append(
             SideCounts(
@@ -152,9 +170,45 @@ def draw_samples(
 ) -> list[KeySample]:
     """Up to ``sample_size`` uniform keys per side, given the sides' exact ``counts``."""
     _check_sample_size(sample_size)
-    fractions = [min(1.0, draw_target(sample_size) / c.keyed) if c.keyed else 0.0 for c in counts]
+    drawn = _draw(_keys(sides), [c.keyed for c in counts], sample_size, seed)
+    return _subsampled(drawn, counts, sample_size, seed)
+
+
+def observed_samples(
+    sides: Sequence[Side],
+    known_rows: Sequence[int],
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+) -> list[KeySample]:
+    """Like :func:`key_samples`, in one job: the draw is sized from ``known_rows`` (the
+    optimizer's exact count of a materialized cache, :func:`warehouse.spark.plan_size`)
+    and the exact counts are observed (``DataFrame.observe``) by the same scan.
+
+    Every row passes the observation before the draw's filter, so the counts are exact
+    whatever ``known_rows`` says; a wrong figure only sizes the draw. Rows are an upper
+    bound of keyed rows, so a side with null or NaN keys draws fewer than ``k`` in
+    proportion (a smaller uniform sample). Measured on two cached 1M-row sides: 0.25-0.33 s
+    against 0.5-0.7 s for the count and the draw (BENCHMARKS.md, session 16).
+    """
+    _check_sample_size(sample_size)
+    observation = Observation()
+    keys = _keys(sides).observe(observation, *_count_columns(len(sides)))
+    drawn = _draw(keys, known_rows, sample_size, seed)
+    counts = _counts_of(observation.get, len(sides))
+    return _subsampled(drawn, counts, sample_size, seed)
+
+
+def _draw(keys: DataFrame, sizes: Sequence[int], sample_size: int, seed: int) -> pa.Table:
+    """Keep each keyed row of side ``i`` with probability ``min(1, t / sizes[i])``."""
+    fractions = [min(1.0, draw_target(sample_size) / n) if n else 0.0 for n in sizes]
     chance = F.element_at(F.array(*[F.lit(f) for f in fractions]), F.col("side") + 1)
-    drawn = _keys(sides).where(_keyed() & (F.rand(seed) < chance)).select("side", "key").toArrow()
+    return keys.where(_keyed() & (F.rand(seed) < chance)).select("side", "key").toArrow()
+
+
+def _subsampled(
+    drawn: pa.Table, counts: Sequence[SideCounts], sample_size: int, seed: int
+) -> list[KeySample]:
+    """At most ``sample_size`` of each side's drawn keys, uniformly without replacement."""
     side = drawn.column("side").to_numpy()
     keys = drawn.column("key").to_numpy(zero_copy_only=False).astype(float)
     rng = np.random.default_rng(seed)
@@ -185,17 +239,22 @@ def master_key(master: DataFrame, predicate: ThetaPredicate) -> tuple[Column, Co
 def stream_sample(
     stream: DataFrame, predicate: ThetaPredicate, sample_size: int = DEFAULT_SAMPLE_SIZE
 ) -> KeySample:
-    """The stream's key sample alone (a counting job, then a draw)."""
-    (sample,) = key_samples([(stream, stream_key(stream, predicate), None)], sample_size)
+    """The stream's key sample alone (a counting job, then a draw; one job if its rows
+    are known)."""
+    side = (stream, stream_key(stream, predicate), None)
+    (sample,) = key_samples([side], sample_size, known_rows=[plan_size(stream).rows])
     return sample
 
 
 def master_sample(
     master: DataFrame, predicate: ThetaPredicate, sample_size: int = DEFAULT_SAMPLE_SIZE
 ) -> KeySample:
-    """The master's key sample alone (two jobs), with the widest interval for ranges."""
+    """The master's key sample alone (two jobs, or one if its rows are known), with the
+    widest interval for ranges."""
     key, width = master_key(master, predicate)
-    (sample,) = key_samples([(master, key, width)], sample_size)
+    (sample,) = key_samples(
+        [(master, key, width)], sample_size, known_rows=[plan_size(master).rows]
+    )
     return sample
 
 
@@ -212,7 +271,9 @@ def theta_samples(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> tuple[KeySample, KeySample]:
     """Both sides' key samples: (stream, master)."""
-    stream_sample, master_sample = key_samples(theta_sides(stream, master, predicate), sample_size)
+    known = [plan_size(stream).rows, plan_size(master).rows]
+    sides = theta_sides(stream, master, predicate)
+    stream_sample, master_sample = key_samples(sides, sample_size, known_rows=known)
     return stream_sample, master_sample
 
 

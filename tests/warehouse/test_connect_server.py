@@ -124,7 +124,9 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
     result = run_client(
         f"""
         import json
+        from pyspark.sql import functions as F
         from pyspark.sql import types as T
+        from joins.theta_stats import key_samples
         from warehouse.delta import open_engine
         from warehouse.spark import SparkSettings, build_session, is_connect, plan_size
 
@@ -147,6 +149,11 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
                 plan_size(cached).rows,
                 plan_size(engine.read({str(tmp_path / "t")!r})).bytes > 0,
             ],
+            # One job draws keys and observes the exact counts (DataFrame.observe).
+            "sample": [
+                [s.rows, s.keyed, len(s.keys)]
+                for s in key_samples([(cached, F.col("k").cast("double"), None)], 2, 0, [3])
+            ],
         }}))
         """,
         REPO_ROOT,
@@ -160,6 +167,7 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
         "zone": "UTC",
         "rows": [[1, "a"], [2, "b"], [2, "b"]],
         "estimate": [3, True],
+        "sample": [[3, 3, 2]],
     }
     clutter = [
         p.name
