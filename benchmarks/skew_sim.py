@@ -1,6 +1,7 @@
 """Skew at scale, by simulation: makespan of measured Spark tasks on P executors.
 
     python -m benchmarks.skew_sim [--rows 1000000] [--executors 2 16 64 256] [--sink count]
+        [--cases "band eps=1"]
 
 On two cores a hot task just runs on one of them, so skew cannot show in wall time. This
 benchmark runs each theta join here, reads every task's duration from Spark's REST API
@@ -20,7 +21,8 @@ writes every enriched row; ``--sink count`` only counts it, which lets Spark ski
 the pairs and hides what a hot bin costs the task that forms them.
 
 The table also gives, for the stage with the most task time (the join), its slowest task
-over its mean task: whether a hot value overloads the task that receives it.
+over its mean task, and its largest task input (records read from files, the cache or a
+shuffle) over the mean: whether a hot value overloads the task that receives it.
 
 Cases: TPC-H orders by o_totalprice, band eps = 1 at z in {0, 1, 2} (Zipf over one fixed
 ranking of R's values), and the wide band eps = 1000 at z = 0 and 2 on a smaller stream
@@ -75,6 +77,12 @@ class TaskMetrics:
 
     def stages(self, group: str) -> list[list[float]]:
         """Task durations (s) of every stage the group ran, in stage order."""
+        return [[seconds for seconds, _ in stage] for stage in self.stage_tasks(group)]
+
+    def stage_tasks(self, group: str) -> list[list[tuple[float, int]]]:
+        """(duration s, input rows) of each finished task of every stage the group ran, in
+        stage order; input rows are the records the task read from files, the cache or a
+        shuffle."""
         for _ in range(50):  # the listener records events asynchronously
             jobs = [j for j in self._get("/jobs") if j.get("jobGroup") == group]
             if jobs and all(j["status"] in ("SUCCEEDED", "FAILED") for j in jobs):
@@ -91,8 +99,20 @@ class TaskMetrics:
                 )
                 # In task-index order: the order the scheduler hands tasks out.
                 ordered = sorted(tasks, key=lambda t: t["index"])
-                out.append([t["duration"] / 1000 for t in ordered if t["status"] == "SUCCESS"])
+                out.append(
+                    [
+                        (t["duration"] / 1000, _records_read(t))
+                        for t in ordered
+                        if t["status"] == "SUCCESS"
+                    ]
+                )
         return out
+
+
+def _records_read(task: dict[str, Any]) -> int:
+    metrics = task.get("taskMetrics") or {}
+    read = (metrics.get("inputMetrics") or {}).get("recordsRead", 0)
+    return int(read) + int((metrics.get("shuffleReadMetrics") or {}).get("recordsRead", 0))
 
 
 def run(
@@ -134,9 +154,12 @@ def run(
         spark.sparkContext.setJobGroup(f"{group}-readback", method)
         rows = spark.read.parquet(str(sink)).count()
     seconds = time.perf_counter() - started
-    stages = metrics.stages(group)
+    tasks_of = metrics.stage_tasks(group)
+    stages = [[seconds for seconds, _ in stage] for stage in tasks_of]
     # The join stage: the one that takes the most task time (both routed sides meet there).
-    heaviest = max(stages, key=sum, default=[])
+    heaviest_tasks = max(tasks_of, key=lambda stage: sum(t for t, _ in stage), default=[])
+    heaviest = [seconds for seconds, _ in heaviest_tasks]
+    rows_in = [rows for _, rows in heaviest_tasks]
     return {
         "method": method,
         "tasks": tasks,
@@ -144,6 +167,7 @@ def run(
         "seconds": seconds,
         "stages": stages,
         "task_li": max(heaviest) / (sum(heaviest) / len(heaviest)) if sum(heaviest) else 0.0,
+        "rows_li": max(rows_in) / (sum(rows_in) / len(rows_in)) if sum(rows_in) else 0.0,
     }
 
 
@@ -161,6 +185,8 @@ def cases(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]
         ("band eps=1", 1.0, args.rows, args.zipf),
         ("wide band eps=1000", 1000.0, args.rows // 50, [0.0, 2.0]),
     ):
+        if args.cases and label not in args.cases:
+            continue
         r_rows = min(args.rows, len(price))
         r_index = rng.choice(len(price), size=r_rows, replace=False)
         master = frame(spark, {"rid": np.arange(r_rows), "y": price[r_index]})
@@ -192,11 +218,14 @@ def frame(spark: SparkSession, columns: dict[str, np.ndarray]) -> DataFrame:
 
 def render(results: Sequence[dict[str, Any]], executors: Sequence[int]) -> str:
     head = " | ".join(f"P={p} s" for p in executors)
+    ratios = " | ".join(f"binning / this at P={p}" for p in executors[-2:])
     lines = [
         f"| case | method | tasks | output rows | wall s (2 cores) | {head} | "
-        f"busiest task s | heaviest stage, task max/mean | "
-        f"binning / this at P={max(executors)} |",
-        "|---|---|---|---|---|" + "---|" * len(executors) + "---|---|---|",
+        f"busiest task s | heaviest stage, task max/mean: seconds | input rows | {ratios} |",
+        "|---|---|---|---|---|"
+        + "---|" * len(executors)
+        + "---|---|---|"
+        + "---|" * len(executors[-2:]),
     ]
     by_case: dict[str, list[dict[str, Any]]] = {}
     for r in results:
@@ -206,13 +235,16 @@ def render(results: Sequence[dict[str, Any]], executors: Sequence[int]) -> str:
         for r in rows:
             spans = [job_makespan(r["stages"], p) for p in executors]
             busiest = max((max(s) for s in r["stages"] if s), default=0.0)
-            ratio = "-"
+            ratio = " | ".join("-" for _ in executors[-2:])
             if binning is not None:
-                ratio = f"{job_makespan(binning['stages'], max(executors)) / spans[-1]:.2f}x"
+                ratio = " | ".join(
+                    f"{job_makespan(binning['stages'], p) / span:.2f}x"
+                    for p, span in zip(executors[-2:], spans[-2:], strict=True)
+                )
             cells = " | ".join(f"{s:.2f}" for s in spans)
             lines.append(
                 f"| {case} | {r['method']} | {r['tasks']} | {r['rows']:,} | "
-                f"{r['seconds']:.2f} | {cells} | {busiest:.2f} | {r['task_li']:.2f} | {ratio} |"
+                f"{r['seconds']:.2f} | {cells} | {busiest:.2f} | {r['task_li']:.2f} | {r['rows_li']:.2f} | {ratio} |"
             )
     return "\n".join(lines)
 
@@ -294,6 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory-divisor", type=float, default=16.0)
     parser.add_argument("--executors", type=int, nargs="+", default=[2, 16, 64, 256])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=[],
+        choices=("band eps=1", "wide band eps=1000"),
+        help="only these cases (default: both)",
+    )
     parser.add_argument(
         "--validate",
         nargs="*",
