@@ -13,8 +13,11 @@ Three candidates, from cheapest per row to most robust:
              two bins. It is 2-5x faster than A-DSP in wall time on every band case
              measured, as long as no bin overloads one task. The equi-join shuffles by bin,
              so one task takes a whole bin. The estimate of the busiest bin's input rows
-             is ``S_b + R_b``, scaled from the samples. It must not exceed the mean load of
-             the ``P`` tasks that run at once, ``(S + R') / P``. If the binned master is
+             is ``S_b + R_b``, scaled from the samples. Binning's makespan is about
+             ``max(S_b + R_b, (S + R') / P)`` for ``P`` tasks at once; A-DSP balances its
+             tasks but does ``ADSP_WORK`` times binning's task work (routing and
+             replication), about ``ADSP_WORK (S + R') / P``. So binning is kept while
+             ``S_b + R_b <= ADSP_WORK (S + R') / P``. If the binned master is
              broadcastable, nothing is shuffled and no bin can overload a task.
 ``adsp``     everything else: non-band predicates against a large master, and band
              predicates with a hot bin. A-DSP's join matrix splits a hot bin over
@@ -54,6 +57,11 @@ from joins.theta_predicate import ThetaPredicate
 # Sampling costs about as much as binning a band join of inputs this size in the worst case
 # (module docstring); ``operator.sample_above_bytes`` overrides it.
 SAMPLE_ABOVE_BYTES = 16 * 1024 * 1024
+# A-DSP's task time over binning's for the same band join at z = 2, from the stage sums of
+# the skew simulation (BENCHMARKS.md, session 16): 33.8 / 23.9 s at 1M rows, 40.6 / 23.6 s
+# at 2M. On 2 cores the hot bin then never justifies A-DSP (it wins there in no measured
+# case); on 64 executors a bin holding 61% of the stream does (2.3-2.6x).
+ADSP_WORK = 1.5
 # ~2.4e8 pairs/s/core measured for Spark's nested loop (promotions, 1M x 240, 2 cores,
 # 0.95 s); 5e8 per core keeps it under about 2 s, below A-DSP's fixed cost.
 NESTED_LOOP_PAIRS_PER_CORE = 500_000_000
@@ -199,6 +207,7 @@ def choose_scheme(
     parallelism: int,
     broadcast_bytes: float,
     nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
+    adsp_work: float = ADSP_WORK,
 ) -> SchemeChoice:
     """The scheme for one join, following the rules in the module docstring."""
     decided = choose_by_counts(
@@ -215,15 +224,15 @@ def choose_scheme(
     # A band predicate against a master too large to broadcast: the keys decide.
     cores = max(1, parallelism)
     load = bin_load(predicate, stream, master)
-    fair = load.total / cores
-    if load.busiest <= fair:
+    balanced = adsp_work * load.total / cores
+    if load.busiest <= balanced:
         return SchemeChoice(
             "binning",
-            f"band predicate, busiest bin ~{load.busiest:.0f} input rows <= "
-            f"{fair:.0f} (all bins / {cores} tasks at once)",
+            f"band predicate, busiest bin ~{load.busiest:.0f} input rows <= {balanced:.0f} "
+            f"(A-DSP's {adsp_work:g}x work over {cores} tasks at once)",
         )
     return SchemeChoice(
         "adsp",
-        f"band predicate with a hot bin: ~{load.busiest:.0f} input rows > "
-        f"{fair:.0f} (all bins / {cores} tasks at once)",
+        f"band predicate with a hot bin: ~{load.busiest:.0f} input rows > {balanced:.0f} "
+        f"(A-DSP's {adsp_work:g}x work over {cores} tasks at once)",
     )

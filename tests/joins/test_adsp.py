@@ -254,15 +254,16 @@ def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
 def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
     spark: SparkSession, kind: str
 ) -> None:
-    """Broadcasting off: a range predicate, and a band whose hot bin holds over half of all
-    input rows (2 tasks at once), go to A-DSP, planned from the samples the choice drew."""
+    """Broadcasting off: a range predicate, and a band whose hot bin holds over 3/4 of all
+    input rows (A-DSP's 1.5x work over 2 tasks at once), go to A-DSP, planned from the
+    samples the choice drew."""
     from joins.baseline import finish
     from joins.theta_join import resolve_scheme, scheme_join_flagged
 
     rng = random.Random(5)
-    stream = [(i, 7.0 if i < 140 else round(rng.uniform(0, 60), 1)) for i in range(160)]
+    stream = [(i, 7.0 if i < 155 else round(rng.uniform(0, 60), 1)) for i in range(160)]
     master = []
-    for i in range(50):
+    for i in range(10):
         lo = round(rng.uniform(0, 60), 1)
         master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 9.0])))
     predicate = predicate_for(kind, 0.5, 2.0)
@@ -274,7 +275,7 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
         # sample_above_bytes 0: inputs this small would bin on their size estimate alone.
         choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0, 0)
         assert choice.scheme == "adsp", choice
-        assert samples is not None and samples[0].rows == 160 and samples[1].rows == 50
+        assert samples is not None and samples[0].rows == 160 and samples[1].rows == 10
         joined = scheme_join_flagged(
             spark,
             s_df,

@@ -73,6 +73,19 @@ def test_a_hot_bin_goes_to_adsp_only_when_it_would_overload_a_task() -> None:
     assert choice.scheme == "adsp" and "hot bin" in choice.reason
 
 
+@pytest.mark.parametrize(("tasks", "scheme"), [(4, "binning"), (8, "adsp")])
+def test_a_hot_bin_must_outweigh_adsps_extra_work(tasks: int, scheme: str) -> None:
+    """The hot bin holds ~30% of ~3M input rows (the master counts twice). Over 4 tasks
+    that is more than a fair share (25%) but less than A-DSP's 1.5x work spread over
+    them (37.5%): binning stays. Over 8 tasks (18.75%) A-DSP wins."""
+    stream, master = hot(1_000_000, 0.9), uniform(1_000_000, seed=2)
+    load = bin_load(BAND, stream, master)
+    assert load.total / 4 < load.busiest < 1.5 * load.total / 4
+    assert choose_scheme(BAND, stream, master, 24.0, tasks, 0.0).scheme == scheme
+    # With no extra work assumed, the fair share alone would have sent 4 tasks to A-DSP.
+    assert choose_scheme(BAND, stream, master, 24.0, 4, 0.0, adsp_work=1.0).scheme == "adsp"
+
+
 def test_master_rows_count_once_per_bin_their_band_reaches() -> None:
     master = KeySample(2, 2, np.array([0.5, 10.0]))  # eps 1: bins 0-1 and 4-5 (width 2)
     load = bin_load(BAND, KeySample(0, 0, np.empty(0)), master)
