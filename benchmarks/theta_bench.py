@@ -39,7 +39,7 @@ from joins import baseline
 from joins.adsp import TASK, adsp_join, key_spec, numeric, route
 from joins.adsp_adapt import carry_lines, task_ranges
 from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
-from joins.theta_join import resolve_scheme, scheme_join_flagged
+from joins.theta_join import FixedRowBytes, resolve_scheme, scheme_join_flagged
 from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import plan_from_samples, theta_plan, theta_samples
 from warehouse.spark import SparkSettings, build_session
@@ -132,7 +132,7 @@ def run_case(
             elif method == "auto":
                 started = time.perf_counter()
                 choice, samples = resolve_scheme(
-                    spark, stream, master, predicate, "auto", 10_000, 24
+                    spark, stream, master, predicate, "auto", 10_000, FixedRowBytes(16, 24)
                 )
                 chosen = time.perf_counter() - started
                 joined = scheme_join_flagged(
@@ -146,8 +146,7 @@ def run_case(
                     row_id="_row_id",
                     task_memory=memory,
                     sample_size=10_000,
-                    stream_row_bytes=16,
-                    master_row_bytes=24,
+                    row_bytes=FixedRowBytes(16, 24),
                     samples=samples,
                     broadcast=True,
                 ).where("_matched")

@@ -11,6 +11,8 @@ samples it drew then plan A-DSP too, so choosing costs no second pass.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -38,6 +40,31 @@ from warehouse.spark import broadcast_threshold, parallelism, plan_size
 logger = logging.getLogger(__name__)
 
 Samples = tuple[KeySample, KeySample]
+
+
+class RowBytes(Protocol):
+    """Bytes per row of each side. Measuring one can cost a job, so only the schemes that
+    need them ask: the count rules (the master's) and the planned schemes (both)."""
+
+    def stream(self) -> float: ...
+
+    def master(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class FixedRowBytes:
+    """Row sizes known up front (benchmarks with fixed-width rows, tests)."""
+
+    stream_bytes: float
+    master_bytes: float
+
+    def stream(self) -> float:
+        return self.stream_bytes
+
+    def master(self) -> float:
+        return self.master_bytes
+
+
 # Schemes planned from key samples: when ``auto`` picks one, it draws them once for both.
 PLANNED_SCHEMES = ("adsp", "square", "dynamic")
 
@@ -49,7 +76,7 @@ def resolve_scheme(
     predicate: ThetaPredicate,
     scheme: str,
     sample_size: int,
-    master_row_bytes: float,
+    row_bytes: RowBytes,
     sample_above_bytes: float = SAMPLE_ABOVE_BYTES,
 ) -> tuple[SchemeChoice, Samples | None]:
     """The concrete scheme, and the (stream, master) key samples if choosing drew them."""
@@ -61,7 +88,7 @@ def resolve_scheme(
     if by_size is not None:
         return by_size, None  # decided before any job
     sides = theta_sides(stream, master, predicate)
-    figures = (master_row_bytes, cores, broadcast)
+    figures = (row_bytes.master(), cores, broadcast)
     if sizes[0].rows is not None and sizes[1].rows is not None:
         # Both row counts known: one job draws and counts. choose_scheme applies the
         # count rules first, so a broadcast the exact counts allow is still chosen.
@@ -88,8 +115,7 @@ def scheme_join_flagged(
     row_id: str,
     task_memory: float,
     sample_size: int,
-    stream_row_bytes: float,
-    master_row_bytes: float,
+    row_bytes: RowBytes,
     samples: Samples | None = None,
     broadcast: bool = False,
 ) -> DataFrame:
@@ -110,8 +136,8 @@ def scheme_join_flagged(
         predicate,
         task_memory,
         scheme,
-        stream_row_bytes=stream_row_bytes,
-        master_row_bytes=master_row_bytes,
+        stream_row_bytes=row_bytes.stream(),
+        master_row_bytes=row_bytes.master(),
     )
     logger.info("theta %s plan: %d area(s), %d task(s)", scheme, len(plan.areas), plan.tasks)
     return adsp_join_flagged(stream, master, predicate, plan, master_name, master_version, row_id)

@@ -33,7 +33,7 @@ from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
 from pipeline.emission import equi_input_accounting, theta_input_accounting
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, stage_holder, union_pins
-from pipeline.row_bytes import measured_row_bytes
+from pipeline.row_bytes import MeasuredRowBytes
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.theta_stage import AdspLayoutStage
@@ -294,7 +294,7 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
         stage = self.stage
         operator = stage.operator
         stream, master_rows = self._stream_and_master(rows, master)
-        master_row_bytes = measured_row_bytes(master_rows) or 1.0
+        row_bytes = MeasuredRowBytes(stream, master_rows)
         choice, samples = resolve_scheme(
             self.spark,
             stream,
@@ -302,7 +302,7 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
             stage.predicate,
             operator.scheme,
             operator.sample_size,
-            master_row_bytes,
+            row_bytes,
             operator.sample_above_bytes,
         )
         if operator.scheme == "auto":
@@ -333,8 +333,7 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
             row_id=ROW_ID,
             task_memory=operator.task_memory_bytes,
             sample_size=operator.sample_size,
-            stream_row_bytes=measured_row_bytes(stream) or 1.0,
-            master_row_bytes=master_row_bytes,
+            row_bytes=row_bytes,
             samples=samples,
             broadcast=operator.scheme == "auto",
         )

@@ -16,10 +16,12 @@ from pyspark.sql import types as T
 
 from joins.adsp import adsp_join, bucket_of
 from joins.adsp_plan import Histogram, route_master_line, route_stream_line
+from joins.theta_join import FixedRowBytes
 from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import theta_plan
 from tests.helpers import assert_same_multiset
 
+ROW_BYTES = FixedRowBytes(stream_bytes=16.0, master_bytes=32.0)
 STREAM = T.StructType([T.StructField("sid", T.LongType()), T.StructField("x", T.DoubleType())])
 MASTER = T.StructType(
     [
@@ -170,7 +172,7 @@ def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, ki
     predicate = predicate_for(kind, 0.5, 2.0)
     s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid"))
     m_df = spark.createDataFrame(master, MASTER)
-    choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 100, 32.0)
+    choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 100, ROW_BYTES)
     assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
     assert samples is None  # a broadcastable master: the counts decided, no keys drawn
     joined = scheme_join_flagged(
@@ -184,13 +186,25 @@ def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, ki
         row_id="_row_id",
         task_memory=300.0,
         sample_size=100,
-        stream_row_bytes=16.0,
-        master_row_bytes=32.0,
+        row_bytes=ROW_BYTES,
         samples=samples,
         broadcast=True,
     )
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
     assert_same_multiset(finish(joined, "left").select("sid", "rid"), expected)
+
+
+class Unmeasured:
+    """Row sizes that must not be asked for: measuring them would cost a job."""
+
+    def stream(self) -> float:
+        raise AssertionError("the stream's row size was measured")
+
+    def master(self) -> float:
+        raise AssertionError("the master's row size was measured")
+
+
+UNMEASURED = Unmeasured()
 
 
 @pytest.mark.parametrize("kind", ["range", "band"])
@@ -219,7 +233,7 @@ def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
         assert (s_df.count(), m_df.count()) == (160, 50)  # materialized: exact row counts
         spark.sparkContext.setJobGroup("auto-by-size", "choosing may run no job")
         try:
-            choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0)
+            choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, UNMEASURED)
         finally:
             spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         assert tracker.getJobIdsForGroup("auto-by-size") == []
@@ -237,8 +251,7 @@ def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
             row_id="_row_id",
             task_memory=600.0,
             sample_size=20,
-            stream_row_bytes=16.0,
-            master_row_bytes=32.0,
+            row_bytes=UNMEASURED,  # neither scheme plans, so neither measures rows
             broadcast=True,
         )
         actual = finish(joined, "left").select("sid", "rid").collect()
@@ -273,7 +286,7 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
     try:
         # sample_above_bytes 0: inputs this small would bin on their size estimate alone.
-        choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, 32.0, 0)
+        choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, ROW_BYTES, 0)
         assert choice.scheme == "adsp", choice
         assert samples is not None and samples[0].rows == 160 and samples[1].rows == 10
         joined = scheme_join_flagged(
@@ -287,8 +300,7 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
             row_id="_row_id",
             task_memory=600.0,
             sample_size=20,
-            stream_row_bytes=16.0,
-            master_row_bytes=32.0,
+            row_bytes=ROW_BYTES,
             samples=samples,
         )
         actual = finish(joined, "left").select("sid", "rid").collect()
