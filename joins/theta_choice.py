@@ -113,6 +113,46 @@ class SideSize(Protocol):
     def rows(self) -> int | None: ...
 
 
+def broadcast_rules(
+    predicate: ThetaPredicate,
+    stream_rows: int | None,
+    master_rows: int | None,
+    master_bytes: float,
+    parallelism: int,
+    broadcast_bytes: float,
+    nested_loop_pairs_per_core: float,
+    size_note: str,
+) -> SchemeChoice | None:
+    """The two broadcast rules, from counted or estimated sizes (``size_note`` says which,
+    in the reason); None when neither applies.
+
+    - A band whose binned master (``2 * master_bytes``: at most two bins per row) is
+      broadcast: binning, with no shuffle and so no hot bin.
+    - Any other predicate whose master is broadcast and whose nested loop stays under
+      ``nested_loop_pairs_per_core`` comparisons per core: Spark's nested loop. The
+      comparisons need both row counts; without them this rule does not apply.
+    """
+    if predicate.type == "band" and predicate.master_column:
+        if 2 * master_bytes <= broadcast_bytes:
+            return SchemeChoice(
+                "binning",
+                f"band predicate, binned master ({2 * master_bytes:.0f} B{size_note}) is "
+                "broadcast: no shuffle, no hot bin",
+            )
+        return None
+    if stream_rows is None or master_rows is None or master_bytes > broadcast_bytes:
+        return None
+    pairs_per_core = stream_rows * master_rows / max(1, parallelism)
+    if pairs_per_core > nested_loop_pairs_per_core:
+        return None
+    return SchemeChoice(
+        "spark",
+        f"{predicate.type} predicate, master {master_rows} rows ({master_bytes:.0f} B"
+        f"{size_note}) is broadcast; {pairs_per_core:.3g} comparisons per core <= "
+        f"{nested_loop_pairs_per_core:.3g}",
+    )
+
+
 def choose_by_size(
     predicate: ThetaPredicate,
     stream: SideSize,
@@ -125,39 +165,32 @@ def choose_by_size(
     """The scheme when the size estimates alone decide it, else None (count, then maybe
     sample: :func:`choose_by_counts`, :func:`choose_scheme`).
 
-    The broadcast rules are those of :func:`choose_by_counts`, on the estimated bytes that
-    Spark's own broadcast rule reads; the nested loop's comparisons need both row counts,
-    so it is chosen here only where the estimates hold them. A band join whose inputs
-    (the master twice, as binning replicates it) are under ``sample_above_bytes`` bins:
-    sampling could not save what it costs (module docstring).
+    The broadcast rules (:func:`broadcast_rules`) on the estimated bytes that Spark's own
+    broadcast rule reads, and the rows where the estimates hold them; then a band join
+    whose inputs (the master twice, as binning replicates it) are under
+    ``sample_above_bytes`` bins: sampling could not save what it costs (module docstring).
     """
-    if predicate.type == "band" and predicate.master_column:
-        if 2 * master.bytes <= broadcast_bytes:
-            return SchemeChoice(
-                "binning",
-                f"band predicate, binned master (~{2 * master.bytes:.0f} B estimated) is "
-                "broadcast: no shuffle, no hot bin",
-            )
-        inputs = stream.bytes + 2 * master.bytes
-        if inputs < sample_above_bytes:
-            return SchemeChoice(
-                "binning",
-                f"band predicate, inputs ~{inputs:.0f} B estimated < {sample_above_bytes:.0f} "
-                "(operator.sample_above_bytes): sampling for a hot bin would cost about what "
-                "it could save",
-            )
-        return None
-    if stream.rows is None or master.rows is None or master.bytes > broadcast_bytes:
-        return None
-    pairs_per_core = stream.rows * master.rows / max(1, parallelism)
-    if pairs_per_core > nested_loop_pairs_per_core:
-        return None  # the counts would say the same; let them, with exact figures
-    return SchemeChoice(
-        "spark",
-        f"{predicate.type} predicate, master {master.rows} rows (~{master.bytes:.0f} B "
-        f"estimated) is broadcast; {pairs_per_core:.3g} comparisons per core <= "
-        f"{nested_loop_pairs_per_core:.3g}",
+    broadcast = broadcast_rules(
+        predicate,
+        stream.rows,
+        master.rows,
+        master.bytes,
+        parallelism,
+        broadcast_bytes,
+        nested_loop_pairs_per_core,
+        size_note=" estimated",
     )
+    if broadcast is not None or predicate.type != "band" or not predicate.master_column:
+        return broadcast
+    inputs = stream.bytes + 2 * master.bytes
+    if inputs < sample_above_bytes:
+        return SchemeChoice(
+            "binning",
+            f"band predicate, inputs {inputs:.0f} B estimated < {sample_above_bytes:.0f} "
+            "(operator.sample_above_bytes): sampling for a hot bin would cost about what "
+            "it could save",
+        )
+    return None
 
 
 def choose_by_counts(
@@ -174,24 +207,20 @@ def choose_by_counts(
 
     No rule here looks at the keys, so ``auto`` draws none for a broadcast join: against the
     240-row promotions master that saves the sampling job."""
-    cores = max(1, parallelism)
     master_bytes = master.rows * master_row_bytes
-    if predicate.type == "band" and predicate.master_column:
-        if 2 * master_bytes <= broadcast_bytes:
-            return SchemeChoice(
-                "binning",
-                f"band predicate, binned master (<= {2 * master_bytes:.0f} B) is broadcast: "
-                "no shuffle, no hot bin",
-            )
-        return None
-    pairs_per_core = stream.rows * master.rows / cores
-    if master_bytes <= broadcast_bytes and pairs_per_core <= nested_loop_pairs_per_core:
-        return SchemeChoice(
-            "spark",
-            f"{predicate.type} predicate, master {master.rows} rows ({master_bytes:.0f} B) is "
-            f"broadcast; {pairs_per_core:.3g} comparisons per core <= "
-            f"{nested_loop_pairs_per_core:.3g}",
-        )
+    broadcast = broadcast_rules(
+        predicate,
+        stream.rows,
+        master.rows,
+        master_bytes,
+        parallelism,
+        broadcast_bytes,
+        nested_loop_pairs_per_core,
+        size_note="",
+    )
+    if broadcast is not None or (predicate.type == "band" and predicate.master_column):
+        return broadcast
+    pairs_per_core = stream.rows * master.rows / max(1, parallelism)
     return SchemeChoice(
         "adsp",
         f"{predicate.type} predicate, master {master.rows} rows ({master_bytes:.0f} B): "
