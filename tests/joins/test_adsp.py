@@ -10,13 +10,19 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from joins.adsp import adsp_join, bucket_of
 from joins.adsp_plan import Histogram, route_master_line, route_stream_line
-from joins.theta_join import FixedRowBytes
+from joins.theta_join import (
+    FixedRowBytes,
+    RowBytes,
+    Samples,
+    resolve_scheme,
+    scheme_join_flagged,
+)
 from joins.theta_predicate import ThetaPredicate
 from joins.theta_stats import theta_plan
 from tests.helpers import assert_same_multiset
@@ -157,11 +163,42 @@ def test_binning_and_flagged_adsp_keep_unmatched_rows(spark: SparkSession) -> No
     assert versions == {3, None}
 
 
+def left_join_pairs(
+    spark: SparkSession,
+    s_df: DataFrame,
+    m_df: DataFrame,
+    predicate: ThetaPredicate,
+    scheme: str,
+    task_memory: float,
+    sample_size: int,
+    samples: Samples | None,
+    row_bytes: RowBytes = ROW_BYTES,
+    broadcast: bool = True,
+) -> list[Row]:
+    """(sid, rid) of the flagged left join by ``scheme``, as the theta driver runs it."""
+    from joins.baseline import finish
+
+    joined = scheme_join_flagged(
+        spark,
+        s_df,
+        m_df,
+        predicate,
+        scheme,
+        master_name="m",
+        master_version=1,
+        row_id="_row_id",
+        task_memory=task_memory,
+        sample_size=sample_size,
+        row_bytes=row_bytes,
+        samples=samples,
+        broadcast=broadcast,
+    )
+    return finish(joined, "left").select("sid", "rid").collect()
+
+
 @pytest.mark.parametrize("kind", sorted(ORACLE))
 def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, kind: str) -> None:
     """``scheme: auto`` end to end (choice, then the chosen join) on the flagged left join."""
-    from joins.baseline import finish
-    from joins.theta_join import resolve_scheme, scheme_join_flagged
 
     rng = random.Random(len(kind))
     stream = [(i, None if i % 17 == 0 else round(rng.uniform(0, 60), 1)) for i in range(90)]
@@ -175,23 +212,9 @@ def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, ki
     choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 100, ROW_BYTES)
     assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
     assert samples is None  # a broadcastable master: the counts decided, no keys drawn
-    joined = scheme_join_flagged(
-        spark,
-        s_df,
-        m_df,
-        predicate,
-        choice.scheme,
-        master_name="m",
-        master_version=1,
-        row_id="_row_id",
-        task_memory=300.0,
-        sample_size=100,
-        row_bytes=ROW_BYTES,
-        samples=samples,
-        broadcast=True,
-    )
+    actual = left_join_pairs(spark, s_df, m_df, predicate, choice.scheme, 300.0, 100, samples)
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
-    assert_same_multiset(finish(joined, "left").select("sid", "rid"), expected)
+    assert_same_multiset(actual, expected)
 
 
 class Unmeasured:
@@ -214,8 +237,6 @@ def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
     """A materialized cache holds exact rows: a range predicate against a small master goes
     to the nested loop, and a band join under ``sample_above_bytes`` bins even with
     broadcasting off and a hot bin, without a counting or sampling job; the join is exact."""
-    from joins.baseline import finish
-    from joins.theta_join import resolve_scheme, scheme_join_flagged
 
     rng = random.Random(11)
     stream = [(i, 7.0 if i < 140 else round(rng.uniform(0, 60), 1)) for i in range(160)]
@@ -240,21 +261,10 @@ def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
         assert samples is None
         assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
         assert "estimated" in choice.reason
-        joined = scheme_join_flagged(
-            spark,
-            s_df,
-            m_df,
-            predicate,
-            choice.scheme,
-            master_name="m",
-            master_version=1,
-            row_id="_row_id",
-            task_memory=600.0,
-            sample_size=20,
-            row_bytes=UNMEASURED,  # neither scheme plans, so neither measures rows
-            broadcast=True,
+        # Neither scheme plans, so neither measures rows.
+        actual = left_join_pairs(
+            spark, s_df, m_df, predicate, choice.scheme, 600.0, 20, None, UNMEASURED
         )
-        actual = finish(joined, "left").select("sid", "rid").collect()
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
         s_df.unpersist()
@@ -270,8 +280,6 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
     """Broadcasting off: a range predicate, and a band whose hot bin holds over 3/4 of all
     input rows (A-DSP's 1.5x work over 2 tasks at once), go to A-DSP, planned from the
     samples the choice drew."""
-    from joins.baseline import finish
-    from joins.theta_join import resolve_scheme, scheme_join_flagged
 
     rng = random.Random(5)
     stream = [(i, 7.0 if i < 155 else round(rng.uniform(0, 60), 1)) for i in range(160)]
@@ -289,21 +297,9 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
         choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, ROW_BYTES, 0)
         assert choice.scheme == "adsp", choice
         assert samples is not None and samples[0].rows == 160 and samples[1].rows == 10
-        joined = scheme_join_flagged(
-            spark,
-            s_df,
-            m_df,
-            predicate,
-            choice.scheme,
-            master_name="m",
-            master_version=1,
-            row_id="_row_id",
-            task_memory=600.0,
-            sample_size=20,
-            row_bytes=ROW_BYTES,
-            samples=samples,
+        actual = left_join_pairs(
+            spark, s_df, m_df, predicate, choice.scheme, 600.0, 20, samples, broadcast=False
         )
-        actual = finish(joined, "left").select("sid", "rid").collect()
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")

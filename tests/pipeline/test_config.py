@@ -122,18 +122,16 @@ def test_bad_values_name_the_key(path: str, value: Any, message: str) -> None:
     assert message in str(info.value)
 
 
-def test_theta_predicate_needs_its_columns() -> None:
+def with_theta_stage(predicate: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """VALID with a second stage: a theta join of ``out1`` to master ``m``."""
     raw = copy.deepcopy(VALID)
-    raw["stages"].append(
-        {
-            "name": "s2",
-            "kind": "theta",
-            "input": "out1",
-            "master": "m",
-            "predicate": {"type": "range", "stream_column": "k", "lo": "mk"},
-            "output": "out2",
-        }
-    )
+    stage = {"name": "s2", "kind": "theta", "input": "out1", "master": "m", "output": "out2"}
+    raw["stages"].append({**stage, "predicate": predicate, **extra})
+    return raw
+
+
+def test_theta_predicate_needs_its_columns() -> None:
+    raw = with_theta_stage({"type": "range", "stream_column": "k", "lo": "mk"})
     with pytest.raises(
         ConfigError, match=r"stages\.1\.theta\.predicate: a range predicate needs 'lo' and 'hi'"
     ):
@@ -141,17 +139,9 @@ def test_theta_predicate_needs_its_columns() -> None:
 
 
 def test_a_negative_sample_threshold_names_the_theta_key() -> None:
-    raw = copy.deepcopy(VALID)
-    raw["stages"].append(
-        {
-            "name": "s2",
-            "kind": "theta",
-            "input": "out1",
-            "master": "m",
-            "predicate": {"type": "band", "stream_column": "k", "master_column": "mk", "eps": 1},
-            "output": "out2",
-            "operator": {"sample_above_bytes": -1},
-        }
+    raw = with_theta_stage(
+        {"type": "band", "stream_column": "k", "master_column": "mk", "eps": 1},
+        operator={"sample_above_bytes": -1},
     )
     with pytest.raises(
         ConfigError,
