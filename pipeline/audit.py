@@ -69,7 +69,7 @@ from quality.audit_views import (
 from quality.config import QualityConfig
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
-from warehouse.delta.api import COMMIT_VERSION, live_rows_added
+from warehouse.delta.api import COMMIT_VERSION, count_live_rows_added, live_rows_added
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -230,6 +230,7 @@ class AuditPublisher:
                 "pending_version": pending_now,
                 "pending_table": driver.pending_table(),
             },
+            rows=count_live_rows_added(self.engine, silver, audited, latest),
         )
 
     def _live_batch(self, silver: str, audited: int, latest: int) -> DataFrame:
@@ -338,17 +339,24 @@ class AuditPublisher:
         state: dict[str, Any],
         record: dict[str, Any],
         interval: tuple[datetime, datetime] | None = None,
+        rows: int | None = None,
     ) -> TableAudit:
         """Validate, write the intent, commit the decision, record the audit state.
 
-        The staged batch and the accounting views are cached for the duration: GX computes
-        each SQL expectation twice (its rows and their count), and every view joins Delta
-        reads that would otherwise be planned and scanned again each time.
+        ``rows``: the batch's rows where the Delta log already says (else it is counted).
+
+        Where suites run, the staged batch and the accounting views are cached for the
+        duration: GX computes each SQL expectation twice (its rows and their count), and
+        every view joins Delta reads that would otherwise be planned and scanned again each
+        time. Without suites the batch is counted and published, two plain scans, which
+        cost less than building a cache of it.
         """
-        staged = staged.cache()
-        views = {name: view.cache() for name, view in views.items()}
+        quality = self.config.quality.get(table)
+        if quality is not None and quality.suites:
+            staged = staged.cache()
+            views = {name: view.cache() for name, view in views.items()}
         try:
-            audit = self._decide(table, run_id, staged, batch, views, failures)
+            audit = self._decide(table, run_id, staged, batch, views, failures, rows)
             state["intent"] = {
                 "run_id": run_id,
                 "batch": list(batch),
@@ -524,9 +532,11 @@ class AuditPublisher:
         batch: tuple[int, int],
         views: dict[str, DataFrame],
         failures: list[str],
+        rows: int | None = None,
     ) -> TableAudit:
         """Run the suites over the (cached) staged batch and write their results."""
-        rows = staged.count()
+        if rows is None:
+            rows = staged.count()
         quality = self.config.quality.get(table)
         outcomes = self._run_suites(table, run_id, staged, views, quality)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]

@@ -219,7 +219,31 @@ class MasterConfig(Strict):
 class SsbjParams(Strict):
     """Parameters of the SSBJ / MESHJOIN operator (see joins.ssbj)."""
 
-    mode: Literal["baseline", "meshjoin", "ssbj"] = "ssbj"
+    mode: Literal["auto", "baseline", "meshjoin", "ssbj"] = Field(
+        default="auto",
+        description=(
+            "auto: each step picks SSBJ or the plain join of the batch to the whole master "
+            "from the Delta log's sizes (joins.equi_choice; no Spark job) and logs why; "
+            "ssbj, meshjoin (SSBJ without its cache) or baseline force one"
+        ),
+    )
+    ssbj_above_bytes: int = Field(
+        default=8 * 1024**3,
+        ge=0,
+        description=(
+            "auto: a master of at most this many bytes (its live files) is joined whole to "
+            "each batch; only a larger one, also ssbj_master_batches times the batch's rows, "
+            "gets SSBJ. 8 GiB: above every master SSBJ has been measured against (BENCHMARKS.md)"
+        ),
+    )
+    ssbj_master_batches: float = Field(
+        default=40.0,
+        gt=0,
+        description=(
+            "auto: SSBJ only where the master has at least this many times the rows of the "
+            "step's batch (reading 1/k of it saves little on a master not far larger)"
+        ),
+    )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")
     steps_per_run: int = Field(default=1, ge=1)
     switch_factor: float = Field(default=1.0, gt=0, description="s_f of the cache inequality")
@@ -314,7 +338,7 @@ class SsbjParams(Strict):
 
     @model_validator(mode="after")
     def _options_that_need_others(self) -> SsbjParams:
-        if self.key_counts == "sketch" and self.mode != "ssbj":
+        if self.key_counts == "sketch" and self.mode not in ("ssbj", "auto"):
             raise ValueError(
                 f"key_counts: sketch bounds the counters of SSBJ's cache; mode {self.mode!r} "
                 "keeps no cache (use key_counts: exact, or mode: ssbj)"

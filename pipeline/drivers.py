@@ -1,21 +1,30 @@
-"""Which driver runs a stage, decided once per stage from its config.
+"""Which driver runs a stage, decided from its config and, for ``mode: auto``, its sizes.
 
 ``baseline``: equi stages in ``baseline`` mode; ``ssbj``: equi stages in ``ssbj`` or
-``meshjoin`` mode; ``theta``: theta stages. The runner and the audit ask :class:`StageDrivers` for a
-stage's driver and use it only through the :class:`~pipeline.stage_driver.StageDriver`
-protocol.
+``meshjoin`` mode; ``theta``: theta stages. An equi stage in ``auto`` mode gets one of the
+first two from :func:`joins.equi_choice.choose_equi_mode` over the Delta logs' sizes (no
+Spark job), decided once per command and logged with its reason. The runner and the audit
+ask :class:`StageDrivers` for a stage's driver and use it only through the
+:class:`~pipeline.stage_driver.StageDriver` protocol.
+
+Switching keeps every tuple answered once: a stage whose SSBJ state still holds tuples
+when ``auto`` picks the plain join drains them first (the drain also joins the new input
+with SSBJ), and the plain join takes over at the next step; SSBJ resumes its step count
+above the plain join's (``SsbjStage``), so the output's app transactions keep increasing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
+from joins.equi_choice import EquiChoice, EquiSizes, choose_equi_mode
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
-from pipeline.ssbj_driver import SsbjDriver
+from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj_stage import held_back
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
@@ -23,11 +32,15 @@ from pipeline.stateless_driver import EquiBaselineDriver, ThetaDriver
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
+logger = logging.getLogger(__name__)
+
 
 def driver_kind(stage: AnyStage) -> str:
-    """The registry key of the driver that runs ``stage``."""
+    """The registry key of the driver that runs ``stage``; ``auto`` is decided per command."""
     if isinstance(stage, ThetaStage):
         return "theta"
+    if stage.operator.mode == "auto":
+        return "auto"
     return "baseline" if stage.operator.mode == "baseline" else "ssbj"
 
 
@@ -50,13 +63,58 @@ class StageDrivers:
             "baseline": self._baseline,
             "ssbj": self._ssbj,
             "theta": self._theta,
+            "auto": self._auto,
         }
+        self._choices: dict[str, EquiChoice] = {}
 
     def driver(self, stage: AnyStage) -> StageDriver:
         kind = driver_kind(stage)
-        if kind != "ssbj":
+        if kind not in ("ssbj", "auto"):
             self._refuse_held_tuples(stage, kind)
         return self._factories[kind](stage)
+
+    def choice(self, stage: EquiStage) -> EquiChoice:
+        """``auto``'s join for ``stage``, decided at the first ask of this registry."""
+        known = self._choices.get(stage.name)
+        if known is not None:
+            return known
+        master = self.engine.snapshot(self.inputs.master_path(stage))
+        counts = [f.num_records for f in master.files]
+        batch_rows = 0
+        input_path = self.inputs.input_path(stage)
+        if self.engine.exists(input_path):
+            consumed = self.store.offset(stage.name).input_version
+            latest = self.engine.snapshot(input_path).version
+            if latest > consumed:
+                batch_rows = sum(
+                    rows for _, rows in self.engine.rows_by_version(input_path, consumed, latest)
+                )
+        sizes = EquiSizes(
+            master_bytes=master.size_bytes,
+            master_rows=None if None in counts else sum(c or 0 for c in counts),
+            batch_rows=batch_rows,
+        )
+        params = stage.operator
+        choice = choose_equi_mode(sizes, params.ssbj_above_bytes, params.ssbj_master_batches)
+        logger.info("stage %s: auto chose %s: %s", stage.name, choice.mode, choice.reason)
+        self._choices[stage.name] = choice
+        return choice
+
+    def _auto(self, stage: EquiStage) -> StageDriver:
+        if self.choice(stage).mode == "ssbj":
+            return self._ssbj(stage)
+        held = held_back(self.store.operator_state(stage.name))
+        if held:
+            logger.info(
+                "stage %s: its SSBJ state still holds work (%s): this step drains it with "
+                "SSBJ; the plain join takes over at the next step",
+                stage.name,
+                held,
+            )
+            return SsbjDrainingDriver(
+                stage, self.config, self.spark, self.engine, self.store, self.inputs
+            )
+        return self._baseline(stage)
 
     def _refuse_held_tuples(self, stage: AnyStage, kind: str) -> None:
         """A stage whose SSBJ state still holds tuples (H_S, or a half-done step) cannot

@@ -119,3 +119,11 @@ class SsbjDriver:
             report.seconds += step.seconds
             report.steps.append(StepMetrics(step.step + 1, step.as_metrics()))
         return report
+
+
+class SsbjDrainingDriver(SsbjDriver):
+    """An ``auto`` stage leaving SSBJ for the plain join: its scheduled step is a drain, so
+    no tuple is left in H_S when the plain join (which keeps none) takes over."""
+
+    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+        return self.drain(run_id)

@@ -208,7 +208,7 @@ class SsbjStage:
         self.engine = engine
         self.store = store
         self.params = stage.operator
-        self.use_cache = self.params.mode == "ssbj"
+        self.use_cache = self.params.mode in ("ssbj", "auto")  # auto runs this when SSBJ
         layout = WarehouseLayout.of(config)
         self.master_path = layout.master(config, stage.master)
         self.output_path = output_path
@@ -295,8 +295,22 @@ class SsbjStage:
         state = self.store.operator_state(self.stage.name)
         if state is not None and state.get("layout") != STATE_LAYOUT:
             return self._from_earlier_release(state)
+        # The output's app transactions are numbered by step, and steps of another driver
+        # (an auto stage that ran the plain join meanwhile) advanced the offset's step
+        # count: SSBJ continues above it, or its next commit would be skipped as done.
+        done = self.store.offset(self.stage.name).step_seq
         if state is None:
-            state = self._fresh_state(next_step=0)
+            return self._fresh_state(next_step=done)
+        if state["next_step"] < done and not held_back(state):
+            logger.info(
+                "stage %s: SSBJ resumes at step %d after %d step(s) of the plain join",
+                self.stage.name,
+                done,
+                done - state["next_step"],
+            )
+            shift = done - int(state["next_step"])
+            state["next_step"] = done
+            state["cycle_base"] = int(state["cycle_base"]) + shift
         return state
 
     def _fresh_state(self, next_step: int) -> dict[str, Any]:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from common.faults import crash_point
@@ -105,14 +106,10 @@ class StatelessDriver(ABC, Generic[StageT]):
             return report
         new_rows = self.inputs.new_rows(stage, offset.input_version, plan.planned_input_version)
         master = self.engine.snapshot(master_path, plan.planned_master_version)
-        joined = self.join_step(new_rows, master, run_id, report).cache()
-        try:
-            output = baseline.finish(joined, stage.join)
-            self._count(joined, report)
-            report.master_bytes_read = master.size_bytes
-            self._write_output(output, AppTransaction(f"stage.{stage.name}", step), report)
-        finally:
-            joined.unpersist()
+        report.master_bytes_read = master.size_bytes
+        self.join_and_write(
+            new_rows, master, run_id, report, AppTransaction(f"stage.{stage.name}", step)
+        )
         crash_point("stage.after_output_commit")
         self.store.set_offset(stage.name, plan.planned_input_version, step)
         # Still pinned: the consumed version, after which the next step follows the input.
@@ -202,6 +199,27 @@ class StatelessDriver(ABC, Generic[StageT]):
         """The join of a scheduled step (a driver may keep structures between steps)."""
         return self.join(rows, master)
 
+    def join_and_write(
+        self,
+        rows: DataFrame,
+        master: Snapshot,
+        run_id: str,
+        report: StageReport,
+        txn: AppTransaction,
+    ) -> None:
+        """Join a step's rows, count them into ``report`` and append the output.
+
+        The joined rows are cached, counted, then written: a join may run jobs of its own
+        (statistics, a layout) over the rows first, so the counts are taken from the
+        joined rows themselves (:class:`EquiBaselineDriver` counts while it writes).
+        """
+        joined = self.join_step(rows, master, run_id, report).cache()
+        try:
+            self._count(joined, report)
+            self._write_output(baseline.finish(joined, self._stage.join), txn, report)
+        finally:
+            joined.unpersist()
+
     def _stream_and_master(self, rows: DataFrame, master: Snapshot) -> tuple[DataFrame, DataFrame]:
         stream = rows.withColumn(ROW_ID, F.monotonically_increasing_id())
         master_rows = self.inputs.master_rows(self.stage, master)
@@ -260,6 +278,45 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         stream, master_rows = self._stream_and_master(rows, master)
         return baseline.equi_join_flagged(
             stream, master_rows, self.stage.join_on, self.stage.master, master.version
+        )
+
+    def join_and_write(
+        self,
+        rows: DataFrame,
+        master: Snapshot,
+        run_id: str,
+        report: StageReport,
+        txn: AppTransaction,
+    ) -> None:
+        """One Spark job: the write, with the counts observed as the rows pass.
+
+        Nothing else reads the stream, so it is observed as it enters the join (the tuples
+        in) and the flagged join as it leaves it, before the inner join's filter (rows of
+        matches, and the unmatched tuples, each of which a flagged join emits once). A
+        matched tuple is one that is not unmatched.
+        """
+        # Unique names: a retry of the step in this session observes afresh.
+        tag = f"{txn.app_id}.{txn.version}.{uuid.uuid4().hex[:8]}"
+        stream_in, joined_out = Observation(f"{tag}.in"), Observation(f"{tag}.out")
+        observed = rows.observe(stream_in, F.count(F.lit(1)).alias("tuples"))
+        joined = self.join(observed, master).observe(
+            joined_out,
+            F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
+            F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
+        )
+        self._write_output(baseline.finish(joined, self._stage.join), txn, report)
+        if not report.committed:
+            # Landed before a crash: no job ran now, so the counts come from the commit.
+            self._count(self.join(rows, master), report)
+            return
+        tuples = int(stream_in.get["tuples"])
+        out = joined_out.get
+        unmatched = int(out["unmatched"] or 0)
+        report.tuples_in = tuples
+        report.tuples_unmatched = unmatched
+        report.tuples_matched = tuples - unmatched
+        report.output_rows = int(out["match_rows"] or 0) + (
+            unmatched if self._stage.join == "left" else 0
         )
 
     def input_accounting(

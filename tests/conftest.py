@@ -36,10 +36,10 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def spark() -> Iterator[SparkSession]:
     """The run's Spark session, always with the delta-spark jars (``make jars``).
 
-    Both Delta engines are tested in every run: the native one needs the jars, and with
-    them ``engine: auto`` (the configs' default) picks native, as on a cluster that ships
-    Delta; tests that need the embedded engine ask for it. A session without the jars
-    would quietly leave the native engine untested, so the fixture refuses to start.
+    Both Delta engines are tested in every run: the native one needs the jars (``engine:
+    auto``, the configs' default, picks the embedded one; tests of the native engine ask
+    for it). A session without the jars would quietly leave the native engine untested, so
+    the fixture refuses to start.
     """
     # The tests' in-process session: an exported SPARK_REMOTE would make pyspark (and
     # build_session) refuse it; the Connect tests start their own server.

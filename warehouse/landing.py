@@ -646,11 +646,14 @@ class _StreamIngest:
             )
             bad = quarantined.count()
             self.engine.append(self.source.bronze_path, stamped, AppTransaction(self._app, row.id))
-            self.engine.append(
-                self.source.quarantine_path,
-                quarantined,
-                AppTransaction(f"quarantine.{self.source.name}", row.id),
-            )
+            if bad:
+                # A clean file commits nothing here: the bronze commit's app transaction
+                # alone marks it loaded, so a rerun has nothing to repeat either way.
+                self.engine.append(
+                    self.source.quarantine_path,
+                    quarantined,
+                    AppTransaction(f"quarantine.{self.source.name}", row.id),
+                )
         finally:
             parsed.unpersist()
             staged.unlink(missing_ok=True)

@@ -9,8 +9,8 @@
   (:mod:`warehouse.code_archive`).
 - delta-spark's jars, when the project's jar folder has them (``make jars`` fetches them with
   Maven into ``var/jars``; ``ENRICH_DELTA_JARS`` names another folder): they go on
-  ``spark.jars`` with Delta's SQL extension and catalog, so ``engine: auto`` picks the native
-  engine. Nothing is downloaded at run time.
+  ``spark.jars`` with Delta's SQL extension and catalog, so ``engine: native`` can run.
+  Nothing is downloaded at run time.
 """
 
 from __future__ import annotations

@@ -249,6 +249,17 @@ class DeltaEngine(Protocol):
         """
         ...
 
+    def count_rows_added(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> int | None:
+        """How many rows :meth:`rows_added` would return, from the log's record counts with
+        no data read; None when the log cannot tell (a file without statistics)."""
+        ...
+
     def rows_by_version(
         self, path: str, after_version: int, to_version: int
     ) -> list[tuple[int, int]]:
@@ -299,12 +310,27 @@ def live_rows_added(
     backfill re-joined them and published them itself), and so are the files backfill
     commits added. Each row carries ``_commit_version``.
     """
-    skip: list[int] = []
-    if to_version > after_version:
-        latest = engine.snapshot(path).version
-        skip = [
-            int(h["version"])
-            for h in engine.history(path, limit=latest - after_version)
-            if h.get(OPERATION_KEY) == BACKFILL and after_version < int(h["version"]) <= to_version
-        ]
+    skip = _backfill_versions(engine, path, after_version, to_version)
     return engine.rows_added(path, after_version, to_version, skip_versions=skip)
+
+
+def count_live_rows_added(
+    engine: DeltaEngine, path: str, after_version: int, to_version: int
+) -> int | None:
+    """How many rows :func:`live_rows_added` returns, from the log alone (None: unknown)."""
+    skip = _backfill_versions(engine, path, after_version, to_version)
+    return engine.count_rows_added(path, after_version, to_version, skip_versions=skip)
+
+
+def _backfill_versions(
+    engine: DeltaEngine, path: str, after_version: int, to_version: int
+) -> list[int]:
+    """The versions in (after, to] that backfills committed."""
+    if to_version <= after_version:
+        return []
+    latest = engine.snapshot(path).version
+    return [
+        int(h["version"])
+        for h in engine.history(path, limit=latest - after_version)
+        if h.get(OPERATION_KEY) == BACKFILL and after_version < int(h["version"]) <= to_version
+    ]

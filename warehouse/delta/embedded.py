@@ -339,6 +339,36 @@ class EmbeddedDeltaEngine:
         are files added by the versions in ``skip_versions``; a file a compaction rewrote
         (``dataChange=false``) is read as it was added.
         """
+        end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
+        parts = [
+            self.read_files(end, files).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
+            for version, files in sorted(by_version.items())
+        ]
+        schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
+        return _union_or_empty(self._spark, parts, schema)
+
+    def count_rows_added(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> int | None:
+        """The rows :meth:`rows_added` reads, from the files' ``numRecords`` (the embedded
+        engine refuses deletion vectors, so a live file's rows are all its records)."""
+        _, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
+        counts = [f.num_records for files in by_version.values() for f in files]
+        return None if None in counts else sum(c or 0 for c in counts)
+
+    def _added_by_version(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int],
+    ) -> tuple[Snapshot, dict[int, list[DataFile]]]:
+        """The snapshot at ``to_version`` and the still-live files each version of
+        ``(after_version, to_version]`` added, but for ``skip_versions``."""
         root = _table_root(path)
         end = self.snapshot(root, to_version)
         skip = set(skip_versions)
@@ -349,12 +379,7 @@ class EmbeddedDeltaEngine:
         for added in tracker.files():
             if added.version not in skip:
                 by_version.setdefault(added.version, []).append(added.payload)
-        parts = [
-            self.read_files(end, files).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-            for version, files in sorted(by_version.items())
-        ]
-        schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
-        return _union_or_empty(self._spark, parts, schema)
+        return end, dict(sorted(by_version.items()))
 
     def rows_by_version(
         self, path: str, after_version: int, to_version: int

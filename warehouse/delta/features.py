@@ -32,7 +32,7 @@ WHY_UNREADABLE = {
 }
 
 NATIVE_ENGINE_HINT = (
-    "the native engine (delta-spark: `warehouse.engine: native`, or `auto` with the "
+    "the native engine (delta-spark: `warehouse.engine: native`, with the "
     "delta-spark jars that `make jars` fetches) reads it"
 )
 

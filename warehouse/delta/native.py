@@ -510,6 +510,17 @@ class NativeDeltaEngine:
         ]
         return _union_or_empty(self._spark, parts, schema)
 
+    def count_rows_added(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> int | None:
+        """None: a file's live rows are its records minus its deletion vector's, which
+        only a read of the table tells apart here."""
+        return None
+
     def rows_by_version(
         self, path: str, after_version: int, to_version: int
     ) -> list[tuple[int, int]]:

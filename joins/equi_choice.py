@@ -1,0 +1,71 @@
+"""``mode: auto`` for equi stages: SSBJ, or the plain join of the batch to the whole master.
+
+SSBJ (seeds/ssbj_semi_stream_balanced_join.txt, Sec. 3) exists for one situation: a master
+far larger than a batch, read in 1/k slices (the MESHJOIN scan) instead of in full each
+batch, with a hot cache that answers skewed join values at once. Its price is per step:
+the pending state H_S and the cache H_R are written and read back, and a tuple may wait up
+to one R-cycle (k steps) for its answer. The plain join pays one scan of the master per
+batch and answers every tuple at once.
+
+Invariant: the choice is SSBJ only when both hold
+
+- the master's live files exceed ``ssbj_above_bytes`` (a scan of a smaller master costs
+  less than an SSBJ step's bookkeeping; measured in BENCHMARKS.md, where the plain join of
+  a 20k batch to an 8M-row partsupp took 0.87 s and an SSBJ step far more), and
+- the master has at least ``ssbj_master_batches`` times the batch's rows (reading 1/k of a
+  master not far larger than the batch saves little of a step's cost);
+
+otherwise the plain join. The sizes come from the Delta log (file sizes and ``numRecords``
+statistics), so deciding runs no Spark job. A master with no record counts in its log
+is weighed by bytes alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+EquiMode = Literal["baseline", "ssbj"]
+
+
+@dataclass(frozen=True)
+class EquiSizes:
+    """What the Delta logs say of one step's inputs."""
+
+    master_bytes: int
+    master_rows: int | None
+    """None when a file of the master has no ``numRecords`` statistic."""
+    batch_rows: int
+
+
+@dataclass(frozen=True)
+class EquiChoice:
+    mode: EquiMode
+    reason: str
+
+
+def choose_equi_mode(
+    sizes: EquiSizes, ssbj_above_bytes: int, ssbj_master_batches: float
+) -> EquiChoice:
+    """The join of one equi step under ``mode: auto`` (module docstring)."""
+    if sizes.master_bytes <= ssbj_above_bytes:
+        return EquiChoice(
+            "baseline",
+            f"the master's {sizes.master_bytes:,} B are within ssbj_above_bytes "
+            f"({ssbj_above_bytes:,} B): one scan per batch costs less than SSBJ's state",
+        )
+    if sizes.master_rows is not None and sizes.master_rows < ssbj_master_batches * max(
+        sizes.batch_rows, 1
+    ):
+        return EquiChoice(
+            "baseline",
+            f"the master's {sizes.master_rows:,} rows are under ssbj_master_batches "
+            f"({ssbj_master_batches:g}) x the batch's {sizes.batch_rows:,}: reading 1/k of "
+            "it would save little",
+        )
+    rows = f"{sizes.master_rows:,} rows, " if sizes.master_rows is not None else ""
+    return EquiChoice(
+        "ssbj",
+        f"the master ({rows}{sizes.master_bytes:,} B) is over ssbj_above_bytes "
+        f"({ssbj_above_bytes:,} B) and far larger than the batch ({sizes.batch_rows:,} rows)",
+    )

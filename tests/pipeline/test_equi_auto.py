@@ -1,0 +1,94 @@
+"""``mode: auto`` for equi stages, through the runner, against DuckDB.
+
+The choice follows the Delta logs' sizes; switching between SSBJ and the plain join keeps
+every tuple answered exactly once: leaving SSBJ drains its pending tuples first, and SSBJ
+resumes its step numbering above the plain join's (the output's app transactions).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline.config import parse_config
+from pipeline.runner import PipelineRunner
+from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
+from pipeline.ssbj_stage import held_back
+from pipeline.stateless_driver import EquiBaselineDriver
+from tests.helpers import assert_same_multiset
+from tests.pipeline.ssbj_harness import SsbjHarness, config_for
+
+# Thresholds that make any master "large" for auto, so that it picks SSBJ.
+SSBJ_ALWAYS = {"ssbj_above_bytes": 0, "ssbj_master_batches": 0.001}
+MASTER = [(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(1 + k % 3)]
+
+
+def reconfigure(h: SsbjHarness, root: Path, how: str, operator: dict[str, Any]) -> None:
+    """The same warehouse under a changed config, as the next command would load it."""
+    h.config = config_for(root, "auto", 2, 1, how, operator=operator)
+    h.runner = PipelineRunner(h.config, h.spark, h.engine, h.store)
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_auto_joins_a_small_master_whole_and_says_why(
+    spark: SparkSession, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "auto", 2, 1, how)
+    h.load_master(MASTER, files=2)
+    h.arrive([(0, 1), (1, 2), (2, 2), (3, 99), (4, 5)])
+    with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
+        assert isinstance(h.runner.driver(h.config.stage("enrich")), EquiBaselineDriver)
+    assert "auto chose baseline" in caplog.text and "ssbj_above_bytes" in caplog.text
+    h.run()
+    h.arrive([(5, 3), (6, 3), (7, 6)])
+    h.run()
+    assert_same_multiset(h.output(), h.oracle(how))
+    # The counts the step observed while writing (one job) agree with the oracle.
+    metrics = {m.name: 0.0 for m in h.store.metrics()}
+    for m in h.store.metrics():
+        if m.stage == "enrich":
+            metrics[m.name] += m.value
+    assert metrics["tuples_in"] == 8
+    assert metrics["tuples_unmatched"] == 1  # key 99
+    assert metrics["output_rows"] == len(h.oracle(how))
+
+
+def test_auto_picks_ssbj_for_a_master_over_its_thresholds(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "auto", 2, 1, "left", operator=SSBJ_ALWAYS)
+    h.load_master(MASTER, files=2)
+    h.arrive([(0, 1), (1, 4)])
+    assert type(h.runner.driver(h.config.stage("enrich"))) is SsbjDriver
+
+
+def test_switching_between_ssbj_and_the_plain_join_answers_every_tuple_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "auto", 2, 1, "left", operator=SSBJ_ALWAYS)
+    h.load_master(MASTER, files=2)
+    h.arrive([(0, 1), (1, 2), (2, 2), (3, 99)])
+    h.run()
+    h.arrive([(4, 3), (5, 4)])
+    h.run()
+    assert h.operator().pending_rows() > 0  # SSBJ holds tuples when the master "shrinks"
+
+    reconfigure(h, tmp_path, "left", {})  # default thresholds: the plain join
+    assert isinstance(h.runner.driver(h.config.stage("enrich")), SsbjDrainingDriver)
+    h.arrive([(6, 5), (7, 6), (8, 1)])
+    h.run()  # drains H_S with SSBJ, new tuples included
+    assert held_back(h.store.operator_state("enrich")) is None
+    h.arrive([(9, 2), (10, 77)])
+    h.runner = PipelineRunner(h.config, h.spark, h.engine, h.store)  # the next command
+    assert isinstance(h.runner.driver(h.config.stage("enrich")), EquiBaselineDriver)
+    h.run()
+
+    reconfigure(h, tmp_path, "left", SSBJ_ALWAYS)  # and back: SSBJ after plain steps
+    h.arrive([(11, 3), (12, 3), (13, 4)])
+    h.run()
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle("left"))
