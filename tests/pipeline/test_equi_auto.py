@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.config import parse_config
 from pipeline.runner import PipelineRunner
 from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj_stage import held_back
