@@ -599,8 +599,15 @@ def published_rows(prepared: Prepared, gold: Path) -> dict[str, list[tuple[Any, 
     return rows
 
 
+def _plain_value(value: Any) -> Any:
+    """Timestamps as naive UTC, whichever time zone a reader attached."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
 def _sorted_rows(table: pa.Table, columns: Sequence[str]) -> list[tuple[Any, ...]]:
-    values = [table.column(c).to_pylist() for c in columns]
+    values = [[_plain_value(v) for v in table.column(c).to_pylist()] for c in columns]
     return sorted(
         zip(*values, strict=True), key=lambda row: tuple((v is None, v) for v in row)
     )  # nulls last
@@ -716,12 +723,24 @@ def run_duckdb(prepared: Prepared) -> ModeResult:
     (root / "gold").mkdir(parents=True)
     shape = prepared.shape
     con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
     con.execute(f"CREATE TABLE master AS SELECT * FROM '{prepared.master_file}'")
+    duck_types = {"bigint": "BIGINT", "double": "DOUBLE", "timestamp": "TIMESTAMPTZ"}
+    declared = ", ".join(
+        f"'{f.name}': '{duck_types[_SPARK_TYPES[f.type]]}'" for f in prepared.stream_schema
+    )
     result = ModeResult("duckdb")
     for index, source in enumerate(prepared.stream_files):
         started = time.perf_counter()
-        reader = "read_parquet" if shape.stream_format == "parquet" else "read_json_auto"
-        con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS SELECT * FROM {reader}('{source}')")
+        read = (
+            f"read_parquet('{source}')"
+            if shape.stream_format == "parquet"
+            else f"read_json('{source}', columns = {{{declared}}})"
+        )
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW batch AS SELECT * REPLACE "
+            f"(event_time::TIMESTAMP AS event_time) FROM {read}"
+        )
         for join in shape.joins:
             how = "LEFT JOIN" if join.join == "left" else "JOIN"
             if isinstance(join, EquiJoin):
@@ -749,13 +768,8 @@ def run_duckdb(prepared: Prepared) -> ModeResult:
         result.interval_seconds.append(time.perf_counter() - started)
     for join in shape.joins:
         columns = compare_columns(shape, join, prepared)
-        table = (
-            pq.read_table([str(p) for p in sorted((root / "gold").glob(f"{join.name}-*.parquet"))])
-            if False
-            else pa.concat_tables(
-                [pq.read_table(p) for p in sorted((root / "gold").glob(f"{join.name}-*.parquet"))]
-            )
-        )
+        files = sorted((root / "gold").glob(f"{join.name}-*.parquet"))
+        table = pa.concat_tables([pq.read_table(p) for p in files])
         result.rows[join.name] = _sorted_rows(table.select(columns), columns)
     return result
 
@@ -768,29 +782,100 @@ MODES: dict[str, Callable[[Prepared], ModeResult]] = {
 }
 
 
+def check_equal(shape: Shape, results: Sequence[ModeResult]) -> list[str]:
+    """Every mode published the same rows, as multisets; the differences otherwise."""
+    problems = []
+    first = results[0]
+    for other in results[1:]:
+        for join in shape.joins:
+            mine, theirs = first.rows[join.name], other.rows[join.name]
+            if mine != theirs:
+                problems.append(
+                    f"{shape.name} {join.name}: {first.mode} published {len(mine)} row(s), "
+                    f"{other.mode} {len(theirs)}, and they differ"
+                )
+    return problems
+
+
+def report(shape: Shape, results: Sequence[ModeResult], commit: str) -> list[str]:
+    """The shape's markdown table: steady-state seconds per interval and ratios to plain."""
+    by_mode = {r.mode: r for r in results}
+    plain = by_mode.get("plain")
+    lines = [
+        f"### {shape.name}: {shape.description}",
+        "",
+        f"Commit {commit}; {len(results[0].interval_seconds)} intervals per mode, the first "
+        "is warm-up; seconds are medians of the others.",
+        "",
+        "| mode | s / interval | vs plain | phases (median s) | every interval (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        ratio = f"{r.steady() / plain.steady():.2f}x" if plain and plain.steady() else "-"
+        phases = ", ".join(
+            f"{name} {statistics.median(values[1:] or values):.2f}"
+            for name, values in r.phases.items()
+        )
+        if r.process_start is not None:
+            starts = len(r.phases)
+            phases += f"; process start {r.process_start:.2f} x {starts} task(s)"
+            if plain and plain.steady():
+                work = r.steady() - starts * r.process_start
+                phases += f" (without it: {work:.2f} s, {work / plain.steady():.2f}x)"
+        every = ", ".join(f"{v:.2f}" for v in r.interval_seconds)
+        lines.append(f"| {r.mode} | {r.steady():.2f} | {ratio} | {phases or '-'} | {every} |")
+    return lines
+
+
+def _commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() or "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    parser.add_argument("--intervals", type=int, default=4)
+    parser.add_argument("--intervals", type=int, default=4, help="intervals per mode (>= 2)")
     parser.add_argument("--work", type=Path, default=REPO / "var" / "bench" / "interval_cost")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", type=Path, default=None, help="markdown table to write")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pipeline config setting for the pipeline modes, e.g. stages.*.operator.mode=ssbj",
+    )
     args = parser.parse_args(argv)
+    if args.intervals < 2:
+        parser.error("--intervals: at least 2 (the first is warm-up)")
     OVERRIDES[:] = args.overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    commit = _commit()
+    lines: list[str] = []
+    problems: list[str] = []
     for name in args.shapes:
         shape = SHAPES[name]
         prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
         results = [MODES[mode](prepared) for mode in args.modes]
-        for r in results:
-            print(
-                name,
-                r.mode,
-                [round(s, 2) for s in r.interval_seconds],
-                {k: [round(x, 2) for x in v] for k, v in r.phases.items()},
-            )
-    return 0
+        problems += check_equal(shape, results)
+        lines += [*report(shape, results, commit), ""]
+        print("\n".join(lines[-len(results) - 7 :]), flush=True)
+    if args.overrides:
+        lines.append(f"Pipeline settings: {' '.join(args.overrides)}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    for problem in problems:
+        logger.error("%s", problem)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

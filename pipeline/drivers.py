@@ -78,7 +78,11 @@ class StageDrivers:
         known = self._choices.get(stage.name)
         if known is not None:
             return known
-        master = self.engine.snapshot(self.inputs.master_path(stage))
+        master_path = self.inputs.master_path(stage)
+        if not self.engine.exists(master_path):
+            # Nothing to weigh yet (and nothing to join): not remembered, asked again later.
+            return EquiChoice("baseline", f"the master {master_path} does not exist yet")
+        master = self.engine.snapshot(master_path)
         counts = [f.num_records for f in master.files]
         batch_rows = 0
         input_path = self.inputs.input_path(stage)
