@@ -431,8 +431,8 @@ class ModeResult:
         self.phases.setdefault(name, []).append(seconds)
 
 
-def compare_columns(shape: Shape, join: Join, prepared: Prepared) -> list[str]:
-    """The columns every mode publishes for ``join``: the stream's and the master's."""
+def compare_columns(prepared: Prepared) -> list[str]:
+    """The columns every mode publishes for each join: the stream's and the master's."""
     stream = [f.name for f in prepared.stream_schema]
     return [*stream, *prepared.master_columns]
 
@@ -593,7 +593,7 @@ def published_rows(prepared: Prepared, gold: Path) -> dict[str, list[tuple[Any, 
 
     rows = {}
     for join in prepared.shape.joins:
-        columns = compare_columns(prepared.shape, join, prepared)
+        columns = compare_columns(prepared)
         table = DeltaTable(str(gold / join.name)).to_pyarrow_table(columns=columns)
         rows[join.name] = _sorted_rows(table, columns)
     return rows
@@ -680,7 +680,7 @@ def run_plain(prepared: Prepared) -> ModeResult:
     from deltalake import DeltaTable
 
     for join in shape.joins:
-        columns = compare_columns(shape, join, prepared)
+        columns = compare_columns(prepared)
         table = DeltaTable(str(root / "gold" / join.name)).to_pyarrow_table(columns=columns)
         result.rows[join.name] = _sorted_rows(table, columns)
     spark.stop()
@@ -767,7 +767,7 @@ def run_duckdb(prepared: Prepared) -> ModeResult:
             )
         result.interval_seconds.append(time.perf_counter() - started)
     for join in shape.joins:
-        columns = compare_columns(shape, join, prepared)
+        columns = compare_columns(prepared)
         files = sorted((root / "gold").glob(f"{join.name}-*.parquet"))
         table = pa.concat_tables([pq.read_table(p) for p in files])
         result.rows[join.name] = _sorted_rows(table.select(columns), columns)

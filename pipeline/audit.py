@@ -534,7 +534,8 @@ class AuditPublisher:
         failures: list[str],
         rows: int | None = None,
     ) -> TableAudit:
-        """Run the suites over the (cached) staged batch and write their results."""
+        """Run the suites over the staged batch (cached where suites run) and write their
+        results; ``rows`` is the batch's row count if the log gave it."""
         if rows is None:
             rows = staged.count()
         quality = self.config.quality.get(table)

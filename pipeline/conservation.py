@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from warehouse.delta import DeltaEngine
+from warehouse.delta.api import rows_committed
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -56,12 +57,7 @@ def check_run(
             version = int(values["output_version"])
             # From the commit's Add actions (their numRecords, taken from the written
             # files' footers), not from the step's counters; no Spark job.
-            written = sum(
-                rows
-                for _, rows in engine.rows_by_version(
-                    layout.staged(stage.output), version - 1, version
-                )
-            )
+            written = rows_committed(engine, layout.staged(stage.output), version - 1, version)
             if written != values["output_rows"]:
                 problems.append(
                     ConservationProblem(

@@ -30,6 +30,7 @@ from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.stateless_driver import EquiBaselineDriver, ThetaDriver
 from warehouse.delta import DeltaEngine
+from warehouse.delta.api import rows_committed
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -90,9 +91,7 @@ class StageDrivers:
             consumed = self.store.offset(stage.name).input_version
             latest = self.engine.snapshot(input_path).version
             if latest > consumed:
-                batch_rows = sum(
-                    rows for _, rows in self.engine.rows_by_version(input_path, consumed, latest)
-                )
+                batch_rows = rows_committed(self.engine, input_path, consumed, latest)
         sizes = EquiSizes(
             master_bytes=master.size_bytes,
             master_rows=None if None in counts else sum(c or 0 for c in counts),

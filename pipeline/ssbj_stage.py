@@ -301,14 +301,14 @@ class SsbjStage:
         done = self.store.offset(self.stage.name).step_seq
         if state is None:
             return self._fresh_state(next_step=done)
-        if state["next_step"] < done and not held_back(state):
+        shift = done - int(state["next_step"])
+        if shift > 0 and not held_back(state):
             logger.info(
                 "stage %s: SSBJ resumes at step %d after %d step(s) of the plain join",
                 self.stage.name,
                 done,
-                done - state["next_step"],
+                shift,
             )
-            shift = done - int(state["next_step"])
             state["next_step"] = done
             state["cycle_base"] = int(state["cycle_base"]) + shift
         return state

@@ -233,12 +233,18 @@ class StatelessDriver(ABC, Generic[StageT]):
             F.sum(F.col(MATCHED).cast("int")).alias("match_rows"),
         ).first()
         assert row is not None
-        report.tuples_in = int(row["tuples"])
-        report.tuples_matched = int(row["matched"])
-        report.tuples_unmatched = report.tuples_in - report.tuples_matched
-        report.output_rows = int(row["match_rows"] or 0) + (
-            report.tuples_unmatched if self._stage.join == "left" else 0
-        )
+        tuples = int(row["tuples"])
+        self._set_counts(report, tuples, tuples - int(row["matched"]), int(row["match_rows"] or 0))
+
+    def _set_counts(
+        self, report: StageReport, tuples: int, unmatched: int, match_rows: int
+    ) -> None:
+        """A step's counts from its tuples in, unmatched tuples and rows of matches: a left
+        join also emits each unmatched tuple once."""
+        report.tuples_in = tuples
+        report.tuples_unmatched = unmatched
+        report.tuples_matched = tuples - unmatched
+        report.output_rows = match_rows + (unmatched if self._stage.join == "left" else 0)
 
     def _write_output(self, output: DataFrame, txn: AppTransaction, report: StageReport) -> None:
         path = self.layout.staged(self._stage.output)
@@ -306,17 +312,16 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         )
         self._write_output(baseline.finish(joined, self._stage.join), txn, report)
         if not report.committed:
-            # Landed before a crash: no job ran now, so the counts come from the commit.
+            # The commit landed before a crash, so no write job ran now and nothing was
+            # observed: the rows are joined and counted again.
             self._count(self.join(rows, master), report)
             return
-        tuples = int(stream_in.get["tuples"])
         out = joined_out.get
-        unmatched = int(out["unmatched"] or 0)
-        report.tuples_in = tuples
-        report.tuples_unmatched = unmatched
-        report.tuples_matched = tuples - unmatched
-        report.output_rows = int(out["match_rows"] or 0) + (
-            unmatched if self._stage.join == "left" else 0
+        self._set_counts(
+            report,
+            int(stream_in.get["tuples"]),
+            int(out["unmatched"] or 0),
+            int(out["match_rows"] or 0),
         )
 
     def input_accounting(

@@ -314,6 +314,11 @@ def live_rows_added(
     return engine.rows_added(path, after_version, to_version, skip_versions=skip)
 
 
+def rows_committed(engine: DeltaEngine, path: str, after_version: int, to_version: int) -> int:
+    """Rows the data files of versions ``(after, to]`` added, from the log alone."""
+    return sum(rows for _, rows in engine.rows_by_version(path, after_version, to_version))
+
+
 def count_live_rows_added(
     engine: DeltaEngine, path: str, after_version: int, to_version: int
 ) -> int | None:

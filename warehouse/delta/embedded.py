@@ -342,7 +342,7 @@ class EmbeddedDeltaEngine:
         end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
         parts = [
             self.read_files(end, files).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-            for version, files in sorted(by_version.items())
+            for version, files in by_version.items()
         ]
         schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
         return _union_or_empty(self._spark, parts, schema)
@@ -368,7 +368,7 @@ class EmbeddedDeltaEngine:
         skip_versions: Sequence[int],
     ) -> tuple[Snapshot, dict[int, list[DataFile]]]:
         """The snapshot at ``to_version`` and the still-live files each version of
-        ``(after_version, to_version]`` added, but for ``skip_versions``."""
+        ``(after_version, to_version]`` added, but for ``skip_versions``, by version."""
         root = _table_root(path)
         end = self.snapshot(root, to_version)
         skip = set(skip_versions)
