@@ -17,7 +17,9 @@ stage order, the audit of a run:
    quarantined too;
 5. records ``b`` as audited.
 
-Publishing is one Delta commit carrying the app transaction ``(publish.<table>, b)``.
+Publishing is one Delta commit carrying the app transaction ``(publish.<table>, b)``. A
+live batch is whole files of silver, and the embedded engine adds those files to gold as
+they are (hard links on a local file system), so publishing reads and writes no rows.
 Between the decision and that commit the audit writes its **intent** to the state store:
 the batch bounds, the decision (publish or quarantine, with the failures) and the audit
 state it will record. Whatever runs next for the table (a retry of the same run, the next
@@ -69,7 +71,12 @@ from quality.audit_views import (
 from quality.config import QualityConfig
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
-from warehouse.delta.api import COMMIT_VERSION, count_live_rows_added, live_rows_added
+from warehouse.delta.api import (
+    COMMIT_VERSION,
+    append_live_rows_added,
+    count_live_rows_added,
+    live_rows_added,
+)
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -348,11 +355,11 @@ class AuditPublisher:
         Where suites run, the staged batch and the accounting views are cached for the
         duration: GX computes each SQL expectation twice (its rows and their count), and
         every view joins Delta reads that would otherwise be planned and scanned again each
-        time. Without suites the batch is counted and published, two plain scans, which
-        cost less than building a cache of it.
+        time. Without suites nothing reads the batch: its rows come from the log and its
+        files are added to gold as they are (``append_rows_added``).
         """
         quality = self.config.quality.get(table)
-        if quality is not None and quality.suites:
+        if quality is not None and quality.checked:
             staged = staged.cache()
             views = {name: view.cache() for name, view in views.items()}
         try:
@@ -432,7 +439,15 @@ class AuditPublisher:
             self.engine.create_table(path, staged.schema, (INTERVAL_START,))
             self.engine.replace(path, staged, where, txn)
         elif audit.rows:
-            self._publish(table, staged, txn)
+            # The live batch is whole files of silver: they are added to gold as they are.
+            append_live_rows_added(
+                self.engine,
+                self.layout.staged(table),
+                *audit.batch,
+                self.layout.published(table),
+                txn,
+                partition_by=(INTERVAL_START,),
+            )
 
     def _record(self, table: str, state: dict[str, Any]) -> None:
         """Turn the intent into the audit state, in one state-store transaction."""
@@ -545,7 +560,7 @@ class AuditPublisher:
         if failures:
             action = WARNED if warn_only else QUARANTINED
         else:
-            action = PUBLISHED if quality and quality.suites else UNCHECKED
+            action = PUBLISHED if quality and quality.checked else UNCHECKED
         audit = TableAudit(table, run_id, batch, action, rows, failures, outcomes)
         self._write_results(audit)
         log = logger.error if action == QUARANTINED else logger.info
@@ -559,7 +574,7 @@ class AuditPublisher:
             f"; failed: {'; '.join(failures)}" if failures else "",
         )
         if action == UNCHECKED:
-            logger.warning("%s has no quality suites configured; published unchecked", table)
+            logger.warning("%s has no quality checks configured; published unchecked", table)
         return audit
 
     def _run_suites(
@@ -570,17 +585,17 @@ class AuditPublisher:
         views: dict[str, DataFrame],
         quality: QualityConfig | None,
     ) -> list[SuiteOutcome]:
-        if quality is None or not quality.suites:
+        if quality is None or not quality.checked:
             return []
-        from quality.suites import load_suite
+        from quality.suites import config_suite, load_suite
 
         directory = Path(self.config.expectations_dir)
         with optional_phase(self.engine.clock, "validate"):  # GX's start-up included
+            suites = [load_suite(directory, name, quality) for name in quality.suites] or [
+                config_suite(table, quality)
+            ]
             return [
-                self.gate.validate(
-                    table, load_suite(directory, name, quality), staged, run_id, views=views
-                )
-                for name in quality.suites
+                self.gate.validate(table, suite, staged, run_id, views=views) for suite in suites
             ]
 
     def _publish(self, table: str, rows: DataFrame, txn: AppTransaction) -> int:

@@ -18,3 +18,8 @@ class QualityConfig(Strict):
     )
     value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
     value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
+
+    @property
+    def checked(self) -> bool:
+        """Whether anything checks the table: a named suite or a config-declared check."""
+        return bool(self.suites or self.value_ranges or self.value_sets)

@@ -6,7 +6,9 @@ team adds a suite by dropping a file there and naming it under ``quality.<table>
 in the pipeline config; no code changes.
 
 To each suite loaded for a table, :func:`config_expectations` adds the checks the config
-declares for that table (``value_ranges``, ``value_sets``), so limits live in one place.
+declares for that table (``value_ranges``, ``value_sets``), so limits live in one place. A
+table that names no suite but declares checks is validated against those checks alone
+(:func:`config_suite`).
 """
 
 from __future__ import annotations
@@ -81,6 +83,18 @@ def load_suite(directory: Path, name: str, quality: QualityConfig) -> Expectatio
     for index, definition in enumerate(expectations):
         _check_expectation(directory / f"{name}.json", index, definition)
     return ExpectationSuite(name=name, expectations=expectations, meta=raw.get("meta") or {})
+
+
+def config_suite(table: str, quality: QualityConfig) -> ExpectationSuite:
+    """The config-declared checks of a table that names no suite, as a suite of their own
+    (``<table>_config_checks``): declared limits are checked whether or not suites exist."""
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    name = f"{table}_config_checks"
+    expectations = config_expectations(quality)
+    for index, definition in enumerate(expectations):
+        _check_expectation(Path(f"quality.{table}"), index, definition)
+    return ExpectationSuite(name=name, expectations=expectations, meta={"source": "config"})
 
 
 def _check_expectation(path: Path, index: int, definition: Any) -> None:

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import ConfigError, SparkServerError
 from warehouse.code_archive import ship_project_code
+from warehouse.jvm_archive import archive_path, with_class_archive
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class SparkSettings:
     master: str = field(default_factory=lambda: os.environ.get("SPARK_MASTER", "local[2]"))
     conf: Mapping[str, str] = field(default_factory=dict)
     remote: str | None = field(default_factory=lambda: effective_remote(None))
+    delta_jars: bool = True
 
 
 DEFAULT_MASTER = "local[2]"
@@ -164,10 +166,15 @@ def effective_remote(configured: str | None) -> str | None:
     return configured or os.environ.get("SPARK_REMOTE") or None
 
 
-def session_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
+def session_conf(conf: Mapping[str, str], master: str, with_delta: bool = True) -> dict[str, str]:
     """Every setting a Spark this product runs gets, in-process or as a Connect server:
-    the embedded defaults, ``conf`` over them, delta-spark's jars, then ``REQUIRED_CONF``."""
-    return {**with_delta_jars({**EMBEDDED_DEFAULTS, **conf}, delta_jars(), master), **REQUIRED_CONF}
+    the embedded defaults, ``conf`` over them, delta-spark's jars (unless ``with_delta`` is
+    false), the driver's class archive (:mod:`warehouse.jvm_archive`), then
+    ``REQUIRED_CONF``."""
+    merged = {**EMBEDDED_DEFAULTS, **conf}
+    if with_delta:
+        merged = with_delta_jars(merged, delta_jars(), master)
+    return {**with_class_archive(merged, archive_path()), **REQUIRED_CONF}
 
 
 def is_connect(session: Any) -> bool:
@@ -195,8 +202,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     # "python3" is first on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
-    jars = delta_jars()
-    for key, value in session_conf(settings.conf, settings.master).items():
+    jars = delta_jars() if settings.delta_jars else []
+    for key, value in session_conf(settings.conf, settings.master, settings.delta_jars).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -205,12 +212,14 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     for key, value in REQUIRED_CONF.items():
         if not key.startswith("spark.hadoop."):
             session.conf.set(key, value)
+    archive = archive_path()
     logger.info(
-        "spark session %s on %s with %d delta-spark jar(s) from %s",
+        "spark session %s on %s with %d delta-spark jar(s) from %s, JVM class archive %s",
         session.version,
         settings.master,
         len(jars),
         delta_jars_dir(),
+        archive if archive is not None and archive.is_file() else "none",
     )
     return session
 

@@ -26,6 +26,17 @@ CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 INTERVALS = 2
 
 
+class CommandLines(logging.Handler):
+    """The ``enrich ...`` command lines the DAG's tasks log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def normalise(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
@@ -65,12 +76,26 @@ def test_dag_runs_match_duckdb_oracle(
 
     dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).get_dag("enrich_demo")
     assert dag is not None
-    for index, start in enumerate(manifest["intervals"]):
-        for stream in manifest["streams"]:
-            deliver(outbox, stream, index, Path(config.streams[stream].landing))
-        end = dt.datetime.fromisoformat(start).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
-        run = dag.test(logical_date=end)
-        assert str(run.state).endswith("success"), f"interval {index} ended {run.state}"
+    commands = CommandLines()
+    task_logger = logging.getLogger("orchestration.airflow_tasks")
+    task_logger.addHandler(commands)
+    task_logger.setLevel(logging.INFO)
+    try:
+        for index, start in enumerate(manifest["intervals"]):
+            for stream in manifest["streams"]:
+                deliver(outbox, stream, index, Path(config.streams[stream].landing))
+            end = dt.datetime.fromisoformat(start).replace(tzinfo=dt.UTC) + dt.timedelta(hours=1)
+            # The last run is a manual run's conf: the stage tasks take its params as
+            # options (drain, so every tuple is still answered in this run).
+            conf = {"steps": 1, "drain": True} if index == INTERVALS - 1 else None
+            run = dag.test(logical_date=end, run_conf=conf)
+            assert str(run.state).endswith("success"), f"interval {index} ended {run.state}"
+    finally:
+        task_logger.removeHandler(commands)
+    stage_commands = [line for line in commands.lines if line.startswith("enrich stage ")]
+    assert len(stage_commands) == len(config.stages) * INTERVALS, commands.lines
+    with_params = [line for line in stage_commands if line.endswith("--steps 1 --drain")]
+    assert len(with_params) == len(config.stages), stage_commands
     # The pipeline's own INFO lines get through Airflow's logging: Airflow's root handler
     # (at WARNING in this Airflow home) was lowered to the commands' INFO. Checked on the
     # handlers themselves: which stream they write to depends on when this process first

@@ -10,14 +10,14 @@ data was written for. The test then checks, through the REST API:
 - the run and every task of its live path succeeded, and the backfill task was skipped;
 - the pipeline's own log lines (stage progress with tuple counts) are in the task logs the
   api-server serves;
-- a run triggered through the REST API with the params ``steps`` and ``drain`` succeeds, and
-  its stage task passed them on (``--steps 1 --drain`` in the log);
 - ``airflow backfill create`` over the first interval turns that run into a run of type
   ``backfill`` that takes the backfill path (``enrich backfill``) and skips ingest, stages
   and validate;
 
 and opens the runs in the Airflow UI with headless Chromium, keeping screenshots in
-``var/screenshots/airflow-dag-run.png`` and ``airflow-backfill-run.png``.
+``var/screenshots/airflow-dag-run.png`` and ``airflow-backfill-run.png``. (A run's params
+reaching the stage tasks as options is checked by ``dag.test(run_conf=...)`` in
+``tests/dags/test_dag_runs.py``: a third run of four Spark tasks here cost minutes.)
 """
 
 from __future__ import annotations
@@ -291,17 +291,6 @@ def test_airflow_services_run_the_pipeline_then_a_backfill(
         assert "published" in airflow.task_log(run["dag_run_id"], "validate")
         shot = screenshot_run(airflow, run["dag_run_id"], "airflow-dag-run.png")
         assert shot.stat().st_size > 10_000
-
-        # A manual run with params: the stage tasks take them as options.
-        manual_id = f"manual_params_{int(time.time())}"
-        airflow.request(
-            "POST",
-            f"/api/v2/dags/{DAG_ID}/dagRuns",
-            {"dag_run_id": manual_id, "logical_date": None, "conf": {"steps": 1, "drain": True}},
-        )
-        manual = airflow.wait_for_run(lambda r: r["dag_run_id"] == manual_id, "manual run")
-        assert manual["state"] == "success", airflow.failures(manual_id)
-        assert "--steps 1 --drain" in airflow.task_log(manual_id, "stage_orders_customer")
 
         airflow.cli(
             *("backfill", "create", "--dag-id", DAG_ID),

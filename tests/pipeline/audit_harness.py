@@ -79,7 +79,11 @@ MASTER = [(k, s, float(10 * k + s)) for k in range(1, 6) for s in range(k % 3)]
 
 
 def quality_harness(
-    spark: SparkSession, root: Path, steps: int = 2, warn_only: bool = False
+    spark: SparkSession,
+    root: Path,
+    steps: int = 2,
+    warn_only: bool = False,
+    suites: Sequence[str] = ("out_suite",),
 ) -> SsbjHarness:
     expectations = root / "expectations"
     expectations.mkdir(parents=True, exist_ok=True)
@@ -88,7 +92,7 @@ def quality_harness(
         "expectations_dir": str(expectations),
         "quality": {
             "out": {
-                "suites": ["out_suite"],
+                "suites": list(suites),
                 "warn_only": warn_only,
                 "value_ranges": {"price": [0, 1000]},
             }
@@ -205,11 +209,15 @@ SECOND_BATCH = [(11, 1), (12, 5), (13, 77), (14, 2)]
 
 
 def quarantined_second_batch(
-    spark: SparkSession, base: Path, root: Path, warn_only: bool = False
+    spark: SparkSession,
+    base: Path,
+    root: Path,
+    warn_only: bool = False,
+    suites: Sequence[str] = ("out_suite",),
 ) -> SsbjHarness:
     """A copy of ``base`` whose second batch (run r2) has out-of-range prices."""
     copy_pipeline(base, root)
-    h = quality_harness(spark, root, warn_only=warn_only)
+    h = quality_harness(spark, root, warn_only=warn_only, suites=suites)
     h.arrive(SECOND_BATCH)
     with defect_in(h, h.layout.staged("out"), out_of_range_price):
         h.run("r2")

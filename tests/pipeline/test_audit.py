@@ -123,6 +123,18 @@ def test_warn_only_suite_publishes_and_records_the_failure(
     assert any("be_between(price)" in f for f in failing_results(h, "r2"))
 
 
+def test_config_checks_gate_a_table_that_names_no_suite(
+    spark: SparkSession, tmp_path: Path, base: Path
+) -> None:
+    # quality.out declares value_ranges {price: [0, 1000]} and, here, no suite at all.
+    h = quarantined_second_batch(spark, base, tmp_path, suites=())
+    published_before = published_rows(h)
+    with pytest.raises(ValidationFailedError, match=r"be_between\(price\)"):
+        validate(h, "r2")
+    assert_same_multiset(published_rows(h), published_before)
+    assert any("be_between(price)" in f for f in failing_results(h, "r2"))
+
+
 def test_clean_runs_publish_everything_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
     # One step per run with k = 2: tuples stay pending across runs and audits.
     h = quality_harness(spark, tmp_path, steps=1)

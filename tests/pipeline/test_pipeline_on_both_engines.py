@@ -6,7 +6,8 @@ orders_customer feeding the A-DSP stage orders_promotions, both with their quali
 It runs through ``jobs.enrich.main`` once with ``warehouse.engine: embedded`` and once with
 ``native``, on the same generated TPC-H data: masters, ingest + one step of every stage
 (``run``) and write-audit-publish (``validate``) of one hourly interval, then a backfill of
-that interval (which replaces its silver partitions, audits and publishes them). Every
+that interval (which replaces its silver partitions, audits and publishes them); the tables
+are compared after the live interval and again after the backfill. Every
 table the pipeline owns (masters, bronze, silver, gold, quarantine) is read back with
 delta-rs on its own, an engine-independent reader, and compared as a multiset across the
 engines.
@@ -14,13 +15,15 @@ engines.
 A third run uses the embedded engine through a Spark Connect server started on loopback by
 ``enrich spark-server``: every command runs in its own process and connects to that warm
 server, as the DAG's tasks do with ``spark.remote``. Its tables must equal the in-process
-runs' tables too.
+runs' tables too. It starts from a copy of the embedded run's generated data and masters
+and runs the live interval (the backfill's code paths are the in-process runs').
 
 A fourth run uses the embedded engine on a Spark standalone cluster on loopback (a master and
 two one-core workers started from the pyspark package's ``spark-class``): every command is a
 child process given ``--master spark://...``, as an Airflow worker would run it, and the
 project's code reaches the executors only as the zip the driver ships
-(:mod:`warehouse.code_archive`). Its tables must equal the in-process runs' tables too.
+(:mod:`warehouse.code_archive`). Its tables must equal the in-process runs' tables too; it
+starts from the same copy and runs the live interval.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,6 +61,7 @@ CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 INTERVALS = 1
 SCALE = "0.002"
+SEEDED = Path("var/demo")  # what `demo-data` writes under the run's folder: data, masters
 LINEITEM = "lineitem_suppliers"  # the demo's third stage, left out to keep this test short
 # Columns whose values are the wall-clock time of the run that wrote the row.
 WALL_CLOCK_COLUMNS = frozenset({"_quarantined_at"})
@@ -84,13 +89,21 @@ def run_pipeline(
     monkeypatch: pytest.MonkeyPatch,
     remote: str | None = None,
     master: str | None = None,
+    seed: Path | None = None,
+    keep_seed: Path | None = None,
 ) -> dict[str, Any]:
     """Run the demo on ``engine`` under ``folder``; the rows of every table it owns.
 
     With ``remote`` each command is a child process connected to that Spark Connect server;
-    with ``master`` a child process running Spark against that cluster.
+    with ``master`` a child process running Spark against that cluster. ``keep_seed``
+    receives a copy of what ``demo-data`` wrote (data and masters); a run given it as
+    ``seed`` starts from that copy instead of generating the data again, and leaves the
+    backfill to the in-process runs: what it proves is that the stages and the
+    write-audit-publish of the same data give the same tables over Connect and on a cluster.
     """
-    folder.mkdir(parents=True)
+    if seed is not None:
+        shutil.copytree(seed, folder / SEEDED)
+    folder.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(folder)  # the demo config's relative paths now land in folder
     raw = yaml.safe_load(CONFIG.read_text())
     raw["warehouse"]["engine"] = engine
@@ -130,9 +143,13 @@ def run_pipeline(
             assert re.search(proof, done.stderr), done.stderr[-2000:]
         print(f"{engine}: enrich {args[0]} {time.monotonic() - started:.1f}s")
 
-    demo = ["demo-data", "--scale", SCALE, "--intervals", str(INTERVALS)]
-    step(*demo, "--start", START.isoformat())
+    if seed is None:
+        demo = ["demo-data", "--scale", SCALE, "--intervals", str(INTERVALS)]
+        step(*demo, "--start", START.isoformat())
+        if keep_seed is not None:
+            shutil.copytree(folder / SEEDED, keep_seed)
     config = load_config(config_path)
+    assert Path(config.warehouse.root).parent == folder / SEEDED
     layout = WarehouseLayout.of(config)
     outbox = Path(config.warehouse.root).parent / "outbox"
     manifest = json.loads((outbox / "manifest.json").read_text())
@@ -141,10 +158,6 @@ def run_pipeline(
             deliver(outbox, stream, index, Path(config.streams[stream].landing))
         step("run", "--run-id", f"i{index}")
         step("validate", "--run-id", f"i{index}")
-    end = START + dt.timedelta(seconds=manifest["interval_seconds"])
-    # The backfill replaces the interval's silver partitions, then audits and publishes them.
-    step("backfill", "--run-id", "bf", "--start", START.isoformat(), "--end", end.isoformat())
-
     paths = {f"master {name}": layout.master(config, name) for name in config.masters}
     for stream in config.streams:
         paths[f"bronze {stream}"] = layout.bronze(stream)
@@ -153,11 +166,21 @@ def run_pipeline(
         paths[f"silver {stage.output}"] = layout.staged(stage.output)
         paths[f"gold {stage.output}"] = layout.published(stage.output)
         paths[f"quarantined {stage.output}"] = layout.quarantined_output(stage.output)
-    return {
-        name: table_rows(path, folder)
-        for name, path in paths.items()
-        if DeltaTable.is_deltatable(path)
-    }
+
+    def tables() -> dict[str, Any]:
+        return {
+            name: table_rows(path, folder)
+            for name, path in paths.items()
+            if DeltaTable.is_deltatable(path)
+        }
+
+    found = {"live": tables()}
+    if seed is None:
+        # The backfill replaces the interval's silver partitions, then audits and publishes.
+        end = START + dt.timedelta(seconds=manifest["interval_seconds"])
+        step("backfill", "--run-id", "bf", "--start", START.isoformat(), "--end", end.isoformat())
+        found["backfilled"] = tables()
+    return found
 
 
 def executors_import_the_shipped_zip(master: str, folder: Path) -> bool:
@@ -224,33 +247,37 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
     spark_server: tuple[subprocess.Popen[str], str],
 ) -> None:
     server, url = spark_server
+    seed = tmp_path / "seed"
     results = {
-        engine: run_pipeline(engine, tmp_path / engine, monkeypatch)
-        for engine in ("embedded", "native")
+        "embedded": run_pipeline("embedded", tmp_path / "embedded", monkeypatch, keep_seed=seed),
+        "native": run_pipeline("native", tmp_path / "native", monkeypatch),
     }
-    results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url)
+    results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url, seed=seed)
     with spark_cluster(tmp_path / "cluster-processes") as cluster:
         results["cluster"] = run_pipeline(
-            "embedded", tmp_path / "cluster", monkeypatch, master=cluster.url
+            "embedded", tmp_path / "cluster", monkeypatch, master=cluster.url, seed=seed
         )
         finished = [a for a in cluster.status().get("completedapps", []) if isinstance(a, dict)]
-        # each of the four commands (demo-data, run, validate, backfill) ran as an
-        # application of this cluster
-        assert len(finished) == 4, cluster.status()
+        # both commands (run, validate) ran as applications of this cluster
+        assert len(finished) == 2, cluster.status()
         assert executors_import_the_shipped_zip(cluster.url, tmp_path)
     embedded = results["embedded"]
 
     for name in ("bronze orders", "gold orders_customer", "gold orders_enriched"):
-        assert embedded[name][1], f"{name} is empty: the comparison would prove nothing"
-    for other in ("native", "connect", "cluster"):
-        assert sorted(results[other]) == sorted(embedded), other
-        for name in sorted(embedded):
-            columns, rows = embedded[name]
-            assert results[other][name][0] == columns, f"{other}: {name}"
+        assert embedded["live"][name][1], f"{name} is empty: the comparison would prove nothing"
+    comparisons = [("native", "live"), ("native", "backfilled"), ("connect", "live")]
+    for other, when in [*comparisons, ("cluster", "live")]:
+        expected, found = embedded[when], results[other][when]
+        assert sorted(found) == sorted(expected), (other, when)
+        for name in sorted(expected):
+            columns, rows = expected[name]
+            assert found[name][0] == columns, f"{other}, {when}: {name}"
             try:
-                assert_same_multiset(results[other][name][1], rows)
+                assert_same_multiset(found[name][1], rows)
             except AssertionError as e:
-                raise AssertionError(f"{name} differs between embedded and {other}: {e}") from e
+                raise AssertionError(
+                    f"{name} ({when}) differs between embedded and {other}: {e}"
+                ) from e
 
     # The operator's way to stop the server: SIGTERM, a clean exit, the port closed.
     server.send_signal(signal.SIGTERM)

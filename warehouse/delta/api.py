@@ -270,6 +270,25 @@ class DeltaEngine(Protocol):
         """
         ...
 
+    def append_rows_added(
+        self,
+        source: str,
+        after_version: int,
+        to_version: int,
+        target: str,
+        txn: AppTransaction | None = None,
+        skip_versions: Sequence[int] = (),
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """Append to ``target`` exactly the rows :meth:`rows_added` of ``source`` returns
+        (without ``_commit_version``), in one commit carrying ``txn``.
+
+        ``target`` is created with ``source``'s schema and ``partition_by`` when missing and
+        must have that schema. An engine that can, adds the source's files themselves (the
+        rows are whole files) instead of reading and rewriting them.
+        """
+        ...
+
     def transaction_version(self, path: str, app_id: str) -> int | None: ...
 
     def vacuum(
@@ -312,6 +331,22 @@ def live_rows_added(
     """
     skip = _backfill_versions(engine, path, after_version, to_version)
     return engine.rows_added(path, after_version, to_version, skip_versions=skip)
+
+
+def append_live_rows_added(
+    engine: DeltaEngine,
+    source: str,
+    after_version: int,
+    to_version: int,
+    target: str,
+    txn: AppTransaction,
+    partition_by: Sequence[str],
+) -> CommitOutcome:
+    """Append what :func:`live_rows_added` returns to ``target``: the publish of a batch."""
+    skip = _backfill_versions(engine, source, after_version, to_version)
+    return engine.append_rows_added(
+        source, after_version, to_version, target, txn, skip, partition_by
+    )
 
 
 def rows_committed(engine: DeltaEngine, path: str, after_version: int, to_version: int) -> int:

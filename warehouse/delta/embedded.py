@@ -482,6 +482,80 @@ class EmbeddedDeltaEngine:
             self.create_table(path, data.schema, partition_by)
         return self._write(path, data, None, txn)
 
+    def append_rows_added(
+        self,
+        source: str,
+        after_version: int,
+        to_version: int,
+        target: str,
+        txn: AppTransaction | None = None,
+        skip_versions: Sequence[int] = (),
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """Adds the source's live files to ``target`` without a Spark job.
+
+        The rows :meth:`rows_added` returns are whole files (Parquet files are immutable and
+        the embedded engine refuses deletion vectors), so the files themselves are added:
+        hard-linked into a fresh directory under the target's root (copied where a link
+        cannot be made: another file system, an object store), their statistics taken from
+        their footers, and committed like an append. A hard link is a second name of the
+        same bytes: vacuuming either table later removes only its own name. Where the two
+        tables are partitioned differently the rows are read and written as an append.
+        """
+        end, by_version = self._added_by_version(source, after_version, to_version, skip_versions)
+        if partition_by is not None:
+            self.create_table(target, end.schema, partition_by)
+        root = _table_root(target)
+        table = self._open(root)
+        schema = arrow_to_spark(table.schema().to_arrow())
+        require_same_schema(root, schema, end.schema)
+        files = [f for files in by_version.values() for f in files]
+        partitions = list(table.metadata().partition_columns)
+        if partitions != list(end.partition_columns):
+            return self._write(root, self.read_files(end, files), None, txn)
+        commit_id = self._new_commit_id()
+        skipped = self._skip_if_committed(root, table, txn)
+        if skipped:
+            return skipped
+        with optional_phase(self.clock, "write"):
+            written = self._link_files(end.table_path, files, root, partitions)
+        return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
+
+    @staticmethod
+    def _link_files(
+        source_root: str, files: Sequence[DataFile], root: str, partitions: list[str]
+    ) -> _Written:
+        """Give ``files`` names under a fresh directory of ``root``, keeping their partition
+        directories; the Add actions that reference them."""
+        prefix = uuid.uuid4().hex[:20]
+        now_ms = int(datetime.now().timestamp() * 1000)
+        adds = []
+        total_rows = 0
+        for file in files:
+            relative = os.path.relpath(file.path, source_root)
+            if relative.startswith(".."):  # a file the log names by an absolute location
+                relative = os.path.basename(file.path)
+            destination = f"{root.rstrip('/')}/{prefix}/{relative}"
+            _link_or_copy(file.path, destination)
+            filesystem, located = _filesystem_of(destination)
+            with filesystem.open_input_file(located) as handle:
+                footer = pq.read_metadata(handle)
+            total_rows += footer.num_rows
+            adds.append(
+                AddAction(
+                    path=f"{prefix}/{relative}",
+                    size=file.size_bytes,
+                    partition_values={
+                        c: delta_partition_literal(file.partition_values.get(c)) for c in partitions
+                    },
+                    modification_time=now_ms,
+                    data_change=True,
+                    stats=delta_stats_json(footer),
+                )
+            )
+        logger.debug("linked %d file(s) of %s under %s/%s", len(adds), source_root, root, prefix)
+        return _Written(tuple(adds), total_rows)
+
     def _write(
         self,
         path: str,
@@ -1047,6 +1121,32 @@ class _Written:
             bytes_added=sum(a.size for a in self.adds),
             rows_added=self.rows,
         )
+
+
+def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in location:
+        return pafs.FileSystem.from_uri(location)
+    return pafs.LocalFileSystem(), location
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    """A hard link of a local file, else a copy (across file systems, on object stores)."""
+    if "://" not in source and "://" not in destination:
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        try:
+            os.link(source, destination)
+            return
+        except OSError as e:  # another device, or a file system without hard links
+            logger.debug("cannot link %s (%s); copying it", source, e)
+    source_fs, source_path = _filesystem_of(source)
+    target_fs, target_path = _filesystem_of(destination)
+    if type(source_fs) is type(target_fs):
+        target_fs.create_dir(os.path.dirname(target_path), recursive=True)
+        target_fs.copy_file(source_path, target_path)
+        return
+    pafs.copy_files(
+        source_path, target_path, source_filesystem=source_fs, destination_filesystem=target_fs
+    )
 
 
 def _union_or_empty(

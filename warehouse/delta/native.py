@@ -468,6 +468,20 @@ class NativeDeltaEngine:
                 )
         return _union_or_empty(self._spark, parts, change_schema)
 
+    def append_rows_added(
+        self,
+        source: str,
+        after_version: int,
+        to_version: int,
+        target: str,
+        txn: AppTransaction | None = None,
+        skip_versions: Sequence[int] = (),
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """Reads the rows and appends them: delta-spark writes every file it commits."""
+        rows = self.rows_added(source, after_version, to_version, skip_versions)
+        return self.append(target, rows.drop(COMMIT_VERSION), txn, partition_by)
+
     def rows_added(
         self,
         path: str,

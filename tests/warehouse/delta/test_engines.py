@@ -387,6 +387,53 @@ def test_rows_added_are_the_live_rows_of_files_added_in_the_range(
     assert engine.rows_by_version(path, 5, 5) == []
 
 
+@pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
+def test_append_rows_added_appends_exactly_those_rows_once(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
+) -> None:
+    source, target = str(tmp_path / "silver"), str(tmp_path / "gold")
+    engine.create_table(source, SCHEMA, partition_by)
+    for rows in (AWKWARD_ROWS[:3], AWKWARD_ROWS[3:5], AWKWARD_ROWS[5:]):
+        engine.append(source, spark.createDataFrame(rows, SCHEMA))
+    expected = engine.rows_added(source, 1, 3, (2,)).drop("_commit_version").collect()
+    txn = AppTransaction("publish.t", 3)
+
+    first = engine.append_rows_added(source, 1, 3, target, txn, (2,), partition_by)
+    assert first.committed and first.rows_added == 2
+    assert engine.snapshot(target).partition_columns == partition_by
+    assert_same_multiset(engine.read(target), naive(AWKWARD_ROWS[5:]))
+    assert_same_multiset(engine.read(target), expected)
+    again = engine.append_rows_added(source, 1, 3, target, txn, (2,), partition_by)
+    assert not again.committed  # the same app transaction: nothing appended twice
+    assert engine.read(target).count() == 2
+
+    # Vacuuming the source after an overwrite leaves the target's rows as they were.
+    engine.overwrite(source, spark.createDataFrame([], SCHEMA))
+    engine.vacuum(source, retention_hours=0)
+    assert engine.read(source).count() == 0
+    assert_same_multiset(engine.read(target), naive(AWKWARD_ROWS[5:]))
+
+
+def test_embedded_adds_the_source_files_themselves_where_partitioning_matches(
+    spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
+) -> None:
+    source, linked, rewritten = (str(tmp_path / n) for n in ("silver", "gold", "flat"))
+    embedded.create_table(source, SCHEMA, ("label",))
+    embedded.append(source, spark.createDataFrame(LABELS, SCHEMA))
+    embedded.append_rows_added(source, 0, 1, linked, AppTransaction("p", 1), (), ("label",))
+    for file in embedded.snapshot(linked).files:
+        assert os.stat(file.path).st_nlink == 2, file.path  # the silver file's second name
+    # A target partitioned otherwise gets the rows rewritten into its own layout.
+    embedded.create_table(rewritten, SCHEMA, ())
+    embedded.append_rows_added(source, 0, 1, rewritten, AppTransaction("p", 1))
+    assert_same_multiset(embedded.read(rewritten), LABELS)
+    assert all(os.stat(f.path).st_nlink == 1 for f in embedded.snapshot(rewritten).files)
+    with pytest.raises(SchemaMismatchError):
+        other = T.StructType([*SCHEMA.fields, T.StructField("extra", T.LongType())])
+        embedded.create_table(str(tmp_path / "other"), other, ("label",))
+        embedded.append_rows_added(source, 0, 1, str(tmp_path / "other"))
+
+
 def test_arrow_schema_of_created_table_uses_utc_microseconds(
     engine: DeltaEngine, tmp_path: Path
 ) -> None:

@@ -1,0 +1,56 @@
+"""The Spark driver's class-data-sharing archive: added to the driver's options only when it
+exists and nothing else chose CDS, and the archive ``make setup`` built is the one a driver
+JVM really maps (its classes load from the shared archive, not from the jars)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from warehouse.jvm_archive import DRIVER_OPTIONS, archive_path, with_class_archive
+from warehouse.spark import session_conf
+
+
+def test_the_archive_joins_the_drivers_options_only_when_it_exists(tmp_path: Path) -> None:
+    archive = tmp_path / "a.jsa"
+    assert with_class_archive({"x": "1"}, archive) == {"x": "1"}  # no file yet
+    assert with_class_archive({"x": "1"}, None) == {"x": "1"}  # turned off
+    archive.write_bytes(b"\0")
+    assert with_class_archive({}, archive) == {DRIVER_OPTIONS: f"-XX:SharedArchiveFile={archive}"}
+    kept = with_class_archive({DRIVER_OPTIONS: "-Dfoo=1"}, archive)
+    assert kept[DRIVER_OPTIONS] == f"-Dfoo=1 -XX:SharedArchiveFile={archive}"
+    for own in ("-Xshare:off", "-XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/y"):
+        assert with_class_archive({DRIVER_OPTIONS: own}, archive) == {DRIVER_OPTIONS: own}
+
+
+def test_session_settings_leave_delta_spark_off_when_asked() -> None:
+    without = session_conf({}, "local[2]", with_delta=False)
+    assert "spark.sql.extensions" not in without and "spark.jars" not in without
+    assert without["spark.sql.session.timeZone"] == "UTC"  # the required settings stay
+
+
+def test_a_driver_maps_the_archive_setup_built(tmp_path: Path) -> None:
+    archive = archive_path()
+    assert archive is not None and archive.is_file(), f"`make setup` builds {archive}"
+    log = tmp_path / "classes.log"
+    script = (
+        "from warehouse.spark import SparkSettings, build_session\n"
+        f"conf = {{{DRIVER_OPTIONS!r}: '-Xlog:class+load=info:file={log}'}}\n"
+        "spark = build_session(SparkSettings(master='local[1]', conf=conf, delta_jars=False))\n"
+        "assert spark.range(5).count() == 5\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    spark_classes = [
+        line for line in log.read_text().splitlines() if " org.apache.spark.sql." in line
+    ]
+    shared = [line for line in spark_classes if "source: shared objects file" in line]
+    from_jars = [line for line in spark_classes if re.search(r"source: (jar|file):", line)]
+    assert len(shared) > 1000, f"{len(shared)} Spark SQL classes came from the archive"
+    # The classes the session needs come from the archive; a few that the training run did
+    # not touch are still read from Spark's jars.
+    assert len(from_jars) < 0.1 * len(shared), (len(from_jars), len(shared))
