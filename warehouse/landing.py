@@ -68,7 +68,7 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -626,36 +626,47 @@ class _StreamIngest:
     # ------------------------------------------------------------------ loading
 
     def _load(self, row: LandingFile, staged: Path) -> None:
+        """Load one staged file: its valid records to bronze, its malformed ones to the
+        ingest quarantine, and the ledger row marked loaded.
+
+        One Spark job reads, checks and writes the file: the records received and the
+        malformed ones are counted by an observation as the bronze write passes them
+        (``DataFrame.observe``). Only a file with malformed records is read a second time,
+        for its quarantine append.
+        """
         path = Path(row.path)
-        prepared = self._prepare(row, staged)
-        if prepared is None:
-            return
-        parsed, received = prepared
         try:
-            valid, malformed = split_records(parsed, self.source.schema, self.source.required)
-            stamped = valid.withColumn(SOURCE_FILE, F.lit(str(path))).withColumn(
-                BATCH_ID, F.lit(row.id).cast(T.LongType())
-            )
-            quarantined = malformed.select(
-                F.lit(self.source.name).alias("stream"),
-                F.lit(str(path)).alias("source_file"),
-                F.col("record"),
-                F.col("reason"),
-                F.lit(row.id).cast(T.LongType()).alias(BATCH_ID),
-                F.current_timestamp().alias("quarantined_at"),
-            )
-            bad = quarantined.count()
-            self.engine.append(self.source.bronze_path, stamped, AppTransaction(self._app, row.id))
+            parsed = self._parse(row, staged)
+            if parsed is None:
+                return
+            counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
+            valid, _ = split_records(parsed, self.source.schema, self.source.required, counts)
+            try:
+                outcome = self.engine.append(
+                    self.source.bronze_path,
+                    self._stamped(valid, row),
+                    AppTransaction(self._app, row.id),
+                )
+            except Py4JJavaError as e:
+                self._reject(row, str(_unreadable(e, self.source, path)))
+                return
+            if outcome.committed:
+                observed = counts.get
+                received, bad = int(observed["received"]), int(observed["bad"] or 0)
+            else:
+                # Bronze already held this file (a crash after its commit): no write job ran,
+                # nothing was observed, so the file is counted again.
+                received, bad = _count_records(parsed, self.source)
             if bad:
                 # A clean file commits nothing here: the bronze commit's app transaction
                 # alone marks it loaded, so a rerun has nothing to repeat either way.
+                _, malformed = split_records(parsed, self.source.schema, self.source.required)
                 self.engine.append(
                     self.source.quarantine_path,
-                    quarantined,
+                    self._quarantined(malformed, row),
                     AppTransaction(f"quarantine.{self.source.name}", row.id),
                 )
         finally:
-            parsed.unpersist()
             staged.unlink(missing_ok=True)
         self.committed = max(self.committed, row.id)
         self.store.update_landing_file(
@@ -672,8 +683,23 @@ class _StreamIngest:
         self.report.records_quarantined += bad
         logger.info("loaded %s: %d record(s), %d quarantined", path, received, bad)
 
-    def _prepare(self, row: LandingFile, staged: Path) -> tuple[DataFrame, int] | None:
-        """Check and read a staged file; reject it (and return None) if it is bad."""
+    def _stamped(self, valid: DataFrame, row: LandingFile) -> DataFrame:
+        return valid.withColumn(SOURCE_FILE, F.lit(row.path)).withColumn(
+            BATCH_ID, F.lit(row.id).cast(T.LongType())
+        )
+
+    def _quarantined(self, malformed: DataFrame, row: LandingFile) -> DataFrame:
+        return malformed.select(
+            F.lit(self.source.name).alias("stream"),
+            F.lit(row.path).alias("source_file"),
+            F.col("record"),
+            F.col("reason"),
+            F.lit(row.id).cast(T.LongType()).alias(BATCH_ID),
+            F.current_timestamp().alias("quarantined_at"),
+        )
+
+    def _parse(self, row: LandingFile, staged: Path) -> DataFrame | None:
+        """Check a staged file and read it (lazily); reject it (and return None) if it is bad."""
         path = Path(row.path)
         try:
             if row.id < self.committed:
@@ -684,16 +710,8 @@ class _StreamIngest:
                     "unreadable) while later files loaded. If bronze holds no rows with "
                     f"{BATCH_ID} {row.id}, deliver it again under a new name."
                 )
-            parsed = _parse(self.spark, self.source, staged, path).cache()
+            return _parse(self.spark, self.source, staged, path)
         except IngestionError as e:
-            staged.unlink(missing_ok=True)
-            self._reject(row, str(e))
-            return None
-        try:
-            return parsed, _count_rows(parsed, self.source, path)
-        except IngestionError as e:
-            parsed.unpersist()
-            staged.unlink(missing_ok=True)
             self._reject(row, str(e))
             return None
 
@@ -739,9 +757,16 @@ class _StreamIngest:
 
 
 def split_records(
-    parsed: DataFrame, schema: T.StructType, required: tuple[str, ...]
+    parsed: DataFrame,
+    schema: T.StructType,
+    required: tuple[str, ...],
+    counts: Observation | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """Split parsed rows into valid rows and (record, reason) rows for quarantine."""
+    """Split parsed rows into valid rows and (record, reason) rows for quarantine.
+
+    With ``counts``, every row is counted as it passes (``received``, and ``bad``: those
+    given a reason), whichever of the two frames is computed.
+    """
     columns = schema.fieldNames()
     corrupt = F.col(CORRUPT).isNotNull()
     missing = [F.when(F.col(c).isNull(), F.lit(c)) for c in required]
@@ -752,6 +777,12 @@ def split_records(
         .otherwise(F.lit(None))
     )
     tagged = parsed.withColumn("reason", reason)
+    if counts is not None:
+        tagged = tagged.observe(
+            counts,
+            F.count(F.lit(1)).alias("received"),
+            F.sum(F.col("reason").isNotNull().cast(T.LongType())).alias("bad"),
+        )
     valid = tagged.where(F.col("reason").isNull()).select(*columns)
     malformed = tagged.where(F.col("reason").isNotNull()).select(
         F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*columns))).alias("record"), "reason"
@@ -790,19 +821,23 @@ def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) 
     )
 
 
-def _count_rows(parsed: DataFrame, source: StreamSource, path: Path) -> int:
-    """Count (and so read) a parsed file; a file Spark cannot decode is an ingestion error."""
-    try:
-        return parsed.count()
-    except Py4JJavaError as e:
-        # Spark tags a failure to read or decode an input file with this error class; any
-        # other failure (memory, a lost executor) is not the file's fault and propagates.
-        if "[FAILED_READ_FILE" not in str(e.java_exception):
-            raise
-        raise UnreadableFileError(
-            f"{path}: cannot be read as {FORMAT_NAMES[source.format]}: "
-            f"{_root_cause(e.java_exception)}. The file is left in place; fix the producer."
-        ) from e
+def _count_records(parsed: DataFrame, source: StreamSource) -> tuple[int, int]:
+    """(records, malformed records) of a parsed file, in one aggregate."""
+    _, malformed = split_records(parsed, source.schema, source.required)
+    found = parsed.agg(F.count(F.lit(1)).alias("n")).first()
+    return int(found["n"] if found else 0), malformed.count()
+
+
+def _unreadable(error: Py4JJavaError, source: StreamSource, path: Path) -> UnreadableFileError:
+    """A file Spark cannot decode, as an ingestion error; any other failure (memory, a lost
+    executor) is not the file's fault and propagates."""
+    # Spark tags a failure to read or decode an input file with this error class.
+    if "[FAILED_READ_FILE" not in str(error.java_exception):
+        raise error
+    return UnreadableFileError(
+        f"{path}: cannot be read as {FORMAT_NAMES[source.format]}: "
+        f"{_root_cause(error.java_exception)}. The file is left in place; fix the producer."
+    )
 
 
 def _root_cause(throwable: object) -> str:
