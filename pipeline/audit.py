@@ -635,11 +635,9 @@ class AuditPublisher:
         if not rows:
             return
         path = self.layout.quality_results()
-        self.engine.append(
-            path,
-            self.spark.createDataFrame(rows, RESULTS_SCHEMA),
-            AppTransaction(f"quality.{audit.table}", audit.batch[1]),
-            partition_by=(),
+        self.engine.create_table(path, RESULTS_SCHEMA)
+        self.engine.append_rows(
+            path, rows, RESULTS_SCHEMA, AppTransaction(f"quality.{audit.table}", audit.batch[1])
         )
 
     def _save_state(self, table: str, state: dict[str, Any]) -> None:

@@ -270,6 +270,18 @@ class DeltaEngine(Protocol):
         """
         ...
 
+    def append_rows(
+        self,
+        path: str,
+        rows: Sequence[tuple[Any, ...]],
+        schema: StructType,
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        """Append a few rows the driver holds (an audit's results, a report) to an existing
+        unpartitioned table with ``schema``, in one commit carrying ``txn``. An engine that
+        can writes them without a Spark job."""
+        ...
+
     def append_rows_added(
         self,
         source: str,

@@ -482,6 +482,50 @@ class EmbeddedDeltaEngine:
             self.create_table(path, data.schema, partition_by)
         return self._write(path, data, None, txn)
 
+    def append_rows(
+        self,
+        path: str,
+        rows: Sequence[tuple[Any, ...]],
+        schema: StructType,
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        """Writes one Parquet file with pyarrow on the driver: no Spark job for a few rows.
+        A partitioned table takes the ordinary (Spark) append."""
+        root = _table_root(path)
+        table = self._open(root)
+        if table.metadata().partition_columns:
+            return self.append(root, self._spark.createDataFrame(list(rows), schema), txn)
+        existing = arrow_to_spark(table.schema().to_arrow())
+        require_same_schema(root, existing, schema)
+        commit_id = self._new_commit_id()
+        skipped = self._skip_if_committed(root, table, txn)
+        if skipped:
+            return skipped
+        arrow_schema = spark_to_arrow(existing)
+        data = pa.Table.from_pylist(
+            [dict(zip(schema.fieldNames(), row, strict=True)) for row in rows], arrow_schema
+        )
+        relative = f"{uuid.uuid4().hex[:20]}/part-00000-{uuid.uuid4()}.parquet"
+        location = f"{root.rstrip('/')}/{relative}"
+        filesystem, located = _filesystem_of(location)
+        with optional_phase(self.clock, "write"):
+            filesystem.create_dir(os.path.dirname(located), recursive=True)
+            with filesystem.open_output_stream(located) as handle:
+                pq.write_table(data, handle, coerce_timestamps="us")
+            with filesystem.open_input_file(located) as handle:
+                footer = pq.read_metadata(handle)
+            size = filesystem.get_file_info(located).size or 0
+        add = AddAction(
+            path=relative,
+            size=int(size),
+            partition_values={},
+            modification_time=int(datetime.now().timestamp() * 1000),
+            data_change=True,
+            stats=delta_stats_json(footer),
+        )
+        written = _Written((add,), len(rows))
+        return self._commit_append(root, table, written, existing, [], txn, commit_id)
+
     def append_rows_added(
         self,
         source: str,

@@ -468,6 +468,15 @@ class NativeDeltaEngine:
                 )
         return _union_or_empty(self._spark, parts, change_schema)
 
+    def append_rows(
+        self,
+        path: str,
+        rows: Sequence[tuple[Any, ...]],
+        schema: StructType,
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        return self.append(path, self._spark.createDataFrame(list(rows), schema), txn)
+
     def append_rows_added(
         self,
         source: str,

@@ -414,6 +414,20 @@ def test_append_rows_added_appends_exactly_those_rows_once(
     assert_same_multiset(engine.read(target), naive(AWKWARD_ROWS[5:]))
 
 
+def test_append_rows_appends_driver_rows_once(engine: DeltaEngine, tmp_path: Path) -> None:
+    path = str(tmp_path / "results")
+    engine.create_table(path, SCHEMA)
+    txn = AppTransaction("quality.t", 7)
+    assert engine.append_rows(path, AWKWARD_ROWS, SCHEMA, txn).rows_added == len(AWKWARD_ROWS)
+    assert not engine.append_rows(path, AWKWARD_ROWS, SCHEMA, txn).committed
+    assert_same_multiset(engine.read(path), naive(AWKWARD_ROWS))
+    counted = sum(f.num_records or 0 for f in engine.snapshot(path).files)
+    assert counted == len(AWKWARD_ROWS)  # the statistics were written
+    other = T.StructType([*SCHEMA.fields, T.StructField("extra", T.LongType())])
+    with pytest.raises(SchemaMismatchError):
+        engine.append_rows(path, [(*AWKWARD_ROWS[0], 1)], other)
+
+
 def test_embedded_adds_the_source_files_themselves_where_partitioning_matches(
     spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
 ) -> None:
