@@ -46,7 +46,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -68,6 +68,7 @@ from quality.audit_views import (
     no_published,
     published_tuples,
 )
+from quality.batch_engine import BatchEngine, choose_batch_engine
 from quality.config import QualityConfig
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
@@ -78,6 +79,9 @@ from warehouse.delta.api import (
     live_rows_added,
 )
 from warehouse.state_store import StateStore
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
 
 logger = logging.getLogger(__name__)
 
@@ -355,15 +359,27 @@ class AuditPublisher:
         Where suites run, the staged batch and the accounting views are cached for the
         duration: GX computes each SQL expectation twice (its rows and their count), and
         every view joins Delta reads that would otherwise be planned and scanned again each
-        time. Without suites nothing reads the batch: its rows come from the log and its
-        files are added to gold as they are (``append_rows_added``).
+        time. A small batch with engine-independent expectations is collected once and
+        validated in memory instead (:mod:`quality.batch_engine`). Without suites nothing
+        reads the batch: its rows come from the log and its files are added to gold as they
+        are (``append_rows_added``).
         """
         quality = self.config.quality.get(table)
-        if quality is not None and quality.checked:
+        suites = self._suites(table, quality)
+        engine = choose_batch_engine(
+            ((e.expectation_type, e.configuration.kwargs) for s in suites for e in s.expectations),
+            rows,
+            quality.in_memory_max_rows if quality is not None else 0,
+        )
+        if suites:
+            logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
+        if suites and engine.name == "spark":
             staged = staged.cache()
             views = {name: view.cache() for name, view in views.items()}
         try:
-            audit = self._decide(table, run_id, staged, batch, views, failures, rows)
+            audit = self._decide(
+                table, run_id, staged, batch, views, failures, rows, suites, engine
+            )
             state["intent"] = {
                 "run_id": run_id,
                 "batch": list(batch),
@@ -547,20 +563,22 @@ class AuditPublisher:
         batch: tuple[int, int],
         views: dict[str, DataFrame],
         failures: list[str],
-        rows: int | None = None,
+        rows: int | None,
+        suites: list[ExpectationSuite],
+        engine: BatchEngine,
     ) -> TableAudit:
-        """Run the suites over the staged batch (cached where suites run) and write their
-        results; ``rows`` is the batch's row count if the log gave it."""
+        """Run the suites over the staged batch on ``engine`` and write their results;
+        ``rows`` is the batch's row count if the log gave it."""
         if rows is None:
             rows = staged.count()
         quality = self.config.quality.get(table)
-        outcomes = self._run_suites(table, run_id, staged, views, quality)
+        outcomes = self._run_suites(table, run_id, staged, views, suites, engine)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
         warn_only = quality is not None and quality.warn_only
         if failures:
             action = WARNED if warn_only else QUARANTINED
         else:
-            action = PUBLISHED if quality and quality.checked else UNCHECKED
+            action = PUBLISHED if suites else UNCHECKED
         audit = TableAudit(table, run_id, batch, action, rows, failures, outcomes)
         self._write_results(audit)
         log = logger.error if action == QUARANTINED else logger.info
@@ -577,25 +595,33 @@ class AuditPublisher:
             logger.warning("%s has no quality checks configured; published unchecked", table)
         return audit
 
+    def _suites(self, table: str, quality: QualityConfig | None) -> list[ExpectationSuite]:
+        """The suites that check ``table``: those it names, or else its config checks."""
+        if quality is None or not quality.checked:
+            return []
+        from quality.suites import config_suite, load_suite
+
+        directory = Path(self.config.expectations_dir)
+        with optional_phase(self.engine.clock, "validate"):  # GX's import included
+            return [load_suite(directory, name, quality) for name in quality.suites] or [
+                config_suite(table, quality)
+            ]
+
     def _run_suites(
         self,
         table: str,
         run_id: str,
         staged: DataFrame,
         views: dict[str, DataFrame],
-        quality: QualityConfig | None,
+        suites: list[ExpectationSuite],
+        engine: BatchEngine,
     ) -> list[SuiteOutcome]:
-        if quality is None or not quality.checked:
+        if not suites:
             return []
-        from quality.suites import config_suite, load_suite
-
-        directory = Path(self.config.expectations_dir)
-        with optional_phase(self.engine.clock, "validate"):  # GX's start-up included
-            suites = [load_suite(directory, name, quality) for name in quality.suites] or [
-                config_suite(table, quality)
-            ]
+        with optional_phase(self.engine.clock, "validate"):
+            batch = staged.toPandas() if engine.name == "pandas" else staged
             return [
-                self.gate.validate(table, suite, staged, run_id, views=views) for suite in suites
+                self.gate.validate(table, suite, batch, run_id, views=views) for suite in suites
             ]
 
     def _publish(self, table: str, rows: DataFrame, txn: AppTransaction) -> int:

@@ -18,6 +18,13 @@ class QualityConfig(Strict):
     )
     value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
     value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
+    in_memory_max_rows: int = Field(
+        default=200_000,
+        ge=0,
+        description="a batch of at most this many rows whose expectations are all "
+        "engine-independent is validated with GX's pandas engine in the driver (one Spark "
+        "job to collect it) instead of a Spark job per metric; 0 keeps every batch on Spark",
+    )
 
     @property
     def checked(self) -> bool:

@@ -31,11 +31,14 @@ from quality.docs_offline import make_offline
 from quality.results import SuiteOutcome, outcome_from_gx
 
 if TYPE_CHECKING:
+    import pandas as pd
     from great_expectations.core.expectation_suite import ExpectationSuite
 
 logger = logging.getLogger(__name__)
 
 DATASOURCE = "pipeline"
+# Batches the audit validates in the driver's memory (quality.batch_engine).
+MEMORY_DATASOURCE = "pipeline_in_memory"
 DEFAULT_DOCS_ASSETS = Path(__file__).resolve().parent.parent / "var" / "docs-assets"
 BATCH_DEFINITION = "staged_batch"
 
@@ -55,6 +58,7 @@ class QualityGate:
         # Task logs get one line per validation from us, not a progress bar per metric.
         self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
+        self._memory_datasource: Any = None  # the pandas datasource, made on first use
         self._undocumented: list[Any] = []  # result and suite identifiers not yet rendered
         self._site = Path(project_dir) / "gx" / "uncommitted" / "data_docs" / "local_site"
         self._docs_assets = docs_assets or DEFAULT_DOCS_ASSETS
@@ -63,14 +67,16 @@ class QualityGate:
         self,
         table: str,
         suite: ExpectationSuite,
-        batch: DataFrame,
+        batch: DataFrame | pd.DataFrame,
         run_name: str,
         views: Mapping[str, DataFrame] | None = None,
     ) -> SuiteOutcome:
         """Validate ``batch`` against ``suite`` with a Checkpoint; :meth:`update_docs` renders it.
 
-        ``views`` are registered as Spark temp views first, for the suite's SQL
-        expectations (``unexpected_rows_expectation`` queries) to join against.
+        ``batch`` is a Spark DataFrame, or a pandas one the caller collected
+        (:mod:`quality.batch_engine` says when); GX then runs its pandas engine. ``views``
+        are registered as Spark temp views first, for the suite's SQL expectations
+        (``unexpected_rows_expectation`` queries) to join against.
         """
         from great_expectations.core.run_identifier import RunIdentifier
         from great_expectations.data_context.types.resource_identifiers import (
@@ -79,7 +85,7 @@ class QualityGate:
 
         for name, frame in (views or {}).items():
             frame.createOrReplaceTempView(name)
-        batch_definition = self._batch_definition(table)
+        batch_definition = self._batch_definition(table, in_memory=not isinstance(batch, DataFrame))
         saved_suite = self._context.suites.add_or_update(suite)
         definition = self._context.validation_definitions.add_or_update(
             self._gx.ValidationDefinition(
@@ -120,11 +126,18 @@ class QualityGate:
         self._undocumented.clear()  # kept for the next call if the build failed
         make_offline(self._site, self._docs_assets, since=started)
 
-    def _batch_definition(self, table: str) -> Any:
+    def _batch_definition(self, table: str, in_memory: bool = False) -> Any:
+        datasource = self._datasource
+        if in_memory:
+            if self._memory_datasource is None:
+                self._memory_datasource = self._context.data_sources.add_or_update_pandas(
+                    name=MEMORY_DATASOURCE
+                )
+            datasource = self._memory_datasource
         try:
-            asset = self._datasource.get_asset(table)
+            asset = datasource.get_asset(table)
         except LookupError:
-            asset = self._datasource.add_dataframe_asset(name=table)
+            asset = datasource.add_dataframe_asset(name=table)
         try:
             return asset.get_batch_definition(BATCH_DEFINITION)
         except KeyError:

@@ -1,0 +1,122 @@
+"""GX's pandas engine gives the verdicts its Spark engine gives, for every expectation the
+audit lets it check; and the choice keeps everything else on Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from quality.batch_engine import IN_MEMORY_EXPECTATIONS, choose_batch_engine
+from quality.gate import QualityGate
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType(), True),
+        T.StructField("k", T.LongType(), True),
+        T.StructField("price", T.DoubleType(), True),
+        T.StructField("flag", T.StringType(), True),
+        T.StructField("day", T.DateType(), True),
+        T.StructField("at", T.TimestampType(), True),
+    ]
+)
+ROWS = [
+    (1, 10, 5.0, "a", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 1)),
+    (2, 10, 999.5, "b", dt.date(2024, 1, 2), dt.datetime(2024, 1, 1, 2)),
+    (3, None, None, None, None, None),
+    (3, 11, -1.0, "z", dt.date(2024, 1, 3), dt.datetime(2024, 1, 1, 3)),
+    (4, 12, 1e6, "a", dt.date(2024, 1, 4), dt.datetime(2024, 1, 1, 4)),
+]
+
+
+def expectation(kind: str, **kwargs: Any) -> dict[str, Any]:
+    return {"type": kind, "kwargs": kwargs}
+
+
+# Each checked with passing and failing arguments, nulls and duplicates in the data.
+EXPECTATIONS = [
+    expectation("expect_column_to_exist", column="price"),
+    expectation("expect_column_to_exist", column="missing"),
+    expectation("expect_column_values_to_be_between", column="price", min_value=0, max_value=1000),
+    expectation("expect_column_values_to_be_between", column="k", min_value=10, max_value=None),
+    expectation("expect_column_values_to_be_between", column="price", min_value=-5, max_value=2e6),
+    expectation("expect_column_values_to_be_in_set", column="flag", value_set=["a", "b"]),
+    expectation("expect_column_values_to_be_in_set", column="k", value_set=[10, 11, 12]),
+    expectation("expect_column_values_to_not_be_in_set", column="flag", value_set=["z"]),
+    expectation("expect_column_values_to_be_null", column="k"),
+    expectation("expect_column_values_to_not_be_null", column="k"),
+    expectation("expect_column_values_to_not_be_null", column="id"),
+    expectation("expect_column_values_to_be_unique", column="id"),
+    expectation("expect_column_values_to_be_unique", column="at"),
+    expectation("expect_compound_columns_to_be_unique", column_list=["id", "k"]),
+    expectation("expect_compound_columns_to_be_unique", column_list=["k", "flag"]),
+    expectation("expect_table_columns_to_match_ordered_list", column_list=SCHEMA.fieldNames()),
+    expectation("expect_table_columns_to_match_set", column_set=["id", "k"], exact_match=True),
+    expectation("expect_table_row_count_to_be_between", min_value=1, max_value=5),
+    expectation("expect_table_row_count_to_be_between", min_value=6, max_value=None),
+]
+
+
+def test_every_in_memory_expectation_is_covered() -> None:
+    assert {e["type"] for e in EXPECTATIONS} == IN_MEMORY_EXPECTATIONS
+
+
+def test_pandas_and_spark_give_the_same_verdicts(spark: SparkSession, tmp_path: Path) -> None:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    batch = spark.createDataFrame(ROWS, SCHEMA)
+    gate = QualityGate(tmp_path / "gx")
+    verdicts = {}
+    for name, data in (("spark", batch), ("pandas", batch.toPandas())):
+        suite = ExpectationSuite(name=f"all_{name}", expectations=EXPECTATIONS)
+        outcome = gate.validate("t", suite, data, f"run-{name}")
+        verdicts[name] = [
+            (e.expectation, e.column, e.success, e.unexpected_count, e.error is None)
+            for e in outcome.expectations
+        ]
+    assert len(verdicts["spark"]) == len(EXPECTATIONS)
+    assert {v[2] for v in verdicts["spark"]} == {True, False}  # both verdicts are exercised
+    assert all(v[4] for v in verdicts["spark"]), verdicts["spark"]  # no expectation errored
+    assert verdicts["pandas"] == verdicts["spark"]
+
+
+def test_only_small_batches_of_engine_independent_checks_go_in_memory() -> None:
+    between = ("expect_column_values_to_be_between", {"column": "p", "min_value": 0})
+    typed = ("expect_column_values_to_be_of_type", {"column": "p", "type_": "LongType"})
+    sql = ("unexpected_rows_expectation", {"unexpected_rows_query": "SELECT 1"})
+    dated = ("expect_column_values_to_be_between", {"column": "d", "min_value": "2024-01-01"})
+    assert choose_batch_engine([between], 100, 1000).name == "pandas"
+    assert choose_batch_engine([], 100, 1000).name == "pandas"
+    assert choose_batch_engine([between], None, 1000).name == "spark"
+    assert choose_batch_engine([between], 1001, 1000).name == "spark"
+    assert choose_batch_engine([between], 1, 0).name == "spark"
+    for other in (typed, sql, dated):
+        assert choose_batch_engine([between, other], 100, 1000).name == "spark", other
+
+
+@given(
+    kinds=st.lists(st.sampled_from(sorted(IN_MEMORY_EXPECTATIONS)), max_size=5),
+    rows=st.integers(min_value=0, max_value=3000),
+    limit=st.integers(min_value=0, max_value=3000),
+)
+def test_the_choice_depends_on_size_and_kinds_alone(
+    kinds: list[str], rows: int, limit: int
+) -> None:
+    numeric = {"column": "c", "min_value": 0, "max_value": 1}
+    chosen = choose_batch_engine([(k, numeric) for k in kinds], rows, limit)
+    assert chosen.name == ("pandas" if rows <= limit else "spark")
+    assert chosen == choose_batch_engine([(k, numeric) for k in kinds], rows, limit)
+
+
+@pytest.mark.parametrize("bound", [True, "1", dt.date(2024, 1, 1)])
+def test_a_range_with_bounds_that_are_not_numbers_stays_on_spark(bound: Any) -> None:
+    kwargs = {"column": "c", "min_value": bound}
+    assert choose_batch_engine([("expect_column_values_to_be_between", kwargs)], 1, 10).name == (
+        "spark"
+    )
