@@ -77,10 +77,12 @@ from warehouse.delta.api import (
     append_live_rows_added,
     count_live_rows_added,
     live_rows_added,
+    live_rows_added_arrow,
 )
 from warehouse.state_store import StateStore
 
 if TYPE_CHECKING:
+    import pandas as pd
     from great_expectations.core.expectation_suite import ExpectationSuite
 
 logger = logging.getLogger(__name__)
@@ -378,7 +380,7 @@ class AuditPublisher:
             views = {name: view.cache() for name, view in views.items()}
         try:
             audit = self._decide(
-                table, run_id, staged, batch, views, failures, rows, suites, engine
+                table, run_id, staged, batch, views, failures, rows, suites, engine, interval
             )
             state["intent"] = {
                 "run_id": run_id,
@@ -566,13 +568,24 @@ class AuditPublisher:
         rows: int | None,
         suites: list[ExpectationSuite],
         engine: BatchEngine,
+        interval: tuple[datetime, datetime] | None,
     ) -> TableAudit:
         """Run the suites over the staged batch on ``engine`` and write their results;
         ``rows`` is the batch's row count if the log gave it."""
         if rows is None:
             rows = staged.count()
         quality = self.config.quality.get(table)
-        outcomes = self._run_suites(table, run_id, staged, views, suites, engine)
+        in_memory = None
+        if engine.name == "pandas":
+            # A live batch is whole files of silver: read them in the driver, no Spark job.
+            in_memory = (
+                staged.toPandas()
+                if interval is not None
+                else live_rows_added_arrow(
+                    self.engine, self.layout.staged(table), *batch
+                ).to_pandas()
+            )
+        outcomes = self._run_suites(table, run_id, staged, views, suites, in_memory)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
         warn_only = quality is not None and quality.warn_only
         if failures:
@@ -614,12 +627,14 @@ class AuditPublisher:
         staged: DataFrame,
         views: dict[str, DataFrame],
         suites: list[ExpectationSuite],
-        engine: BatchEngine,
+        in_memory: pd.DataFrame | None,
     ) -> list[SuiteOutcome]:
+        """Validate the batch against ``suites``: ``in_memory`` (GX's pandas engine) when
+        the batch was collected, else ``staged`` on Spark."""
         if not suites:
             return []
         with optional_phase(self.engine.clock, "validate"):
-            batch = staged.toPandas() if engine.name == "pandas" else staged
+            batch = staged if in_memory is None else in_memory
             return [
                 self.gate.validate(table, suite, batch, run_id, views=views) for suite in suites
             ]

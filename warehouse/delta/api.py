@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from common.phase_clock import PhaseClock
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
@@ -270,6 +271,18 @@ class DeltaEngine(Protocol):
         """
         ...
 
+    def rows_added_arrow(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> pa.Table:
+        """The rows :meth:`rows_added` returns, without ``_commit_version``, in the driver's
+        memory as an Arrow table with the table's columns in order. For batches the caller
+        knows are small; an engine that can reads the files without a Spark job."""
+        ...
+
     def append_rows(
         self,
         path: str,
@@ -359,6 +372,14 @@ def append_live_rows_added(
     return engine.append_rows_added(
         source, after_version, to_version, target, txn, skip, partition_by
     )
+
+
+def live_rows_added_arrow(
+    engine: DeltaEngine, path: str, after_version: int, to_version: int
+) -> pa.Table:
+    """:func:`live_rows_added` in the driver's memory (without ``_commit_version``)."""
+    skip = _backfill_versions(engine, path, after_version, to_version)
+    return engine.rows_added_arrow(path, after_version, to_version, skip)
 
 
 def rows_committed(engine: DeltaEngine, path: str, after_version: int, to_version: int) -> int:

@@ -482,6 +482,37 @@ class EmbeddedDeltaEngine:
             self.create_table(path, data.schema, partition_by)
         return self._write(path, data, None, txn)
 
+    def rows_added_arrow(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> pa.Table:
+        """Reads the added files with pyarrow in the driver: no Spark job. Partition values
+        come from the log, as :meth:`read_files` attaches them."""
+        end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
+        schema = spark_to_arrow(end.schema)
+        parts = []
+        for file in (f for files in by_version.values() for f in files):
+            filesystem, located = _filesystem_of(file.path)
+            with filesystem.open_input_file(located) as handle:
+                data = pq.read_table(handle)
+            rows = data.num_rows
+            columns = []
+            for field in schema:
+                if field.name in end.partition_columns:
+                    value = file.partition_values.get(field.name)
+                    columns.append(pa.array([value] * rows, type=field.type))
+                elif field.name in data.column_names:
+                    columns.append(data.column(field.name).cast(field.type))
+                else:  # a column added to the table after this file was written
+                    columns.append(pa.nulls(rows, type=field.type))
+            parts.append(pa.table(columns, schema=schema))
+        if not parts:
+            return schema.empty_table()
+        return pa.concat_tables(parts)
+
     def append_rows(
         self,
         path: str,

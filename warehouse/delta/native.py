@@ -468,6 +468,16 @@ class NativeDeltaEngine:
                 )
         return _union_or_empty(self._spark, parts, change_schema)
 
+    def rows_added_arrow(
+        self,
+        path: str,
+        after_version: int,
+        to_version: int,
+        skip_versions: Sequence[int] = (),
+    ) -> pa.Table:
+        rows = self.rows_added(path, after_version, to_version, skip_versions)
+        return rows.drop(COMMIT_VERSION).toArrow()
+
     def append_rows(
         self,
         path: str,

@@ -397,6 +397,10 @@ def test_append_rows_added_appends_exactly_those_rows_once(
         engine.append(source, spark.createDataFrame(rows, SCHEMA))
     expected = engine.rows_added(source, 1, 3, (2,)).drop("_commit_version").collect()
     txn = AppTransaction("publish.t", 3)
+    in_memory = engine.rows_added_arrow(source, 1, 3, (2,))
+    assert in_memory.column_names == SCHEMA.fieldNames()
+    assert_same_multiset(naive([tuple(r.values()) for r in in_memory.to_pylist()]), expected)
+    assert engine.rows_added_arrow(source, 3, 3).num_rows == 0
 
     first = engine.append_rows_added(source, 1, 3, target, txn, (2,), partition_by)
     assert first.committed and first.rows_added == 2
