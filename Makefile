@@ -59,7 +59,7 @@ JVM_ARCHIVE_STAMP := var/jvm/.built
 
 jvm-archive: $(JVM_ARCHIVE_STAMP)
 
-$(JVM_ARCHIVE_STAMP): $(STAMP) warehouse/jvm_archive.py
+$(JVM_ARCHIVE_STAMP): $(STAMP) warehouse/jvm_archive.py warehouse/jvm_archive_training.py
 	$(PY) -m warehouse.jvm_archive
 	touch $(JVM_ARCHIVE_STAMP)
 

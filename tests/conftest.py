@@ -104,9 +104,10 @@ def state_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # `--dist loadfile` a worker takes whole files in collection order; starting the long files
 # first keeps one worker from running a five-minute file alone at the end of the run.
 SLOW_FILES_FIRST = (
+    "tests/orchestration/test_airflow_services.py",
+    "tests/pipeline/test_pipeline_on_both_engines.py",
     "tests/warehouse/test_crash_and_concurrency.py",
     "tests/pipeline/test_ssbj_crash.py",
-    "tests/pipeline/test_pipeline_on_both_engines.py",
     "tests/pipeline/test_audit.py",
     "tests/pipeline/test_ssbj_stage.py",
     "tests/dags/test_dag_runs.py",

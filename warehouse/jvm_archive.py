@@ -6,10 +6,11 @@ dynamic CDS archive (JEP 350) stores them once, parsed and verified, in a file t
 at start. Measured on the 2-core reference machine (``local[2]``, no delta-spark jars):
 session start 8.4-8.5 s -> 5.9-6.1 s, the first job 3.0 s -> 1.5-1.6 s.
 
-- ``make setup`` builds it (``python -m warehouse.jvm_archive``): a child process runs a
-  small training workload (DataFrames, Parquet, a join, an aggregate, Arrow both ways, a
-  Python UDF) with ``-XX:ArchiveClassesAtExit``, and the file is moved into place only once
-  the JVM wrote it whole.
+- ``make setup`` builds it (``python -m warehouse.jvm_archive``): a child process
+  (:mod:`warehouse.jvm_archive_training`) runs a small training workload (DataFrames,
+  Parquet, a join, an aggregate, Arrow both ways, a Python UDF) with
+  ``-XX:ArchiveClassesAtExit``, and the file is moved into place only once the JVM wrote it
+  whole.
 - :func:`with_class_archive` adds ``-XX:SharedArchiveFile`` to
   ``spark.driver.extraJavaOptions`` when the archive exists, unless the options already
   choose a CDS setting. The archive is named after the pyspark version (Spark's jars are
@@ -66,32 +67,6 @@ def with_class_archive(conf: Mapping[str, str], archive: Path | None) -> dict[st
     return merged
 
 
-def _train(dump: Path) -> None:
-    """Run the workload whose classes the archive keeps (what a pipeline command touches)
-    in a driver that writes them to ``dump`` when it exits."""
-    import tempfile
-
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
-    from warehouse.spark import SparkSettings, build_session
-
-    conf = {DRIVER_OPTIONS: f"-XX:ArchiveClassesAtExit={dump}"}
-    spark = build_session(SparkSettings(app_name="jvm-archive", master="local[2]", conf=conf))
-    with tempfile.TemporaryDirectory() as folder:
-        left = spark.range(2000).withColumn("k", F.col("id") % 97)
-        right = spark.createDataFrame(pa.table({"k": list(range(97)), "v": [1.5] * 97}))
-        joined = left.join(F.broadcast(right), "k", "left").groupBy("k").agg(F.sum("v"))
-        joined.write.mode("overwrite").parquet(f"{folder}/out")
-        back = spark.read.parquet(f"{folder}/out")
-        back.toArrow()
-        back.collect()
-        back.mapInArrow(lambda batches: batches, back.schema).count()
-        left.join(right, left.k < right.k).count()
-        spark.read.json(spark.sparkContext.parallelize(['{"a": 1}'])).count()
-    spark.stop()
-
-
 def build(target: Path) -> None:
     """Write the archive to ``target`` from a training run in a child process."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +76,7 @@ def build(target: Path) -> None:
     env.pop("SPARK_REMOTE", None)
     env["ENRICH_DELTA_JARS"] = str(target.parent / "no-jars")  # the embedded engine's class path
     done = subprocess.run(
-        [sys.executable, "-m", "warehouse.jvm_archive", "--train", str(partial)],
+        [sys.executable, "-m", "warehouse.jvm_archive_training", str(partial)],
         env=env,
         capture_output=True,
         text=True,
@@ -117,12 +92,9 @@ def build(target: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--train"] and len(args) == 2:
-        _train(Path(args[1]))
-        return 0
     target = Path(args[0]) if args else archive_path()
     if target is None:
-        logging.getLogger(__name__).error("%s is set empty: no archive to build", ARCHIVE_ENV)
+        logger.error("%s is set empty: no archive to build", ARCHIVE_ENV)
         return 2
     build(target)
     sys.stderr.write(f"JVM class archive: {target} ({target.stat().st_size >> 20} MiB)\n")
