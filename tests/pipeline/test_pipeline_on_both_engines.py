@@ -22,8 +22,9 @@ A fourth run uses the embedded engine on a Spark standalone cluster on loopback 
 two one-core workers started from the pyspark package's ``spark-class``): every command is a
 child process given ``--master spark://...``, as an Airflow worker would run it, and the
 project's code reaches the executors only as the zip the driver ships
-(:mod:`warehouse.code_archive`). Its tables must equal the in-process runs' tables too; it
-starts from the same copy and runs the live interval.
+(:mod:`warehouse.code_archive`). It starts from the same copy and runs the live interval's
+``run`` (ingest and the stages, whose Python code the executors import from the zip); the
+tables it writes must equal the in-process runs'.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 INTERVALS = 1
 SCALE = "0.002"
+VALIDATED = ("gold ", "quarantined ")  # the tables `validate` writes
 SEEDED = Path("var/demo")  # what `demo-data` writes under the run's folder: data, masters
 LINEITEM = "lineitem_suppliers"  # the demo's third stage, left out to keep this test short
 # Columns whose values are the wall-clock time of the run that wrote the row.
@@ -91,6 +93,7 @@ def run_pipeline(
     master: str | None = None,
     seed: Path | None = None,
     keep_seed: Path | None = None,
+    validate: bool = True,
 ) -> dict[str, Any]:
     """Run the demo on ``engine`` under ``folder``; the rows of every table it owns.
 
@@ -157,7 +160,8 @@ def run_pipeline(
         for stream in manifest["streams"]:
             deliver(outbox, stream, index, Path(config.streams[stream].landing))
         step("run", "--run-id", f"i{index}")
-        step("validate", "--run-id", f"i{index}")
+        if validate:
+            step("validate", "--run-id", f"i{index}")
     paths = {f"master {name}": layout.master(config, name) for name in config.masters}
     for stream in config.streams:
         paths[f"bronze {stream}"] = layout.bronze(stream)
@@ -254,12 +258,18 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
     }
     results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url, seed=seed)
     with spark_cluster(tmp_path / "cluster-processes") as cluster:
+        # `run` only: the stages' Python code is what must reach the executors; validate's
+        # GX jobs are plain aggregates, on a cluster as anywhere (about 95 s a command here).
         results["cluster"] = run_pipeline(
-            "embedded", tmp_path / "cluster", monkeypatch, master=cluster.url, seed=seed
+            "embedded",
+            tmp_path / "cluster",
+            monkeypatch,
+            master=cluster.url,
+            seed=seed,
+            validate=False,
         )
         finished = [a for a in cluster.status().get("completedapps", []) if isinstance(a, dict)]
-        # both commands (run, validate) ran as applications of this cluster
-        assert len(finished) == 2, cluster.status()
+        assert len(finished) == 1, cluster.status()  # `run` was an application of the cluster
         assert executors_import_the_shipped_zip(cluster.url, tmp_path)
     embedded = results["embedded"]
 
@@ -268,6 +278,8 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
     comparisons = [("native", "live"), ("native", "backfilled"), ("connect", "live")]
     for other, when in [*comparisons, ("cluster", "live")]:
         expected, found = embedded[when], results[other][when]
+        if other == "cluster":  # no validate: nothing published or quarantined yet
+            expected = {n: v for n, v in expected.items() if not n.startswith(VALIDATED)}
         assert sorted(found) == sorted(expected), (other, when)
         for name in sorted(expected):
             columns, rows = expected[name]
