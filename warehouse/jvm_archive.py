@@ -74,7 +74,6 @@ def build(target: Path) -> None:
     partial.unlink(missing_ok=True)
     env = {**os.environ, ARCHIVE_ENV: ""}  # the training JVM must not map an older archive
     env.pop("SPARK_REMOTE", None)
-    env["ENRICH_DELTA_JARS"] = str(target.parent / "no-jars")  # the embedded engine's class path
     done = subprocess.run(
         [sys.executable, "-m", "warehouse.jvm_archive_training", str(partial)],
         env=env,

@@ -25,7 +25,9 @@ def train(dump: Path) -> None:
     from warehouse.spark import SparkSettings, build_session
 
     conf = {DRIVER_OPTIONS: f"-XX:ArchiveClassesAtExit={dump}"}
-    spark = build_session(SparkSettings(app_name="jvm-archive", master="local[2]", conf=conf))
+    # No delta-spark jars: the class path of the embedded engine, every session's default.
+    settings = SparkSettings(app_name="jvm-archive", master="local[2]", conf=conf, delta_jars=False)
+    spark = build_session(settings)
     with tempfile.TemporaryDirectory() as folder:
         left = spark.range(2000).withColumn("k", F.col("id") % 97)
         right = spark.createDataFrame(pa.table({"k": list(range(97)), "v": [1.5] * 97}))

@@ -405,11 +405,7 @@ class EmbeddedDeltaEngine:
     @staticmethod
     def _commit_lines(root: str, version: int) -> list[str]:
         location = f"{root.rstrip('/')}/_delta_log/{version:020d}.json"
-        filesystem, base = (
-            pafs.FileSystem.from_uri(location)
-            if "://" in location
-            else (pafs.LocalFileSystem(), location)
-        )
+        filesystem, base = _filesystem_of(location)
         with filesystem.open_input_stream(base) as handle:
             return handle.read().decode("utf-8").splitlines()
 
@@ -543,18 +539,9 @@ class EmbeddedDeltaEngine:
             filesystem.create_dir(os.path.dirname(located), recursive=True)
             with filesystem.open_output_stream(located) as handle:
                 pq.write_table(data, handle, coerce_timestamps="us")
-            with filesystem.open_input_file(located) as handle:
-                footer = pq.read_metadata(handle)
-            size = filesystem.get_file_info(located).size or 0
-        add = AddAction(
-            path=relative,
-            size=int(size),
-            partition_values={},
-            modification_time=int(datetime.now().timestamp() * 1000),
-            data_change=True,
-            stats=delta_stats_json(footer),
-        )
-        written = _Written((add,), len(rows))
+            size = int(filesystem.get_file_info(located).size or 0)
+            now_ms = int(datetime.now().timestamp() * 1000)
+            written = _Written.of([_added_file(filesystem, located, relative, size, {}, now_ms)])
         return self._commit_append(root, table, written, existing, [], txn, commit_id)
 
     def append_rows_added(
@@ -604,8 +591,7 @@ class EmbeddedDeltaEngine:
         directories; the Add actions that reference them."""
         prefix = uuid.uuid4().hex[:20]
         now_ms = int(datetime.now().timestamp() * 1000)
-        adds = []
-        total_rows = 0
+        added = []
         for file in files:
             relative = os.path.relpath(file.path, source_root)
             if relative.startswith(".."):  # a file the log names by an absolute location
@@ -613,23 +599,14 @@ class EmbeddedDeltaEngine:
             destination = f"{root.rstrip('/')}/{prefix}/{relative}"
             _link_or_copy(file.path, destination)
             filesystem, located = _filesystem_of(destination)
-            with filesystem.open_input_file(located) as handle:
-                footer = pq.read_metadata(handle)
-            total_rows += footer.num_rows
-            adds.append(
-                AddAction(
-                    path=f"{prefix}/{relative}",
-                    size=file.size_bytes,
-                    partition_values={
-                        c: delta_partition_literal(file.partition_values.get(c)) for c in partitions
-                    },
-                    modification_time=now_ms,
-                    data_change=True,
-                    stats=delta_stats_json(footer),
+            values = {c: delta_partition_literal(file.partition_values.get(c)) for c in partitions}
+            added.append(
+                _added_file(
+                    filesystem, located, f"{prefix}/{relative}", file.size_bytes, values, now_ms
                 )
             )
-        logger.debug("linked %d file(s) of %s under %s/%s", len(adds), source_root, root, prefix)
-        return _Written(tuple(adds), total_rows)
+        logger.debug("linked %d file(s) of %s under %s/%s", len(added), source_root, root, prefix)
+        return _Written.of(added)
 
     def _write(
         self,
@@ -904,37 +881,21 @@ class EmbeddedDeltaEngine:
             writer = writer.partitionBy(*partitions)
         with optional_phase(self.clock, "write"):  # the plan's read and join run here too
             writer.parquet(staging)
-        filesystem, base = (
-            pafs.FileSystem.from_uri(staging)
-            if "://" in staging
-            else (
-                pafs.LocalFileSystem(),
-                staging,
-            )
-        )
+        filesystem, base = _filesystem_of(staging)
         infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
         now_ms = int(datetime.now().timestamp() * 1000)
-        adds = []
-        total_rows = 0
+        added = []
         for info in infos:
             if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
                 continue
             relative = os.path.relpath(info.path, base)
-            with filesystem.open_input_file(info.path) as handle:
-                footer = pq.read_metadata(handle)
-            total_rows += footer.num_rows
-            adds.append(
-                AddAction(
-                    path=f"{prefix}/{relative}",
-                    size=int(info.size or 0),
-                    partition_values=partition_values_from_path(os.path.dirname(relative)),
-                    modification_time=now_ms,
-                    data_change=True,
-                    stats=delta_stats_json(footer),
-                )
+            values = partition_values_from_path(os.path.dirname(relative))
+            size = int(info.size or 0)
+            added.append(
+                _added_file(filesystem, info.path, f"{prefix}/{relative}", size, values, now_ms)
             )
-        logger.debug("wrote %d file(s) under %s", len(adds), staging)
-        return _Written(tuple(adds), total_rows)
+        logger.debug("wrote %d file(s) under %s", len(added), staging)
+        return _Written.of(added)
 
     def _commit_append(
         self,
@@ -1188,6 +1149,11 @@ class _Written:
     adds: tuple[AddAction, ...]
     rows: int
 
+    @classmethod
+    def of(cls, added: Sequence[tuple[AddAction, int]]) -> _Written:
+        """From (Add action, rows) pairs, as :func:`_added_file` gives them."""
+        return cls(tuple(add for add, _ in added), sum(rows for _, rows in added))
+
     def outcome(self, version: int) -> CommitOutcome:
         return CommitOutcome(
             table_version=version,
@@ -1196,6 +1162,29 @@ class _Written:
             bytes_added=sum(a.size for a in self.adds),
             rows_added=self.rows,
         )
+
+
+def _added_file(
+    filesystem: pafs.FileSystem,
+    located: str,
+    relative: str,
+    size: int,
+    partition_values: Mapping[str, str | None],
+    now_ms: int,
+) -> tuple[AddAction, int]:
+    """The Add action of a written Parquet file (its statistics from its footer) and its
+    rows; ``relative`` is its path under the table root."""
+    with filesystem.open_input_file(located) as handle:
+        footer = pq.read_metadata(handle)
+    add = AddAction(
+        path=relative,
+        size=size,
+        partition_values=dict(partition_values),
+        modification_time=now_ms,
+        data_change=True,
+        stats=delta_stats_json(footer),
+    )
+    return add, footer.num_rows
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:
