@@ -9,8 +9,11 @@ files go through four modes, one after the other, each in a fresh warehouse:
 
 - ``tasks``: the pipeline as the generated Airflow DAG runs it by default: every task of
   the DAG run (``ingest``, one ``stage`` per stage, ``validate``) in its own ``enrich``
-  process. The cost of starting such a process (interpreter, imports, a Spark session) is
-  measured apart, by a process that only builds the session (``process start``);
+  process, which sends its command to the pipeline's warm worker (``enrich --worker``,
+  ``schedule.worker.enabled``, the default; the first task starts the worker). The cost of
+  starting such a task process is measured apart (``process start``): the interpreter and
+  the client's imports, or, with ``--set schedule.worker.enabled=false``, the interpreter,
+  the imports and a Spark session;
 - ``warm``: the pipeline in one warm process: ``enrich run`` then ``enrich validate`` per
   interval through ``jobs.enrich.main`` in one interpreter, so the Spark session and every
   import are paid once;
@@ -526,13 +529,20 @@ def run_tasks(prepared: Prepared) -> ModeResult:
     """Every task of every interval as its own ``enrich`` process, as Airflow runs them."""
     root, config_path = _pipeline_folder(prepared, "tasks")
     result = ModeResult("tasks")
-    result.process_start = process_start_seconds()
+    in_worker = bool(
+        yaml.safe_load(config_path.read_text())
+        .get("schedule", {})
+        .get("worker", {})
+        .get("enabled", True)
+    )
+    result.process_start = process_start_seconds(in_worker)
     stages = [join.name for join in prepared.shape.joins]
+    via = ["--worker"] if in_worker else []
 
     def enrich(*argv: str) -> float:
         started = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "jobs.enrich", "--config", str(config_path), *argv],
+            [sys.executable, "-m", "jobs.enrich", "--config", str(config_path), *via, *argv],
             cwd=REPO,
             check=False,
             capture_output=True,
@@ -561,9 +571,16 @@ def run_tasks(prepared: Prepared) -> ModeResult:
         logger.info("tasks: interval %d in %.2fs", index, seconds)
     enrich("drain", "--run-id", "final")
     enrich("validate", "--run-id", "final")
+    if in_worker:
+        from jobs.worker import stop_worker
+
+        stop_worker(config_path)
     result.rows = published_rows(prepared, root / "warehouse" / "gold")
     return result
 
+
+# What a task process of the warm worker's clients pays before it sends its command.
+CLIENT_START = "import jobs.enrich, jobs.worker, rich_argparse"
 
 PROCESS_START = """
 import time
@@ -574,12 +591,17 @@ print(time.perf_counter() - started)
 """
 
 
-def process_start_seconds() -> float:
-    """Wall seconds of a process that starts Python, imports the session code and starts
-    Spark, then exits: what every task of ``tasks`` pays before its work."""
+def process_start_seconds(in_worker: bool) -> float:
+    """Wall seconds of a process that starts Python and imports the worker's client (or,
+    without the worker, imports the session code and starts Spark), then exits: what every
+    task of ``tasks`` pays before its work."""
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", PROCESS_START.format(conf=SPARK_CONF)],
+        [
+            sys.executable,
+            "-c",
+            CLIENT_START if in_worker else PROCESS_START.format(conf=SPARK_CONF),
+        ],
         cwd=REPO,
         check=True,
         capture_output=True,

@@ -19,6 +19,10 @@ takes a slot of the pool `enrich_spark` (create it with `airflow pools set enric
 store come from the Airflow connections `enrich_spark` and `enrich_state_store` when the
 worker's environment does not name them.
 
+Each task sends its command to the pipeline's warm worker process (`enrich --worker`; the
+first task that finds none starts it, and it exits after `schedule.worker.idle_timeout`
+without a command), so Python, Spark and Great Expectations start once, not per task.
+
 Params of a manual run: `steps` (SSBJ operator steps each stage takes this run) and
 `drain` (join every pending tuple before each stage task ends).
 
@@ -47,6 +51,8 @@ OUTPUTS = ("orders_customer", "orders_enriched", "lineitem_suppliers")
 PUBLISHED = published_assets("demo", OUTPUTS)
 POOL = "enrich_spark"
 INTERVAL = timedelta(seconds=3600)
+# Commands run in the pipeline's warm worker (schedule.worker.enabled).
+TASK_KWARGS = {"worker": True}
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
 with DAG(
     dag_id="enrich_demo",
@@ -78,6 +84,7 @@ with DAG(
         task_id="ingest",
         python_callable=run_enrich,
         op_args=[CONFIG, "ingest"],
+        op_kwargs=TASK_KWARGS,
         pool=POOL,
     )
     stages = [
@@ -85,6 +92,7 @@ with DAG(
             task_id=f"stage_{stage}",
             python_callable=run_enrich,
             op_args=[CONFIG, "stage", stage],
+            op_kwargs=TASK_KWARGS,
             pool=POOL,
         )
         for stage in STAGES
@@ -93,6 +101,7 @@ with DAG(
         task_id="validate",
         python_callable=run_enrich,
         op_args=[CONFIG, "validate"],
+        op_kwargs=TASK_KWARGS,
         outlets=PUBLISHED,
         pool=POOL,
     )
@@ -100,6 +109,7 @@ with DAG(
         task_id="backfill",
         python_callable=run_enrich,
         op_args=[CONFIG, "backfill"],
+        op_kwargs=TASK_KWARGS,
         outlets=PUBLISHED,
         pool=POOL,
     )

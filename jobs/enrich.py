@@ -18,6 +18,11 @@
     enrich [--config FILE] spark-server [--host H --port P --log FILE]
                                                   run a Spark Connect server in the
                                                   foreground (spark.remote points at it)
+    enrich [--config FILE] worker [--idle-timeout S --max-commands N | --stop]
+                                                  run the pipeline's warm worker in the
+                                                  foreground, or stop the running one
+    enrich [--config FILE] --worker COMMAND ...   run COMMAND in the warm worker (started
+                                                  if none runs); the DAG's tasks do this
 
 Every command that writes holds the pipeline's lease while it runs (one writer at a time);
 ``--wait SECONDS`` waits that long for another run's lease.
@@ -64,6 +69,7 @@ DEFAULT_CONFIG = "configs/demo.yaml"
 DISTRIBUTION = "stream-enrichment"
 PACKAGE_LOGGERS = (
     "enrich",
+    "jobs",
     "common",
     "warehouse",
     "pipeline",
@@ -100,6 +106,11 @@ class JobArgs:
     log: Path | None = None
     steps: int | None = None
     drain: bool = False
+    via_worker: bool = False
+    socket: Path | None = None
+    idle_timeout: float | None = None
+    max_commands: int | None = None
+    stop: bool = False
 
 
 def _at_least_one(text: str) -> int:
@@ -181,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="SECONDS",
         help="wait this long for another run's pipeline lease before exiting 5 (default 0)",
+    )
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="run the command in the pipeline's warm worker process, starting one if none "
+        "runs: Python, Spark and Great Expectations are paid once, not per command "
+        "(how the DAG's tasks run when schedule.worker.enabled)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -343,6 +361,38 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--log", type=Path, default=None, metavar="FILE", help="the server's log file"
     )
+    worker = command(
+        "worker",
+        "run the pipeline's warm worker in the foreground (or stop the running one)",
+        "Commands sent with `enrich --worker COMMAND` (and the DAG's tasks) run in this "
+        "process, one at a time; it exits after schedule.worker.idle_timeout without a "
+        "command or schedule.worker.max_commands commands. `--worker` starts one on demand.",
+    )
+    worker.add_argument(
+        "--socket",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="listen here (default: "
+        "the path clients of this config, master and environment look at)",
+    )
+    worker.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="default schedule.worker.idle_timeout",
+    )
+    worker.add_argument(
+        "--max-commands",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="default schedule.worker.max_commands",
+    )
+    worker.add_argument(
+        "--stop", action="store_true", help="stop the running worker of this config"
+    )
     return parser
 
 
@@ -375,7 +425,16 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         log=getattr(ns, "log", None),
         steps=getattr(ns, "steps", None),
         drain=getattr(ns, "drain", False),
+        via_worker=ns.worker,
+        socket=getattr(ns, "socket", None),
+        idle_timeout=getattr(ns, "idle_timeout", None),
+        max_commands=getattr(ns, "max_commands", None),
+        stop=getattr(ns, "stop", False),
     )
+    if args.via_worker and args.command in ("worker", "spark-server"):
+        raise ConfigError(f"--worker runs pipeline commands; `{args.command}` runs on its own")
+    if args.idle_timeout is not None and args.idle_timeout <= 0:
+        raise ConfigError(f"--idle-timeout must be > 0 seconds, got {args.idle_timeout}")
     return args, ns.log_level
 
 
@@ -392,6 +451,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Inside Airflow the root handler filters at Airflow's own level: lowered to ours.
     configure_command_logging(level, PACKAGE_LOGGERS)
     try:
+        if args.via_worker:
+            from jobs.worker import run_in_worker
+
+            raw = list(sys.argv[1:] if argv is None else argv)
+            raw.remove("--worker")
+            return run_in_worker(raw, args.config, args.master)
         return _dispatch(args)
     except ValidationFailedError as e:
         logger.error("%s", e)
@@ -423,6 +488,8 @@ def _dispatch(args: JobArgs) -> int:
 
     if args.command == "spark-server":
         return _serve_spark(config, args)
+    if args.command == "worker":
+        return _serve_worker(config, args)
     if args.command == "status":
         from pipeline.status import pipeline_status
 
@@ -553,6 +620,22 @@ def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:
         server.log_tail(),
     )
     return EXIT_ERROR
+
+
+def _serve_worker(config: PipelineConfig, args: JobArgs) -> int:
+    """Run the pipeline's warm worker until a limit ends it, or stop the running one."""
+    from jobs.worker import WorkerLimits, serve, spark_driver_alive, stop_worker, worker_socket
+
+    if args.stop:
+        stopped = stop_worker(args.config, args.master)
+        print("worker stopped" if stopped else "no worker was running")
+        return EXIT_OK
+    limits = WorkerLimits(
+        idle_timeout_seconds=args.idle_timeout or config.schedule.worker.idle_timeout_seconds,
+        max_commands=args.max_commands or config.schedule.worker.max_commands,
+    )
+    socket_path = args.socket or worker_socket(args.config, args.master)
+    return serve(socket_path, limits, main, spark_driver_alive)
 
 
 def run() -> None:

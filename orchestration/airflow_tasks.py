@@ -158,10 +158,12 @@ def run_enrich(
     run_id: str | None = None,
     data_interval_start: datetime | None = None,
     data_interval_end: datetime | None = None,
+    worker: bool = False,
 ) -> None:
     """``enrich --config CONFIG ARGV...`` plus the run's identity from Airflow's context:
     ``--run-id`` and, when the run has a data interval, ``--start``/``--end`` (a run
-    triggered without a logical date has none), unless ``argv`` gives them."""
+    triggered without a logical date has none), unless ``argv`` gives them. With
+    ``worker``, the command runs in the pipeline's warm worker (``enrich --worker``)."""
     from jobs.enrich import main  # Spark and the pipeline load only when run
 
     command = [*argv, *run_options(argv, run_id, data_interval_start, data_interval_end)]
@@ -173,8 +175,8 @@ def run_enrich(
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(f"enrich {' '.join(argv)}: {e}") from e
-    logger.info("enrich %s", " ".join([*global_options, *command]))
-    code = main(["--config", config, *global_options, *command])
+    logger.info("enrich %s%s", "--worker " if worker else "", " ".join([*global_options, *command]))
+    code = main(["--config", config, *global_options, *(["--worker"] if worker else []), *command])
     if code == EXIT_PARTIAL:
         # Rejected landing files stay in place and are reported on every run until someone
         # moves them; the other files were loaded, so the run's stages go ahead.

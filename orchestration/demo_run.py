@@ -41,13 +41,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_command_logging("INFO", ("demo",))
     started = time.monotonic()
     var = REPO_ROOT / "var"
+    from jobs.worker import stop_worker
+
+    stop_worker(CONFIG)  # one left by an interrupted demo would outlive the tables it knew
     for folder in (var / "demo", var / "airflow"):
         shutil.rmtree(folder, ignore_errors=True)
     prepare_airflow_home(var / "airflow")
 
+    try:
+        return _run(args, started)
+    finally:
+        # The DAG's tasks ran in the pipeline's warm worker; a demo leaves none behind.
+        stop_worker(CONFIG)
+
+
+def _run(args: argparse.Namespace, started: float) -> int:
     from jobs.enrich import main as enrich
 
-    base = ["--config", str(CONFIG)]
+    # The data is generated in the warm worker the DAG's tasks then use: this process
+    # starts no Spark of its own.
+    base = ["--config", str(CONFIG), "--worker"]
     demo_args = ["demo-data", "--scale", str(args.scale), "--intervals", str(args.intervals)]
     if enrich([*base, *demo_args, "--zipf", str(args.zipf)]) != 0:
         return 1

@@ -151,6 +151,37 @@ class SparkConfig(Strict):
         return value
 
 
+class WorkerConfig(Strict):
+    """The warm pipeline worker the DAG's tasks run their commands in (``jobs/worker.py``)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="each DAG task sends its `enrich` command to a long-lived worker process "
+        "(started by the first task that finds none) instead of starting Python, Spark and "
+        "Great Expectations itself; false runs every task's command in the task's process",
+    )
+    idle_timeout: str = Field(
+        default="2h",
+        description="a worker with no command for this long exits (the next task starts one)",
+    )
+    max_commands: int = Field(
+        default=500,
+        ge=1,
+        description="a worker exits after this many commands, so a long-lived process "
+        "is recycled (memory, the JVM's heap)",
+    )
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    @property
+    def idle_timeout_seconds(self) -> float:
+        return parse_duration(self.idle_timeout).total_seconds()
+
+
 class ScheduleConfig(Strict):
     interval: str = "1h"
     start: datetime = datetime(2024, 1, 1)
@@ -167,6 +198,7 @@ class ScheduleConfig(Strict):
         description="the Airflow pool every Spark task of the DAG takes a slot of: its size "
         "bounds how many Spark drivers run at once",
     )
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
 
     @field_validator("interval", "task_timeout")
     @classmethod

@@ -65,6 +65,7 @@ def render_dag(config: PipelineConfig, config_path: Path, dag_path: Path) -> str
         interval_seconds=int(config.schedule.interval_delta.total_seconds()),
         retries=config.schedule.retries,
         task_timeout_seconds=int(config.schedule.task_timeout_delta.total_seconds()),
+        worker=config.schedule.worker.enabled,
     )
 
 

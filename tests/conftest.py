@@ -8,6 +8,8 @@ server (see tests/postgres.py); ``state_store_url`` is parametrized over both ba
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,25 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("airflow")
     prepare_airflow_home(home)
     yield home
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pipeline_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The folder of the warm pipeline workers this test process's DAG runs start (the
+    generated DAG's default, ``jobs/worker.py``); every one is stopped at the end."""
+    from jobs.worker import SOCKET_DIR_ENV, stop_workers_in
+
+    # Short: a Unix socket's path is limited to about 100 bytes.
+    folder = Path(tempfile.mkdtemp(prefix="enrich-w-"))
+    previous = os.environ.get(SOCKET_DIR_ENV)
+    os.environ[SOCKET_DIR_ENV] = str(folder)
+    yield folder
+    stop_workers_in(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    if previous is None:
+        os.environ.pop(SOCKET_DIR_ENV, None)
+    else:
+        os.environ[SOCKET_DIR_ENV] = previous
 
 
 @pytest.fixture(scope="session")

@@ -92,7 +92,10 @@ def test_dag_runs_match_duckdb_oracle(
             assert str(run.state).endswith("success"), f"interval {index} ended {run.state}"
     finally:
         task_logger.removeHandler(commands)
-    stage_commands = [line for line in commands.lines if line.startswith("enrich stage ")]
+    # By default every task sends its command to the pipeline's warm worker.
+    enrich_lines = [line for line in commands.lines if line.startswith("enrich ")]
+    assert enrich_lines and all(line.startswith("enrich --worker ") for line in enrich_lines)
+    stage_commands = [line for line in enrich_lines if line.startswith("enrich --worker stage ")]
     assert len(stage_commands) == len(config.stages) * INTERVALS, commands.lines
     with_params = [line for line in stage_commands if line.endswith("--steps 1 --drain")]
     assert len(with_params) == len(config.stages), stage_commands
