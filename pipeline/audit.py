@@ -70,6 +70,7 @@ from quality.audit_views import (
 )
 from quality.batch_engine import BatchEngine, choose_batch_engine
 from quality.config import QualityConfig
+from quality.docs_queue import DocsQueue
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
 from warehouse.delta.api import (
@@ -146,11 +147,22 @@ class AuditPublisher:
         """
         if self._gate is None:
             return
+        queue = DocsQueue(self.layout.gx_project()) if self.config.data_docs == "report" else None
         with optional_phase(self.engine.clock, "validate"):
             try:
-                self._gate.update_docs()
+                self._gate.update_docs(queue)
             except Exception as e:  # noqa: BLE001 - GX raises many unrelated types
                 logger.error("could not render Data Docs for this run's results: %s", e)
+
+    def render_queued_docs(self) -> int:
+        """Render the Data Docs pages ``validate`` queued (``data_docs: report``); how many.
+        GX is imported only when the queue holds pages."""
+        queue = DocsQueue(self.layout.gx_project())
+        if not queue.pending():
+            return 0
+        rendered = int(self.gate.render_queued(queue))
+        logger.info("Data Docs: rendered %d queued page(s)", rendered)
+        return rendered
 
     # ------------------------------------------------------------------ live runs
 

@@ -452,6 +452,12 @@ class PipelineConfig(Strict):
         description="where the Great Expectations suite files live; a relative path is "
         "anchored at the config file's folder, since suites are versioned with the config",
     )
+    data_docs: Literal["report", "validate"] = Field(
+        default="report",
+        description="when passing validations' Data Docs pages are rendered: by the run "
+        "report (`enrich report`, the quality-report DAG; default), or by each `validate` "
+        "(about 0.9 s each). Failed validations are rendered by `validate` either way",
+    )
     docs_assets_dir: str | None = Field(
         default=None,
         description="the npm packages Data Docs pages load (jQuery, Bootstrap, ...), copied "

@@ -48,6 +48,8 @@ def validation_pages(site: Path, run_id: str) -> list[tuple[str, str]]:
 def write_run_report(
     pipeline: PipelineContext, start: datetime | None, end: datetime | None, out: Path | None
 ) -> WrittenReport:
+    # The report links each run's Data Docs pages: those validate queued are rendered first.
+    pipeline.auditor.render_queued_docs()
     ledger = pipeline.store.runs(limit=1_000_000)
     points: list[RunPoint] = run_points(pipeline.store.metrics(), ledger, start, end)
     in_range = {p.run_id for p in points}

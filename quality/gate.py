@@ -10,7 +10,9 @@ Each output table is a Spark dataframe asset; the staged batch is handed over as
 
 Data Docs are rendered once per command, not once per validation: ``update_docs`` builds
 the pages of the results validated since the last call, and the site index, in one pass
-(the index lists every stored result, so building it per table multiplied the work).
+(the index lists every stored result, so building it per table multiplied the work). With
+a :class:`~quality.docs_queue.DocsQueue` it renders only failed validations and queues
+the rest for :meth:`QualityGate.render_queued` (the run report).
 Each build is followed by ``quality.docs_offline.make_offline``: the pages it wrote load
 their scripts and styles from copies inside the site, so they render without the internet.
 """
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from quality.docs_offline import make_offline
+from quality.docs_queue import DocsQueue, QueuedPage
 from quality.results import SuiteOutcome, outcome_from_gx
 
 if TYPE_CHECKING:
@@ -60,6 +63,7 @@ class QualityGate:
         self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
         self._memory_datasource: Any = None  # the pandas datasource, made on first use
         self._undocumented: list[Any] = []  # result and suite identifiers not yet rendered
+        self._failed: list[Any] = []  # those of failed validations, and their suites
         self._site = Path(project_dir) / "gx" / "uncommitted" / "data_docs" / "local_site"
         self._docs_assets = docs_assets or DEFAULT_DOCS_ASSETS
 
@@ -109,6 +113,8 @@ class QualityGate:
         self._undocumented.extend(result.run_results)
         if suite_page not in self._undocumented:
             self._undocumented.append(suite_page)
+        failed = [key for key, run in result.run_results.items() if not run.success]
+        self._failed.extend([*failed, suite_page] if failed else [])
         outcomes = [
             outcome_from_gx(suite.name, validation.results)
             for validation in result.run_results.values()
@@ -117,13 +123,34 @@ class QualityGate:
             suite.name, tuple(e for outcome in outcomes for e in outcome.expectations)
         )
 
-    def update_docs(self) -> None:
-        """Render the results validated since the last call, and the index, into Data Docs."""
+    def update_docs(self, queue: DocsQueue | None = None) -> None:
+        """Render the results validated since the last call, and the index, into Data Docs.
+
+        With ``queue``, only failed validations (and their suites) are rendered now; the
+        other pages are queued for :meth:`render_queued` (``quality.docs_queue``).
+        """
         if not self._undocumented:
             return
+        now = list(self._undocumented)
+        if queue is not None:
+            now = list(dict.fromkeys(self._failed))
+            queue.add(_queued(key) for key in self._undocumented if key not in now)
+        self._undocumented.clear()
+        self._failed.clear()
+        if now:
+            self._render(now)
+
+    def render_queued(self, queue: DocsQueue) -> int:
+        """Render every page ``queue`` holds, then drop them from it; how many."""
+        pages = queue.pending()
+        if pages:
+            self._render([_identifier(page) for page in pages])
+            queue.remove(pages)
+        return len(pages)
+
+    def _render(self, identifiers: list[Any]) -> None:
         started = time.time()
-        self._context.build_data_docs(resource_identifiers=list(self._undocumented))
-        self._undocumented.clear()  # kept for the next call if the build failed
+        self._context.build_data_docs(resource_identifiers=identifiers)
         make_offline(self._site, self._docs_assets, since=started)
 
     def _batch_definition(self, table: str, in_memory: bool = False) -> Any:
@@ -142,3 +169,24 @@ class QualityGate:
             return asset.get_batch_definition(BATCH_DEFINITION)
         except KeyError:
             return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+
+
+def _queued(identifier: Any) -> QueuedPage:
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+    )
+
+    if isinstance(identifier, ExpectationSuiteIdentifier):
+        return QueuedPage("suite", (identifier.name,))
+    return QueuedPage("result", tuple(str(part) for part in identifier.to_tuple()))
+
+
+def _identifier(page: QueuedPage) -> Any:
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    if page.kind == "suite":
+        return ExpectationSuiteIdentifier(name=page.key[0])
+    return ValidationResultIdentifier.from_tuple(page.key)

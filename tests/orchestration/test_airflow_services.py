@@ -290,7 +290,14 @@ def test_airflow_services_run_the_pipeline_then_a_backfill(
         assert re.search(r"orders_customer: \d+ step\(s\), [\d,]+ tuple\(s\) in", stage_log), (
             stage_log[-3000:]
         )
-        assert "published" in airflow.task_log(run["dag_run_id"], "validate")
+        validate_log = airflow.task_log(run["dag_run_id"], "validate")
+        assert "published" in validate_log
+        # Each task sent its command to the pipeline's warm worker (the DAG's default):
+        # validate found the Spark session the earlier tasks' commands had started.
+        assert "enrich --worker stage orders_customer" in stage_log, stage_log[-3000:]
+        assert re.search(
+            r"task validate of run \S+ took [\d.]+s: .*session_start 0\.0s", validate_log
+        ), validate_log[-3000:]
         shot = screenshot_run(airflow, run["dag_run_id"], "airflow-dag-run.png")
         assert shot.stat().st_size > 10_000
 
