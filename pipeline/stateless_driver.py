@@ -39,7 +39,7 @@ from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.theta_stage import AdspLayoutStage
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
-from warehouse.delta.api import BACKFILL, operation
+from warehouse.delta.api import BACKFILL, count_live_rows_added, operation
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,14 @@ class StatelessDriver(ABC, Generic[StageT]):
         master = self.engine.snapshot(master_path, plan.planned_master_version)
         report.master_bytes_read = master.size_bytes
         self.join_and_write(
-            new_rows, master, run_id, report, AppTransaction(f"stage.{stage.name}", step)
+            new_rows,
+            master,
+            run_id,
+            report,
+            AppTransaction(f"stage.{stage.name}", step),
+            count_live_rows_added(
+                self.engine, input_path, offset.input_version, plan.planned_input_version
+            ),
         )
         crash_point("stage.after_output_commit")
         self.store.set_offset(stage.name, plan.planned_input_version, step)
@@ -206,13 +213,46 @@ class StatelessDriver(ABC, Generic[StageT]):
         run_id: str,
         report: StageReport,
         txn: AppTransaction,
+        tuples_in: int | None = None,
     ) -> None:
         """Join a step's rows, count them into ``report`` and append the output.
 
-        The joined rows are cached, counted, then written: a join may run jobs of its own
-        (statistics, a layout) over the rows first, so the counts are taken from the
-        joined rows themselves (:class:`EquiBaselineDriver` counts while it writes).
+        ``tuples_in`` is how many rows ``rows`` holds when the Delta log tells
+        (:func:`count_live_rows_added`). Then the step is one Spark job: the write, with the
+        output observed as it passes. Every flagged join emits each unmatched tuple once
+        (``join``), so the rows of matches and the unmatched tuples are sums over the
+        output, and the matched tuples are the others. The input cannot be observed
+        instead: a join may run jobs of its own over the rows first (statistics, samples,
+        a layout), which would fill the observation. Without ``tuples_in`` the joined rows
+        are cached, counted, then written.
         """
+        if tuples_in is not None:
+            tag = f"{txn.app_id}.{txn.version}.{uuid.uuid4().hex[:8]}"
+            joined_out = Observation(f"{tag}.out")
+            joined = self.join_step(rows, master, run_id, report).observe(
+                joined_out,
+                F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
+                F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
+            )
+            self._write_output(baseline.finish(joined, self._stage.join), txn, report)
+            if report.committed:
+                out = joined_out.get
+                unmatched, match_rows = int(out["unmatched"] or 0), int(out["match_rows"] or 0)
+                if 0 <= tuples_in - unmatched <= match_rows:
+                    self._set_counts(report, tuples_in, unmatched, match_rows)
+                    return
+                logger.warning(
+                    "stage %s: %d tuple(s) in but %d unmatched and %d row(s) of matches "
+                    "observed; counting the joined rows instead",
+                    self._stage.name,
+                    tuples_in,
+                    unmatched,
+                    match_rows,
+                )
+            # The commit landed before a crash (no write job ran now, nothing observed),
+            # or the sums do not add up: the rows are joined and counted again.
+            self._count(self.join(rows, master), report)
+            return
         joined = self.join_step(rows, master, run_id, report).cache()
         try:
             self._count(joined, report)
@@ -293,6 +333,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         run_id: str,
         report: StageReport,
         txn: AppTransaction,
+        tuples_in: int | None = None,
     ) -> None:
         """One Spark job: the write, with the counts observed as the rows pass.
 

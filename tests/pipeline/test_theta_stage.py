@@ -38,7 +38,9 @@ BASE = dt.datetime(2024, 1, 1)
 
 
 class ThetaHarness:
-    def __init__(self, spark: SparkSession, root: Path, task_memory: int) -> None:
+    def __init__(
+        self, spark: SparkSession, root: Path, task_memory: int, scheme: str = "adsp"
+    ) -> None:
         self.spark = spark
         self.config = parse_config(
             tiny_pipeline(root, "x", "double")
@@ -55,7 +57,7 @@ class ThetaHarness:
                         },
                         "join": "left",
                         "output": "out",
-                        "operator": {"scheme": "adsp", "task_memory_bytes": task_memory},
+                        "operator": {"scheme": scheme, "task_memory_bytes": task_memory},
                     }
                 ],
             }
@@ -87,6 +89,12 @@ class ThetaHarness:
         )
         self.batches.append((batch, self.engine.snapshot(self.master).version))
         report = self.runner.run_stage_step(self.config.stage("band"), f"r{len(self.batches)}")
+        self.counts = (
+            report.tuples_in,
+            report.tuples_matched,
+            report.tuples_unmatched,
+            report.output_rows,
+        )
         return report.extra
 
     def output(self) -> list[tuple[Any, ...]]:
@@ -136,6 +144,22 @@ def assert_layout_is_the_plans_routing(h: ThetaHarness) -> None:
     expected = Counter((r[TASK], r["mk"]) for r in routed.collect())
     actual = Counter((r[TASK], r["mk"]) for r in h.engine.read(h.layout_path()).collect())
     assert actual == expected
+
+
+@pytest.mark.parametrize("scheme", ["adsp", "spark", "binning"])
+def test_a_step_counts_its_tuples_from_one_write(
+    spark: SparkSession, tmp_path: Path, scheme: str
+) -> None:
+    # The step's counts come from the Delta log (tuples in) and the write's observation
+    # (rows of matches, unmatched tuples): checked against the rows written and DuckDB.
+    h = ThetaHarness(spark, tmp_path, 64 * 1024 * 1024, scheme)
+    h.load_master([(1, 0.0), (2, 1.0), (3, 10.0), (4, 10.5)])
+    h.run([0.5, 10.0, 100.0, 200.0, 0.5])  # 2 + 2 + 0 + 0 + 2 matches
+    assert h.counts == (5, 3, 2, 8)
+    assert_same_multiset(h.output(), h.oracle())
+    h.run([300.0])
+    assert h.counts == (1, 0, 1, 1)
+    assert_same_multiset(h.output(), h.oracle())
 
 
 def test_layout_is_kept_reused_migrated_and_rebuilt(spark: SparkSession, tmp_path: Path) -> None:
