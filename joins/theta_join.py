@@ -35,7 +35,7 @@ from joins.theta_stats import (
     theta_samples,
     theta_sides,
 )
-from warehouse.spark import broadcast_threshold, parallelism, plan_size
+from warehouse.spark import PlanSize, broadcast_threshold, parallelism, plan_size
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,10 @@ class FixedRowBytes:
         return self.master_bytes
 
 
+def _with_rows(size: PlanSize, rows: int | None) -> PlanSize:
+    return size if size.rows is not None or rows is None else PlanSize(size.bytes, rows)
+
+
 # Schemes planned from key samples: when ``auto`` picks one, it draws them once for both.
 PLANNED_SCHEMES = ("adsp", "square", "dynamic")
 
@@ -78,12 +82,20 @@ def resolve_scheme(
     sample_size: int,
     row_bytes: RowBytes,
     sample_above_bytes: float = SAMPLE_ABOVE_BYTES,
+    known_rows: tuple[int | None, int | None] = (None, None),
 ) -> tuple[SchemeChoice, Samples | None]:
-    """The concrete scheme, and the (stream, master) key samples if choosing drew them."""
+    """The concrete scheme, and the (stream, master) key samples if choosing drew them.
+
+    ``known_rows`` are the sides' row counts where the caller knows them without a job
+    (the Delta log's statistics); they stand in for the optimizer's, which a file scan
+    lacks, so the size rules can decide before any job."""
     if scheme != "auto":
         return SchemeChoice(scheme, "named in the config"), None
     cores, broadcast = parallelism(spark), broadcast_threshold(spark)
-    sizes = plan_size(stream), plan_size(master)
+    sizes = (
+        _with_rows(plan_size(stream), known_rows[0]),
+        _with_rows(plan_size(master), known_rows[1]),
+    )
     by_size = choose_by_size(predicate, *sizes, cores, broadcast, sample_above_bytes)
     if by_size is not None:
         return by_size, None  # decided before any job

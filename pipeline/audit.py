@@ -136,7 +136,7 @@ class AuditPublisher:
             from quality.gate import QualityGate  # GX loads only when a suite runs
 
             assets = self.config.docs_assets_dir
-            self._gate = QualityGate(self.layout.gx_project(), Path(assets) if assets else None)
+            self._gate = QualityGate.of(self.layout.gx_project(), Path(assets) if assets else None)
         return self._gate
 
     def _update_docs(self) -> None:

@@ -201,9 +201,15 @@ class StatelessDriver(ABC, Generic[StageT]):
         makes the output of it); ``rows`` carry ``_interval_start``."""
 
     def join_step(
-        self, rows: DataFrame, master: Snapshot, run_id: str, report: StageReport
+        self,
+        rows: DataFrame,
+        master: Snapshot,
+        run_id: str,
+        report: StageReport,
+        tuples_in: int | None = None,
     ) -> DataFrame:
-        """The join of a scheduled step (a driver may keep structures between steps)."""
+        """The join of a scheduled step (a driver may keep structures between steps);
+        ``tuples_in`` is how many rows ``rows`` holds, when known without a job."""
         return self.join(rows, master)
 
     def join_and_write(
@@ -229,7 +235,7 @@ class StatelessDriver(ABC, Generic[StageT]):
         if tuples_in is not None:
             tag = f"{txn.app_id}.{txn.version}.{uuid.uuid4().hex[:8]}"
             joined_out = Observation(f"{tag}.out")
-            joined = self.join_step(rows, master, run_id, report).observe(
+            joined = self.join_step(rows, master, run_id, report, tuples_in).observe(
                 joined_out,
                 F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
                 F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
@@ -385,12 +391,22 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
         return theta_input_accounting(self.stage, tuples, waiting, id_column)
 
     def join_step(
-        self, rows: DataFrame, master: Snapshot, run_id: str, report: StageReport
+        self,
+        rows: DataFrame,
+        master: Snapshot,
+        run_id: str,
+        report: StageReport,
+        tuples_in: int | None = None,
     ) -> DataFrame:
-        return self._join(rows, master, run_id, report)
+        return self._join(rows, master, run_id, report, tuples_in)
 
     def _join(
-        self, rows: DataFrame, master: Snapshot, run_id: str | None, report: StageReport | None
+        self,
+        rows: DataFrame,
+        master: Snapshot,
+        run_id: str | None,
+        report: StageReport | None,
+        tuples_in: int | None = None,
     ) -> DataFrame:
         """A scheduled step (``run_id`` set) may use the persisted layout; a backfill re-joins
         against an older master, so it plans afresh."""
@@ -407,6 +423,7 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
             operator.sample_size,
             row_bytes,
             operator.sample_above_bytes,
+            known_rows=(tuples_in, master.num_records),
         )
         if operator.scheme == "auto":
             logger.info(

@@ -125,6 +125,13 @@ class Snapshot:
     def size_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
 
+    @property
+    def num_records(self) -> int | None:
+        """Rows in the live files, from their log statistics (rows a deletion vector hides
+        included: an upper bound); None when a file has none."""
+        counts = [f.num_records for f in self.files]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
 
 class DeltaEngine(Protocol):
     """Operations the pipeline needs from a Delta table, whatever engine is underneath."""
