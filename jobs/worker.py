@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from common.errors import EXIT_ERROR, EXIT_OK, EnrichmentError
+from common.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, ConfigError, EnrichmentError
 
 logger = logging.getLogger(__name__)
 
@@ -244,11 +244,14 @@ def _start(address: WorkerAddress, options: Sequence[str]) -> socket.socket:
                 logger.info("pipeline worker %d listening on %s", process.pid, address.socket)
                 return connection
             if process.poll() is not None:
-                raise WorkerError(
+                message = (
                     f"expected the pipeline worker to listen on {address.socket}; it exited "
                     f"with code {process.returncode}, and its log {address.log} ends with:\n"
                     + _tail(address.log)
                 )
+                # A config the worker cannot load fails the command as a config error
+                # (exit 2, no retries), as it would in a process of its own.
+                raise (ConfigError if process.returncode == EXIT_CONFIG else WorkerError)(message)
             time.sleep(0.05)
         process.terminate()
         raise WorkerError(

@@ -125,3 +125,11 @@ def test_worker_key_follows_what_shapes_the_process(
     assert worker_key(config, None, base, tmp_path) != key
     monkeypatch.setenv(SOCKET_DIR_ENV, str(tmp_path / "sockets"))
     assert worker_socket(config).parent == tmp_path / "sockets"
+
+
+def test_a_config_the_worker_cannot_load_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("name: t\nstreams: {}\nno_such_key: 1\n")
+    done = enrich(config, "--worker", "status")
+    assert done.returncode == EXIT_CONFIG, done.stderr[-3000:]
+    assert "no_such_key" in done.stderr
