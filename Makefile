@@ -145,13 +145,13 @@ typecheck: setup
 # time is spent waiting on the JVM, py4j and subprocesses, so two files overlap well on two
 # cores. Each process has its own Spark session and PostgreSQL server. PYTEST_WORKERS=0 runs
 # everything in one process; the slowest tests are listed at the end of every run.
-# --no-loadscope-reorder keeps the order tests/conftest.py gives (the slowest files first):
+# keeps the order tests/conftest.py gives (the slowest files first):
 # xdist otherwise sorts files by their number of tests, which left the five-minute
 # both-engines file (one test) to run alone at the end.
 PYTEST_WORKERS ?= 2
 
 unit: setup browser-deps postgres-deps
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 test: lint typecheck unit
 

@@ -64,6 +64,8 @@ class QualityGate:
         gate = cls._open.pop(key, None)
         if gate is None or not (Path(project_dir) / "gx" / "great_expectations.yml").exists():
             gate = cls(project_dir, docs_assets)
+        else:
+            gate._make_current()
         cls._open[key] = gate
         while len(cls._open) > cls.KEPT:
             cls._open.popitem(last=False)
@@ -87,6 +89,17 @@ class QualityGate:
         self._site = Path(project_dir) / "gx" / "uncommitted" / "data_docs" / "local_site"
         self._docs_assets = docs_assets or DEFAULT_DOCS_ASSETS
 
+    def _make_current(self) -> None:
+        """GX resolves stores, suites and checkpoints through its one current project per
+        process (``project_manager``, set by ``get_context``): a gate used again after
+        another project's must be made current again, or it would read and write that
+        project's stores."""
+        from great_expectations.data_context.data_context.context_factory import (
+            project_manager,
+        )
+
+        project_manager.set_project(self._context)
+
     def validate(
         self,
         table: str,
@@ -107,6 +120,7 @@ class QualityGate:
             ExpectationSuiteIdentifier,
         )
 
+        self._make_current()
         for name, frame in (views or {}).items():
             frame.createOrReplaceTempView(name)
         batch_definition = self._batch_definition(table, in_memory=not isinstance(batch, DataFrame))
@@ -169,6 +183,7 @@ class QualityGate:
         return len(pages)
 
     def _render(self, identifiers: list[Any]) -> None:
+        self._make_current()
         started = time.time()
         self._context.build_data_docs(resource_identifiers=identifiers)
         make_offline(self._site, self._docs_assets, since=started)

@@ -121,9 +121,9 @@ def state_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_url"))
 
 
-# The slowest test files, slowest first (from `make test`'s --durations report). With
-# `--dist loadfile` a worker takes whole files in collection order; starting the long files
-# first keeps one worker from running a five-minute file alone at the end of the run.
+# The slowest test files, slowest first (from `make test`'s --durations report). Under
+# `make test`, xdist hands out files by their number of tests (its loadscope reorder, see
+# the Makefile), so this order decides a run without xdist and ties among files.
 SLOW_FILES_FIRST = (
     "tests/orchestration/test_airflow_services.py",
     "tests/pipeline/test_pipeline_on_both_engines.py",
