@@ -145,9 +145,10 @@ typecheck: setup
 # time is spent waiting on the JVM, py4j and subprocesses, so two files overlap well on two
 # cores. Each process has its own Spark session and PostgreSQL server. PYTEST_WORKERS=0 runs
 # everything in one process; the slowest tests are listed at the end of every run.
-# keeps the order tests/conftest.py gives (the slowest files first):
-# xdist otherwise sorts files by their number of tests, which left the five-minute
-# both-engines file (one test) to run alone at the end.
+# xdist hands out files by their number of tests, most first (its loadscope reorder).
+# Tried on 2026-11-25: keeping tests/conftest.py's slowest-files-first order instead
+# (--no-loadscope-reorder) ran the both-engines and DAG files side by side, each twice as
+# slow, and the whole run took longer (44.8 min against 43.6 min).
 PYTEST_WORKERS ?= 2
 
 unit: setup browser-deps postgres-deps
