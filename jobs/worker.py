@@ -24,8 +24,8 @@ Invariants:
 - one command at a time, in the order clients connect: one Spark session, and the
   pipeline's lease serialises writers anyway;
 - a worker is keyed by what fixes its process (:func:`worker_key`): the interpreter, the
-  working directory, the config file's path and content, ``--master`` and the Spark, Java
-  and ``ENRICH_*`` environment that shapes the session; a client whose key differs starts
+  working directory, the config file's path and content, ``--master`` and the environment
+  variables that shape the session (``SESSION_ENV``); a client whose key differs starts
   its own worker;
 - a command runs with its client's whole environment (``os.environ`` swapped for its
   duration) and crash-point counts reset, so ``${VAR}`` secrets, ``ENRICH_STATE_STORE`` and
@@ -64,10 +64,24 @@ from common.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, ConfigError, Enrichm
 logger = logging.getLogger(__name__)
 
 # Environment variables that shape the worker's process or its Spark session: they are
-# part of its key. Per-command variables (the state store's URL, a crash point) are not:
-# a command runs with its client's environment.
-SESSION_ENV_PREFIXES = ("SPARK_", "PYSPARK_", "JAVA_", "ENRICH_")
-PER_COMMAND_ENV = frozenset({"ENRICH_STATE_STORE", "ENRICH_CRASH_AT"})
+# part of its key. A named list, not prefixes: pyspark sets PYSPARK_* and SPARK_* variables
+# in any process that starts Spark, which must not change the key it computes. Everything
+# else (the state store's URL, a crash point, secrets) is per command: a command runs with
+# its client's environment.
+SESSION_ENV = frozenset(
+    {
+        "SPARK_MASTER",
+        "SPARK_REMOTE",
+        "SPARK_HOME",
+        "SPARK_CONF_DIR",
+        "PYSPARK_SUBMIT_ARGS",
+        "JAVA_HOME",
+        "JAVA_TOOL_OPTIONS",
+        "ENRICH_JVM_ARCHIVE",
+        "ENRICH_DELTA_JARS",
+        "ENRICH_CODE_DIR",
+    }
+)
 START_TIMEOUT_SECONDS = 180.0
 SOCKET_DIR_ENV = "ENRICH_WORKER_DIR"
 LOG_TAIL_BYTES = 4000
@@ -111,11 +125,7 @@ def worker_key(config: Path, master: str | None, environ: Mapping[str, str], cwd
         content = config_path.read_bytes()
     except OSError as e:
         raise WorkerError(f"expected a readable pipeline config at {config_path}: {e}") from e
-    session_env = sorted(
-        (name, value)
-        for name, value in environ.items()
-        if name.startswith(SESSION_ENV_PREFIXES) and name not in PER_COMMAND_ENV
-    )
+    session_env = sorted((name, value) for name, value in environ.items() if name in SESSION_ENV)
     digest = hashlib.sha256()
     for part in (sys.executable, str(cwd.resolve()), str(config_path), master or ""):
         digest.update(part.encode() + b"\0")

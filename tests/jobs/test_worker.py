@@ -117,6 +117,8 @@ def test_worker_key_follows_what_shapes_the_process(
     # Per-command settings do not pick another worker.
     assert worker_key(config, None, {**base, "ENRICH_STATE_STORE": "sqlite://"}, tmp_path) == key
     assert worker_key(config, None, {**base, "AIRFLOW_CTX_TASK_ID": "x"}, tmp_path) == key
+    # Nor do the variables pyspark sets in a process that started Spark itself.
+    assert worker_key(config, None, {**base, "PYSPARK_PYTHON": "/x/python"}, tmp_path) == key
     # The session's settings, the master, the working directory and the config do.
     assert worker_key(config, None, {**base, "SPARK_MASTER": "local[4]"}, tmp_path) != key
     assert worker_key(config, "local[4]", base, tmp_path) != key
