@@ -187,29 +187,27 @@ def run_in_worker(
 
 def stop_worker(config: Path, master: str | None = None) -> bool:
     """Ask the worker of this config to exit; False when none was running."""
-    connection = _connect(_address(config, master))
+    return _stop(_address(config, master))
+
+
+def stop_workers_in(folder: Path) -> int:
+    """Stop every worker listening in ``folder``; how many were stopped."""
+    addresses = [
+        WorkerAddress(path, path.with_suffix(".lock"), path.with_suffix(".log"))
+        for path in sorted(folder.glob("*.sock"))
+    ]
+    return sum(_stop(address) for address in addresses)
+
+
+def _stop(address: WorkerAddress) -> bool:
+    """Ask the worker at ``address`` to exit; False when none answers there."""
+    connection = _connect(address)
     if connection is None:
         return False
     with connection:
         _send(connection, {"stop": True})
         _relay(connection, sys.stdout, sys.stderr)
     return True
-
-
-def stop_workers_in(folder: Path) -> int:
-    """Stop every worker listening in ``folder``; how many were stopped."""
-    stopped = 0
-    for path in sorted(folder.glob("*.sock")):
-        connection = _connect(
-            WorkerAddress(path, path.with_suffix(".lock"), path.with_suffix(".log"))
-        )
-        if connection is None:
-            continue
-        with connection:
-            _send(connection, {"stop": True})
-            _relay(connection, sys.stdout, sys.stderr)
-        stopped += 1
-    return stopped
 
 
 def _connect(address: WorkerAddress) -> socket.socket | None:
