@@ -36,7 +36,17 @@ def _duration(seconds: float | None) -> str:
 def status_tables(status: dict[str, Any]) -> list[Table]:
     """The tables of one status: streams, rejected files (if any), stages, last runs."""
     streams = Table(title="streams", title_justify="left")
-    for column in ("stream", "loaded", "rejected", "in flight", "duplicate", "missing"):
+    for column in (
+        "stream",
+        "loaded",
+        "rejected",
+        "in flight",
+        "duplicate",
+        "missing",
+        "records",
+        "quarantined",
+        "re-sent",
+    ):
         streams.add_column(column, justify="left" if column == "stream" else "right")
     streams.add_column("landing", overflow="fold")
     rejected = Table(title="rejected files still in the landing zone", title_justify="left")
@@ -50,6 +60,9 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
             _count(info["files_in_flight"]),
             _count(info["files_duplicate"]),
             _count(info["files_missing"]),
+            _count(info["records_loaded"]),
+            _count(info["records_quarantined"]),
+            _count(info["records_resent"]),
             info["landing"],
         )
         for row in info["rejected_in_place"]:

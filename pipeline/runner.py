@@ -64,6 +64,7 @@ class PipelineRunner:
             quarantine_schema=QUARANTINE_SCHEMA,
             csv_header=stream.csv_header,
             csv_delimiter=stream.csv_delimiter,
+            id_column=stream.id_column,
         )
 
     def ingest(self, run_id: str) -> list[IngestReport]:

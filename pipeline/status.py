@@ -51,10 +51,15 @@ def pipeline_status(
         }
     streams = {}
     for name in config.streams:
-        statuses = [row.status for row in store.landing_files(name)]
+        files = store.landing_files(name)
+        statuses = [row.status for row in files]
         streams[name] = {
             "landing": config.streams[name].landing,
             "files_loaded": statuses.count(LOADED),
+            "records_loaded": sum(row.records_loaded or 0 for row in files),
+            "records_quarantined": sum(row.records_quarantined or 0 for row in files),
+            # Records re-sent under ids earlier files had loaded (not loaded again).
+            "records_resent": sum(row.records_resent or 0 for row in files),
             "files_rejected": statuses.count(REJECTED),
             "files_in_flight": statuses.count(REGISTERED),
             "files_duplicate": statuses.count(DUPLICATE),

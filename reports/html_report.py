@@ -68,11 +68,12 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("stage-rows", "Per stage: tuples in and rows out", "rows", _stage_flow, bars=True),
     PlotSpec(
         "ingest-rows",
-        "Ingested and quarantined rows",
+        "Ingested, quarantined and re-sent rows",
         "rows",
         lambda p: {
             "ingested": [x.rows_in for x in p],
             "quarantined": [x.rows_quarantined for x in p],
+            "re-sent": [x.rows_resent for x in p],
         },
         bars=True,
     ),

@@ -72,6 +72,8 @@ class RunPoint:
     rows_in: float = 0.0
     rows_out: float = 0.0
     rows_quarantined: float = 0.0
+    # Records re-sent under ids already loaded, dropped at ingest (not quarantined rows).
+    rows_resent: float = 0.0
     batches_passed: int = 0
     batches_failed: int = 0
     failed_tables: list[str] = field(default_factory=list)
@@ -124,6 +126,7 @@ def _reduce(run_id: str, at: datetime, records: list[MetricRecord]) -> RunPoint:
         if stage.startswith("ingest."):
             point.rows_in += values.get("records_loaded", 0.0)
             point.rows_quarantined += values.get("records_quarantined", 0.0)
+            point.rows_resent += values.get("records_resent", 0.0)
         elif stage.startswith("quality."):
             point.rows_quarantined += values.get("rows_quarantined", 0.0)
             if values.get("batch_failed", 0.0):

@@ -32,6 +32,11 @@ Contract:
   "already committed".
 - Records that do not parse against the declared schema, or have nulls in required
   columns, go to the quarantine table with the raw record, the reason and the source file.
+- A stream with an ``id_column`` loads each id once: a record whose id an earlier file
+  loaded is not loaded again. With the same content it is counted as re-sent (ledger
+  ``records_resent``) and recorded in the quarantine table with a ``re-sent:`` reason naming
+  the file that first loaded it; with other content it is quarantined as a ``conflict:``.
+  See :mod:`warehouse.record_identity` (ids within one file are the quality gate's check).
 - A bad file is rejected whole (ledger status ``rejected``, error recorded), stays where it
   is, and every other file proceeds: columns that differ from the declaration, CSV or JSON
   that is not UTF-8 (the error gives the byte offset), a Parquet file that cannot be read,
@@ -82,6 +87,17 @@ from common.errors import (
 )
 from warehouse.delta import AppTransaction, DeltaEngine
 from warehouse.delta.schema import arrow_to_spark
+from warehouse.record_identity import (
+    RESENT,
+    IdRange,
+    KnownRecords,
+    conflict_message,
+    id_range,
+    identity_reason,
+    known_records,
+    resent_message,
+    with_known,
+)
 from warehouse.state_store import (
     DUPLICATE,
     LOADED,
@@ -126,6 +142,9 @@ class StreamSource:
     quarantine_schema: T.StructType
     csv_header: bool = True
     csv_delimiter: str = ","
+    id_column: str | None = None
+    """A record's id across files (the stream's ``id_column``): re-sent records are not
+    loaded twice (:mod:`warehouse.record_identity`). None: every record is new."""
 
 
 @dataclass
@@ -140,6 +159,9 @@ class IngestReport:
     records_received: int = 0
     records_loaded: int = 0
     records_quarantined: int = 0
+    # Records whose id an earlier file loaded with the same content (not loaded again); a
+    # re-sent id with other content is counted as quarantined.
+    records_resent: int = 0
     errors: list[str] = field(default_factory=list)
 
     def as_metrics(self) -> dict[str, float]:
@@ -152,6 +174,7 @@ class IngestReport:
             "records_received": self.records_received,
             "records_loaded": self.records_loaded,
             "records_quarantined": self.records_quarantined,
+            "records_resent": self.records_resent,
         }
 
 
@@ -636,11 +659,15 @@ class _StreamIngest:
         """
         path = Path(row.path)
         try:
-            parsed = self._parse(row, staged)
-            if parsed is None:
+            parsed_file = self._parse(row, staged)
+            if parsed_file is None:
                 return
+            parsed = parsed_file.frame
             counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
-            valid, _ = split_records(parsed, self.source.schema, self.source.required, counts)
+            known = self._known(row, parsed_file, staged)
+            valid, _ = split_records(
+                parsed, self.source.schema, self.source.required, counts, known
+            )
             try:
                 outcome = self.engine.append(
                     self.source.bronze_path,
@@ -653,14 +680,17 @@ class _StreamIngest:
             if outcome.committed:
                 observed = counts.get
                 received, bad = int(observed["received"]), int(observed["bad"] or 0)
+                resent = int(observed["resent"] or 0)
             else:
                 # Bronze already held this file (a crash after its commit): no write job ran,
                 # nothing was observed, so the file is counted again.
-                received, bad = _count_records(parsed, self.source)
+                received, bad, resent = _count_records(parsed, self.source, known)
             if bad:
                 # A clean file commits nothing here: the bronze commit's app transaction
                 # alone marks it loaded, so a rerun has nothing to repeat either way.
-                _, malformed = split_records(parsed, self.source.schema, self.source.required)
+                _, malformed = split_records(
+                    parsed, self.source.schema, self.source.required, known=known
+                )
                 self.engine.append(
                     self.source.quarantine_path,
                     self._quarantined(malformed, row),
@@ -674,14 +704,52 @@ class _StreamIngest:
             status=LOADED,
             records_received=received,
             records_loaded=received - bad,
-            records_quarantined=bad,
+            records_quarantined=bad - resent,
+            records_resent=resent,
             finished_at=_now(),
         )
         self.report.files_loaded += 1
         self.report.records_received += received
         self.report.records_loaded += received - bad
-        self.report.records_quarantined += bad
-        logger.info("loaded %s: %d record(s), %d quarantined", path, received, bad)
+        self.report.records_quarantined += bad - resent
+        self.report.records_resent += resent
+        logger.info(
+            "loaded %s: %d record(s), %d quarantined, %d re-sent",
+            path,
+            received,
+            bad - resent,
+            resent,
+        )
+        if resent:
+            logger.warning(
+                "%s: %d record(s) re-sent: an earlier file loaded their %s with the same "
+                "content; not loaded again, recorded in %s",
+                path,
+                resent,
+                self.source.id_column,
+                self.source.quarantine_path,
+            )
+
+    def _known(self, row: LandingFile, parsed: _ParsedFile, staged: Path) -> KnownRecords | None:
+        """What bronze already holds under the new file's ids (none: nothing to look up)."""
+        id_column = self.source.id_column
+        if id_column is None or self.committed == 0:
+            return None
+
+        def ids() -> IdRange | None:
+            if parsed.ids_checked:
+                return parsed.ids
+            return id_range(parsed.frame, id_column, staged, self.source.format)
+
+        return known_records(
+            self.engine,
+            self.source.bronze_path,
+            id_column,
+            BATCH_ID,
+            SOURCE_FILE,
+            row.id,
+            ids,
+        )
 
     def _stamped(self, valid: DataFrame, row: LandingFile) -> DataFrame:
         return valid.withColumn(SOURCE_FILE, F.lit(row.path)).withColumn(
@@ -698,7 +766,7 @@ class _StreamIngest:
             F.current_timestamp().alias("quarantined_at"),
         )
 
-    def _parse(self, row: LandingFile, staged: Path) -> DataFrame | None:
+    def _parse(self, row: LandingFile, staged: Path) -> _ParsedFile | None:
         """Check a staged file and read it (lazily); reject it (and return None) if it is bad."""
         path = Path(row.path)
         try:
@@ -761,27 +829,35 @@ def split_records(
     schema: T.StructType,
     required: tuple[str, ...],
     counts: Observation | None = None,
+    known: KnownRecords | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Split parsed rows into valid rows and (record, reason) rows for quarantine.
 
-    With ``counts``, every row is counted as it passes (``received``, and ``bad``: those
-    given a reason), whichever of the two frames is computed.
+    With ``known`` (bronze's records under the file's ids), a record whose id is among
+    them is a re-send or a conflict (:mod:`warehouse.record_identity`), not valid.
+    With ``counts``, every row is counted as it passes (``received``; ``bad``: those
+    given a reason; ``resent``: the re-sends among them), whichever frame is computed.
     """
     columns = schema.fieldNames()
     corrupt = F.col(CORRUPT).isNotNull()
     missing = [F.when(F.col(c).isNull(), F.lit(c)) for c in required]
     missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
-    reason = (
-        F.when(corrupt, F.lit("malformed: does not parse against the declared schema"))
-        .when(missing_list != "", F.concat(F.lit("null in required column(s): "), missing_list))
-        .otherwise(F.lit(None))
+    reason = F.when(corrupt, F.lit("malformed: does not parse against the declared schema")).when(
+        missing_list != "", F.concat(F.lit("null in required column(s): "), missing_list)
     )
-    tagged = parsed.withColumn("reason", reason)
+    if known is not None:
+        parsed = with_known(parsed, known, columns)
+        resent, conflict = identity_reason(columns)
+        reason = reason.when(resent, resent_message(known.id_column)).when(
+            conflict, conflict_message(known.id_column)
+        )
+    tagged = parsed.withColumn("reason", reason.otherwise(F.lit(None)))
     if counts is not None:
         tagged = tagged.observe(
             counts,
             F.count(F.lit(1)).alias("received"),
             F.sum(F.col("reason").isNotNull().cast(T.LongType())).alias("bad"),
+            F.sum(F.col("reason").startswith(RESENT).cast(T.LongType())).alias("resent"),
         )
     valid = tagged.where(F.col("reason").isNull()).select(*columns)
     malformed = tagged.where(F.col("reason").isNotNull()).select(
@@ -790,22 +866,32 @@ def split_records(
     return valid, malformed
 
 
-def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) -> DataFrame:
+@dataclass(frozen=True)
+class _ParsedFile:
+    """A staged file, read lazily, and its id range when its checks already found it."""
+
+    frame: DataFrame
+    ids: IdRange | None = None
+    ids_checked: bool = False  # True: ``ids`` is the file's id range (None: no ids)
+
+
+def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) -> _ParsedFile:
     """Read the staged copy ``staged`` of landing file ``path`` (named in messages)."""
     with_corrupt = T.StructType(
         [*source.schema.fields, T.StructField(CORRUPT, T.StringType(), True)]
     )
     if source.format == "json":
-        _check_json_keys(spark, source, staged, path)
-        return (
+        ids = _check_json_keys(spark, source, staged, path)
+        frame = (
             spark.read.schema(with_corrupt)
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT)
             .json(str(staged))
         )
+        return _ParsedFile(frame, ids, ids_checked=source.id_column is not None)
     if source.format == "csv":
         _check_csv_header(source, staged, path)
-        return (
+        return _ParsedFile(
             spark.read.schema(with_corrupt)
             .option("header", source.csv_header)
             .option("sep", source.csv_delimiter)
@@ -814,18 +900,26 @@ def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) 
             .csv(str(staged))
         )
     _check_parquet_schema(source, staged, path)
-    return (
+    return _ParsedFile(
         spark.read.schema(source.schema)
         .parquet(str(staged))
         .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
     )
 
 
-def _count_records(parsed: DataFrame, source: StreamSource) -> tuple[int, int]:
-    """(records, malformed records) of a parsed file, in one aggregate."""
-    _, malformed = split_records(parsed, source.schema, source.required)
+def _count_records(
+    parsed: DataFrame, source: StreamSource, known: KnownRecords | None
+) -> tuple[int, int, int]:
+    """(records, records not loaded, re-sent records among those) of a parsed file."""
+    _, rejected = split_records(parsed, source.schema, source.required, known=known)
     found = parsed.agg(F.count(F.lit(1)).alias("n")).first()
-    return int(found["n"] if found else 0), malformed.count()
+    reasons = rejected.agg(
+        F.count(F.lit(1)).alias("bad"),
+        F.sum(F.col("reason").startswith(RESENT).cast(T.LongType())).alias("resent"),
+    ).first()
+    bad = int(reasons["bad"]) if reasons else 0
+    resent = int(reasons["resent"] or 0) if reasons else 0
+    return int(found["n"] if found else 0), bad, resent
 
 
 def _unreadable(error: Py4JJavaError, source: StreamSource, path: Path) -> UnreadableFileError:
@@ -867,19 +961,30 @@ def _drift(
     )
 
 
-def _check_json_keys(spark: SparkSession, source: StreamSource, staged: Path, path: Path) -> None:
-    keys = [
-        row[0]
-        for row in spark.read.text(str(staged))
-        .select(F.explode(F.json_object_keys("value")).alias("key"))
-        .distinct()
-        .collect()
-    ]
+def _check_json_keys(
+    spark: SparkSession, source: StreamSource, staged: Path, path: Path
+) -> IdRange | None:
+    """Check the keys of a JSON lines file against the declaration; in the same job, the
+    range of the stream's ids as the file spells them (None: no id, or no id column)."""
+    lines = spark.read.text(str(staged))
+    found = [F.array_distinct(F.flatten(F.collect_set(F.json_object_keys("value")))).alias("k")]
+    if source.id_column is not None:
+        kind = source.schema[source.id_column].dataType
+        # A superset of the ids that will parse: a record that will not parse may add its
+        # id (or nothing, where its text does not cast: try_cast, as ANSI casts would fail
+        # the job) to the range, never remove one.
+        text_id = F.get_json_object("value", f"$.{source.id_column}").try_cast(kind)
+        found += [F.min(text_id).alias("low"), F.max(text_id).alias("high")]
+    row = lines.agg(*found).first()
+    keys = list(row["k"] or []) if row else []
     expected = set(source.schema.fieldNames())
     unexpected = [k for k in keys if k not in expected]
     absent_required = [c for c in source.required if keys and c not in keys]
     if unexpected or absent_required:
         raise _drift(source, path, sorted(keys))
+    if source.id_column is None or row is None or row["low"] is None:
+        return None
+    return IdRange(row["low"], row["high"])
 
 
 def _check_csv_header(source: StreamSource, staged: Path, path: Path) -> None:

@@ -57,7 +57,7 @@ from common.secrets import mask_url, redact, register_url_password
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # pg_advisory_xact_lock key held while the schema is created or migrated ("enrich").
 SCHEMA_LOCK_KEY = 0x656E72696368
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -145,6 +145,8 @@ class LandingFile(Base):
     records_received: Mapped[int | None] = mapped_column(Integer)
     records_loaded: Mapped[int | None] = mapped_column(Integer)
     records_quarantined: Mapped[int | None] = mapped_column(Integer)
+    # Records an earlier file had loaded under the same id and content (version 2).
+    records_resent: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -198,7 +200,9 @@ class VersionPin(Base):
 
 
 # Each entry upgrades the schema from (key - 1) to key. create_all covers fresh databases.
-_MIGRATIONS: Mapping[int, Sequence[str]] = {}
+_MIGRATIONS: Mapping[int, Sequence[str]] = {
+    2: ("ALTER TABLE landing_files ADD COLUMN records_resent INTEGER",),
+}
 
 
 def _lock_schema(connection: Connection) -> None:

@@ -130,6 +130,33 @@ def test_store_written_by_newer_code_is_refused(state_store_url: str) -> None:
         StateStore(state_store_url)
 
 
+def test_a_version_1_store_gains_the_resent_count_and_keeps_its_rows(
+    state_store_url: str,
+) -> None:
+    """Schema version 2 adds ``landing_files.records_resent`` to a store written by older
+    code; its ledger rows stay, with no count until a file records one."""
+    store = StateStore(state_store_url)
+    row = store.register_landing_file("s", "/l/a.json", 10, "0" * 64, "r1")
+    store.update_landing_file(row.id, status="loaded", records_loaded=3)
+    with store._engine.begin() as connection:  # back to what version 1 wrote
+        connection.execute(text("ALTER TABLE landing_files DROP COLUMN records_resent"))
+        connection.execute(text("DELETE FROM schema_version"))
+        connection.execute(
+            text("INSERT INTO schema_version (version, applied_at) VALUES (1, CURRENT_TIMESTAMP)")
+        )
+    store.dispose()
+    upgraded = StateStore(state_store_url)
+    found = upgraded.landing_file("s", "/l/a.json")
+    assert found is not None and (found.records_loaded, found.records_resent) == (3, None)
+    upgraded.update_landing_file(found.id, records_resent=4)
+    again = upgraded.landing_file("s", "/l/a.json")
+    assert again is not None and again.records_resent == 4
+    with upgraded._engine.connect() as connection:
+        versions = connection.execute(text("SELECT version FROM schema_version")).all()
+    assert sorted(v for (v,) in versions) == [1, 2]
+    upgraded.dispose()
+
+
 def open_at_once(
     url: str, openers: int, timeout: float
 ) -> tuple[list[StateStore], list[BaseException]]:

@@ -93,12 +93,31 @@ class PartitionFilter:
 
 @dataclass(frozen=True)
 class DataFile:
-    """One live data file of a snapshot, with its partition values decoded from the log."""
+    """One live data file of a snapshot, with its partition values decoded from the log.
+
+    ``bounds`` holds, per column whose log statistics state both, the file's (min, max):
+    every non-null value ``v`` of the column in the file has ``min <= v <= max``. Only
+    integer, string, date and timestamp columns are given bounds (a float's footer bound
+    leaves NaN out); a column without an entry may hold anything.
+    """
 
     path: str
     size_bytes: int
     num_records: int | None
     partition_values: Mapping[str, Any] = field(default_factory=dict)
+    bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+
+    def may_hold(self, column: str, low: Any, high: Any) -> bool:
+        """False only when the log's statistics prove that no value of ``column`` in this
+        file lies in ``[low, high]``; True whenever they cannot (no bounds, other types)."""
+        bound = self.bounds.get(column)
+        if bound is None:
+            return True
+        file_low, file_high = bound
+        try:
+            return not (file_high < low or file_low > high)
+        except TypeError:  # bounds of another type than the probe: nothing is proven
+            return True
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ from warehouse.delta.api import (
     Snapshot,
 )
 from warehouse.delta.features import require_readable
-from warehouse.delta.file_stats import delta_stats_json
+from warehouse.delta.file_stats import column_bounds, delta_stats_json
 from warehouse.delta.partition_paths import (
     delta_partition_literal,
     normalised_location,
@@ -203,19 +203,25 @@ class EmbeddedDeltaEngine:
         metadata = table.metadata()
         partitions = tuple(metadata.partition_columns)
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        schema = arrow_to_spark(table.schema().to_arrow())
         files = tuple(
             DataFile(
                 path=self._data_file_location(root, action["path"]),
                 size_bytes=int(action["size_bytes"]),
                 num_records=action.get("num_records"),
                 partition_values={c: action.get(f"partition.{c}") for c in partitions},
+                bounds=column_bounds(
+                    schema,
+                    {c: action.get(f"min.{c}") for c in schema.fieldNames()},
+                    {c: action.get(f"max.{c}") for c in schema.fieldNames()},
+                ),
             )
             for action in actions
         )
         return Snapshot(
             table_path=root,
             version=table.version(),
-            schema=arrow_to_spark(table.schema().to_arrow()),
+            schema=schema,
             partition_columns=partitions,
             files=files,
             properties={k: v for k, v in metadata.configuration.items() if v is not None},

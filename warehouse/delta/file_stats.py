@@ -22,6 +22,10 @@ so nothing is read but the footer. Rules, after delta-spark's own collection:
 - timestamps are written with millisecond precision: the minimum rounded down, the maximum
   up, so both stay bounds;
 - decimals are written as exact JSON numbers.
+
+Read back (:func:`column_bounds`), only integer and string columns are given bounds, the
+types of ids: their log values compare with Python's values of the same column exactly
+(a timestamp's text or a float's missing NaN would need more care than skipping is worth).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
+from pyspark.sql import types as T
 
 INDEXED_COLUMNS = 32
 STRING_PREFIX = 32
@@ -160,3 +165,30 @@ def _dumps(document: dict[str, Any]) -> str:
     for index, number in enumerate(exact):
         text = text.replace(json.dumps(f"\x00decimal{index}\x00"), number)
     return text
+
+
+# Columns whose log bounds :func:`column_bounds` decodes, with the Python type of a value.
+_BOUNDED_TYPES: tuple[tuple[type[T.DataType], type], ...] = (
+    (T.ByteType, int),
+    (T.ShortType, int),
+    (T.IntegerType, int),
+    (T.LongType, int),
+    (T.StringType, str),
+)
+
+
+def column_bounds(
+    schema: T.StructType, min_values: dict[str, Any], max_values: dict[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """Per integer or string column of ``schema``, the (min, max) a file's statistics state
+    (``minValues`` / ``maxValues`` of its Add action, keyed by column name); a column with
+    either bound missing, or of another type, is left out."""
+    bounds: dict[str, tuple[Any, Any]] = {}
+    for column in schema.fields:
+        kind = next((v for t, v in _BOUNDED_TYPES if isinstance(column.dataType, t)), None)
+        low, high = min_values.get(column.name), max_values.get(column.name)
+        if kind is None or low is None or high is None:
+            continue
+        if type(low) is kind and type(high) is kind:  # bool is an int: refused
+            bounds[column.name] = (low, high)
+    return bounds

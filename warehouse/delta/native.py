@@ -84,6 +84,7 @@ from warehouse.delta.api import (
     PartitionFilter,
     Snapshot,
 )
+from warehouse.delta.file_stats import column_bounds
 from warehouse.delta.partition_paths import delta_partition_literal
 from warehouse.delta.schema import require_same_definition, require_same_schema
 
@@ -285,6 +286,7 @@ class NativeDeltaEngine:
         live = adds.select(
             F.col("path"),
             F.col("size"),
+            F.col("stats"),
             (
                 F.get_json_object("stats", "$.numRecords").cast(LongType())
                 - F.coalesce(F.col("deletionVector.cardinality"), F.lit(0))
@@ -309,6 +311,7 @@ class NativeDeltaEngine:
                     size_bytes=int(row["size"]),
                     num_records=row["records"],
                     partition_values={c: row[f"partition_{i}"] for i, c in enumerate(partitions)},
+                    bounds=_file_bounds(schema, stored, row["stats"]),
                 )
             )
         pinned = _Pinned(
@@ -1105,3 +1108,17 @@ def _sql_literal(value: Any) -> str:
     if isinstance(value, date):
         return f"DATE {quoted}"
     return quoted
+
+
+def _file_bounds(schema: StructType, stored: StructType, stats: str | None) -> dict[str, Any]:
+    """The column bounds of one Add action's ``stats`` (keyed by physical column name)."""
+    if not stats:
+        return {}
+    document = json.loads(stats)
+    low, high = document.get("minValues") or {}, document.get("maxValues") or {}
+    names = {f.name: str((f.metadata or {}).get(_PHYSICAL_NAME_KEY, f.name)) for f in stored.fields}
+    return column_bounds(
+        schema,
+        {c: low.get(names.get(c, c)) for c in schema.fieldNames()},
+        {c: high.get(names.get(c, c)) for c in schema.fieldNames()},
+    )
