@@ -143,20 +143,23 @@ def identity_reason(columns: list[str]) -> tuple[Column, Column]:
 
 
 def resent_message(id_column: str) -> Column:
-    return F.concat(
-        F.lit(f"{RESENT}{id_column} "),
-        F.col(id_column).cast("string"),
-        F.lit(" was already loaded from "),
-        F.col(KNOWN_FILE),
-        F.lit(" with the same content; not loaded again"),
+    return _message(
+        RESENT, id_column, "was already loaded from", "with the same content; not loaded again"
     )
 
 
 def conflict_message(id_column: str) -> Column:
+    return _message(
+        CONFLICT, id_column, "was loaded from", "with other content; this record is not loaded"
+    )
+
+
+def _message(kind: str, id_column: str, loaded: str, outcome: str) -> Column:
+    """``<kind><id column> <id> <loaded> <first file> <outcome>``, per row."""
     return F.concat(
-        F.lit(f"{CONFLICT}{id_column} "),
+        F.lit(f"{kind}{id_column} "),
         F.col(id_column).cast("string"),
-        F.lit(" was loaded from "),
+        F.lit(f" {loaded} "),
         F.col(KNOWN_FILE),
-        F.lit(" with other content; this record is not loaded"),
+        F.lit(f" {outcome}"),
     )

@@ -225,11 +225,8 @@ def test_parquet_with_wrong_types_is_rejected(spark: SparkSession, tmp_path: Pat
     assert "id: declared bigint, file has string" in report.errors[0]
 
 
-def test_crash_between_commits_resumes_without_duplicates(
-    json_harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h = json_harness
-    (h.landing / "a.json").write_text(json_lines([good(1), good(2)]) + "garbage\n")
+def ingest_killed_after_the_bronze_commit(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ingest that dies at its first quarantine append, after the bronze commit."""
     real_append = EmbeddedDeltaEngine.append
 
     def fail_on_quarantine(self: EmbeddedDeltaEngine, path: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
@@ -241,6 +238,14 @@ def test_crash_between_commits_resumes_without_duplicates(
     with pytest.raises(OSError, match="killed"):
         h.ingest()
     monkeypatch.undo()
+
+
+def test_crash_between_commits_resumes_without_duplicates(
+    json_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = json_harness
+    (h.landing / "a.json").write_text(json_lines([good(1), good(2)]) + "garbage\n")
+    ingest_killed_after_the_bronze_commit(h, monkeypatch)
     entry = h.store.landing_file("s", str(h.landing / "a.json"))
     assert entry is not None and entry.status == "registered"
     report = h.ingest()

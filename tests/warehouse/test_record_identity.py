@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from tests.helpers import assert_same_multiset
-from tests.warehouse.test_landing import EmbeddedDeltaEngine, Harness, good, json_lines
+from tests.warehouse.test_landing import (
+    Harness,
+    good,
+    ingest_killed_after_the_bronze_commit,
+    json_lines,
+)
 from warehouse.delta.api import DataFile
 from warehouse.delta.native import NativeDeltaEngine
 from warehouse.record_identity import CONFLICT, RESENT
@@ -105,17 +110,7 @@ def test_a_rerun_after_the_bronze_commit_classifies_the_file_the_same_way(
     write(h, "a.json", range(0, 6), "json")
     h.ingest()
     write(h, "b.json", range(3, 9), "json")
-    real_append = EmbeddedDeltaEngine.append
-
-    def fail_on_quarantine(self: EmbeddedDeltaEngine, path: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
-        if path.endswith("quarantine"):
-            raise OSError("killed after the bronze commit")
-        return real_append(self, path, *args, **kw)
-
-    monkeypatch.setattr(EmbeddedDeltaEngine, "append", fail_on_quarantine)
-    with pytest.raises(OSError, match="killed"):
-        h.ingest()
-    monkeypatch.undo()
+    ingest_killed_after_the_bronze_commit(h, monkeypatch)
     # b's own rows are in bronze now; they must not make b's new ids look re-sent.
     report = h.ingest()
     assert (report.records_loaded, report.records_resent) == (3, 3)
