@@ -71,6 +71,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -121,6 +123,8 @@ GLOB_CHARACTERS = "*?[]{}\\"
 TEXT_FORMATS = frozenset({"csv", "json"})
 FORMAT_NAMES = {"csv": "CSV", "json": "JSON", "parquet": "Parquet"}
 BLOCK_BYTES = 1 << 20
+# JSON files up to this size have their keys checked in the driver (``_json_keys_in_driver``).
+DRIVER_JSON_BYTES = 128 * 1024**2
 NOT_REGULAR = "is not a regular file (a FIFO, socket or device); only regular files are read"
 
 # A new file is a duplicate if its content is that of a file of these statuses.
@@ -881,14 +885,14 @@ def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) 
         [*source.schema.fields, T.StructField(CORRUPT, T.StringType(), True)]
     )
     if source.format == "json":
-        ids = _check_json_keys(spark, source, staged, path)
+        checked = _check_json_keys(spark, source, staged, path)
         frame = (
             spark.read.schema(with_corrupt)
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT)
             .json(str(staged))
         )
-        return _ParsedFile(frame, ids, ids_checked=source.id_column is not None)
+        return _ParsedFile(frame, checked.ids, checked.ids_checked)
     if source.format == "csv":
         _check_csv_header(source, staged, path)
         return _ParsedFile(
@@ -963,9 +967,61 @@ def _drift(
 
 def _check_json_keys(
     spark: SparkSession, source: StreamSource, staged: Path, path: Path
-) -> IdRange | None:
-    """Check the keys of a JSON lines file against the declaration; in the same job, the
-    range of the stream's ids as the file spells them (None: no id, or no id column)."""
+) -> _JsonCheck:
+    """Check the keys of a JSON lines file against the declaration, and find the range of
+    the stream's ids as the file spells them: in the driver with Arrow's JSON reader when
+    the file is small and every line parses (no Spark job), else in one Spark job."""
+    checked = _json_keys_in_driver(source, staged)
+    if checked is None:
+        checked = _json_keys_in_spark(spark, source, staged)
+    keys = checked.keys
+    expected = set(source.schema.fieldNames())
+    unexpected = [k for k in keys if k not in expected]
+    absent_required = [c for c in source.required if keys and c not in keys]
+    if unexpected or absent_required:
+        raise _drift(source, path, sorted(keys))
+    return checked
+
+
+@dataclass(frozen=True)
+class _JsonCheck:
+    """The keys a JSON lines file uses, and its id range when that was found."""
+
+    keys: list[str]
+    ids: IdRange | None = None
+    ids_checked: bool = False  # True: ``ids`` is the range (None: no id in the file)
+
+
+def _json_keys_in_driver(source: StreamSource, staged: Path) -> _JsonCheck | None:
+    """Arrow's JSON reader (C++, multi-threaded: 0.06 s for 100k lines against 0.5-0.8 s
+    for a Spark job) over a file of at most :data:`DRIVER_JSON_BYTES`; None when the file
+    is larger or Arrow cannot read every line (a malformed record, a value whose type
+    changes between lines): Spark's permissive reader decides those."""
+    if staged.stat().st_size > DRIVER_JSON_BYTES:
+        return None
+    try:
+        table = pa_json.read_json(staged)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        return None
+    keys = table.schema.names
+    id_column = source.id_column
+    if id_column is None or id_column not in keys:
+        return _JsonCheck(keys, None, ids_checked=id_column is not None)
+    values = table.column(id_column)
+    declared = source.schema[id_column].dataType
+    integral = isinstance(declared, T.ByteType | T.ShortType | T.IntegerType | T.LongType)
+    if not (
+        (integral and pa.types.is_integer(values.type))
+        or (isinstance(declared, T.StringType) and pa.types.is_string(values.type))
+        or pa.types.is_null(values.type)
+    ):
+        return _JsonCheck(keys)  # the range is left to the parsed frame
+    low_high = pc.min_max(values)
+    low, high = low_high["min"].as_py(), low_high["max"].as_py()
+    return _JsonCheck(keys, None if low is None else IdRange(low, high), ids_checked=True)
+
+
+def _json_keys_in_spark(spark: SparkSession, source: StreamSource, staged: Path) -> _JsonCheck:
     lines = spark.read.text(str(staged))
     found = [F.array_distinct(F.flatten(F.collect_set(F.json_object_keys("value")))).alias("k")]
     if source.id_column is not None:
@@ -977,14 +1033,10 @@ def _check_json_keys(
         found += [F.min(text_id).alias("low"), F.max(text_id).alias("high")]
     row = lines.agg(*found).first()
     keys = list(row["k"] or []) if row else []
-    expected = set(source.schema.fieldNames())
-    unexpected = [k for k in keys if k not in expected]
-    absent_required = [c for c in source.required if keys and c not in keys]
-    if unexpected or absent_required:
-        raise _drift(source, path, sorted(keys))
-    if source.id_column is None or row is None or row["low"] is None:
-        return None
-    return IdRange(row["low"], row["high"])
+    if source.id_column is None:
+        return _JsonCheck(keys)
+    ids = None if row is None or row["low"] is None else IdRange(row["low"], row["high"])
+    return _JsonCheck(keys, ids, ids_checked=True)
 
 
 def _check_csv_header(source: StreamSource, staged: Path, path: Path) -> None:

@@ -186,6 +186,14 @@ def test_malformed_csv_records_are_quarantined(spark: SparkSession, tmp_path: Pa
     ("fmt", "name", "content", "detail"),
     [
         ("json", "extra.json", json_lines([{**good(1), "surprise": 1}]), "unexpected ['surprise']"),
+        # A line Arrow's reader refuses: the keys are checked by the Spark job instead.
+        (
+            "json",
+            "extra_and_bad.json",
+            json_lines([{**good(1), "surprise": 1}]) + "garbage\n",
+            "unexpected ['surprise']",
+        ),
+        ("json", "no_ts.json", json_lines([{"id": 1, "k": 1, "label": "a"}]), "missing ['ts']"),
         (
             "csv",
             "renamed.csv",
