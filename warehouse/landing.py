@@ -36,7 +36,7 @@ Contract:
   loaded is not loaded again. With the same content it is counted as re-sent (ledger
   ``records_resent``) and recorded in the quarantine table with a ``re-sent:`` reason naming
   the file that first loaded it; with other content it is quarantined as a ``conflict:``.
-  See :mod:`warehouse.record_identity` (ids within one file are the quality gate's check).
+  See :mod:`warehouse.record_identity` (ids repeated within one file are not compared).
 - A bad file is rejected whole (ledger status ``rejected``, error recorded), stays where it
   is, and every other file proceeds: columns that differ from the declaration, CSV or JSON
   that is not UTF-8 (the error gives the byte offset), a Parquet file that cannot be read,

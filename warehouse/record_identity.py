@@ -20,9 +20,10 @@ a rerun after a crash that had committed the file classifies it the same way.
 Cost stays flat as bronze grows: the lookup reads only the bronze files whose log
 statistics (min/max of the id column, :meth:`DataFile.may_hold`) overlap the new file's id
 range, and none at all when no file overlaps, the usual case for ids that grow with time.
-The range comes from the Parquet footer, or from one aggregate over the staged file.
-Ids within one file are not compared with each other here; the quality gate checks a
-batch's ids for uniqueness.
+The range comes from the Parquet footer, the JSON key check (:mod:`warehouse.landing`),
+or one aggregate over the staged file.
+Ids within one file are not compared with each other here: a suite's uniqueness
+expectation on the output (``expect_column_values_to_be_unique``) is what catches them.
 """
 
 from __future__ import annotations
