@@ -88,6 +88,7 @@ from common.errors import (
     UnreadableFileError,
 )
 from warehouse.delta import AppTransaction, DeltaEngine
+from warehouse.delta.file_stats import column_stats
 from warehouse.delta.schema import arrow_to_spark
 from warehouse.record_identity import (
     RESENT,
@@ -743,7 +744,7 @@ class _StreamIngest:
         def ids() -> IdRange | None:
             if parsed.ids_checked:
                 return parsed.ids
-            return id_range(parsed.frame, id_column, staged, self.source.format)
+            return id_range(parsed.frame, id_column)
 
         return known_records(
             self.engine,
@@ -903,12 +904,17 @@ def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) 
             .option("columnNameOfCorruptRecord", CORRUPT)
             .csv(str(staged))
         )
-    _check_parquet_schema(source, staged, path)
-    return _ParsedFile(
+    footer = _check_parquet_schema(source, staged, path)
+    frame = (
         spark.read.schema(source.schema)
         .parquet(str(staged))
         .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
     )
+    # The footer's statistics state the id range when every row group has them.
+    stats = column_stats(footer).get(source.id_column) if source.id_column else None
+    if stats is None or stats.min is None or stats.max is None:
+        return _ParsedFile(frame)
+    return _ParsedFile(frame, IdRange(stats.min, stats.max), ids_checked=True)
 
 
 def _count_records(
@@ -1049,9 +1055,11 @@ def _check_csv_header(source: StreamSource, staged: Path, path: Path) -> None:
         raise _drift(source, path, [h.strip() for h in header])
 
 
-def _check_parquet_schema(source: StreamSource, staged: Path, path: Path) -> None:
+def _check_parquet_schema(source: StreamSource, staged: Path, path: Path) -> pq.FileMetaData:
+    """Check a Parquet file's columns and types against the declaration; its footer."""
     try:
-        found = arrow_to_spark(pq.read_schema(staged))
+        metadata = pq.read_metadata(staged)
+        found = arrow_to_spark(metadata.schema.to_arrow_schema())
     except (pa.ArrowException, OSError) as e:  # empty, truncated, not Parquet at all
         raise UnreadableFileError(
             f"{path}: cannot be read as Parquet: {e}. The file is left in place; fix the producer."
@@ -1067,3 +1075,4 @@ def _check_parquet_schema(source: StreamSource, staged: Path, path: Path) -> Non
     ]
     if changed:
         raise _drift(source, path, names, "; ".join(changed))
+    return metadata

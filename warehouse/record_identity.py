@@ -20,8 +20,8 @@ a rerun after a crash that had committed the file classifies it the same way.
 Cost stays flat as bronze grows: the lookup reads only the bronze files whose log
 statistics (min/max of the id column, :meth:`DataFile.may_hold`) overlap the new file's id
 range, and none at all when no file overlaps, the usual case for ids that grow with time.
-The range comes from the Parquet footer, the JSON key check (:mod:`warehouse.landing`),
-or one aggregate over the staged file.
+The range comes from the file's checks in :mod:`warehouse.landing` (the Parquet footer's
+statistics, the JSON key check), else from one aggregate over the parsed file.
 Ids within one file are not compared with each other here: a suite's uniqueness
 expectation on the output (``expect_column_values_to_be_unique``) is what catches them.
 """
@@ -31,15 +31,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from warehouse.delta import DeltaEngine
-from warehouse.delta.file_stats import column_stats
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +57,9 @@ class IdRange:
     high: Any
 
 
-def id_range(parsed: DataFrame, id_column: str, staged: Path, file_format: str) -> IdRange | None:
-    """The id range of a staged file: from a Parquet footer when it states one, else from
-    one aggregate over ``parsed``; None when the file has no non-null id."""
-    if file_format == "parquet":
-        try:
-            stats = column_stats(pq.read_metadata(staged)).get(id_column)
-        except OSError:
-            stats = None
-        if stats is not None and stats.min is not None and stats.max is not None:
-            return IdRange(stats.min, stats.max)
+def id_range(parsed: DataFrame, id_column: str) -> IdRange | None:
+    """The id range of a parsed file, in one aggregate (for a file whose checks did not
+    find it); None when the file has no non-null id."""
     found = parsed.agg(F.min(id_column).alias("low"), F.max(id_column).alias("high")).first()
     if found is None or found["low"] is None:
         return None

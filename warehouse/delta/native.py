@@ -272,9 +272,9 @@ class NativeDeltaEngine:
         stored = StructType.fromJson(json.loads(jsnap.schema().json()))
         schema = _logical_schema(stored)
         partitions = tuple(str(c) for c in self._java_list(metadata.partitionColumns()))
-        # With column mapping, the log keys partition values by physical column name.
+        # With column mapping, the log keys partition values and statistics by physical name.
         physical = {
-            c: str((stored[c].metadata or {}).get(_PHYSICAL_NAME_KEY, c)) for c in partitions
+            f.name: str((f.metadata or {}).get(_PHYSICAL_NAME_KEY, f.name)) for f in stored.fields
         }
         properties = {
             str(k): str(v)
@@ -311,7 +311,7 @@ class NativeDeltaEngine:
                     size_bytes=int(row["size"]),
                     num_records=row["records"],
                     partition_values={c: row[f"partition_{i}"] for i, c in enumerate(partitions)},
-                    bounds=_file_bounds(schema, stored, row["stats"]),
+                    bounds=_file_bounds(schema, physical, row["stats"]),
                 )
             )
         pinned = _Pinned(
@@ -1110,15 +1110,14 @@ def _sql_literal(value: Any) -> str:
     return quoted
 
 
-def _file_bounds(schema: StructType, stored: StructType, stats: str | None) -> dict[str, Any]:
-    """The column bounds of one Add action's ``stats`` (keyed by physical column name)."""
+def _file_bounds(schema: StructType, physical: dict[str, str], stats: str | None) -> dict[str, Any]:
+    """The column bounds of one Add action's ``stats`` (keyed by ``physical`` name)."""
     if not stats:
         return {}
     document = json.loads(stats)
     low, high = document.get("minValues") or {}, document.get("maxValues") or {}
-    names = {f.name: str((f.metadata or {}).get(_PHYSICAL_NAME_KEY, f.name)) for f in stored.fields}
     return column_bounds(
         schema,
-        {c: low.get(names.get(c, c)) for c in schema.fieldNames()},
-        {c: high.get(names.get(c, c)) for c in schema.fieldNames()},
+        {c: low.get(physical.get(c, c)) for c in schema.fieldNames()},
+        {c: high.get(physical.get(c, c)) for c in schema.fieldNames()},
     )
