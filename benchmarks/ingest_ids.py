@@ -35,7 +35,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from pipeline.config import ColumnSpec, StreamConfig
-from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
+from pipeline.runner import stream_source
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.landing import IngestReport, StreamSource, ingest_stream
 from warehouse.spark import SparkSettings, build_session
@@ -81,18 +81,7 @@ class Warehouse:
             event_time="ts",
             id_column="event_id",
         )
-        source = StreamSource(
-            name="events",
-            landing_dir=landing,
-            format="json",
-            schema=declared_schema(COLUMNS),
-            required=("event_id", "ts"),
-            bronze_path=str(root / "bronze"),
-            quarantine_path=str(root / "quarantine"),
-            bronze_schema=bronze_schema(stream),
-            quarantine_schema=QUARANTINE_SCHEMA,
-            id_column="event_id",
-        )
+        source = stream_source("events", stream, str(root / "bronze"), str(root / "quarantine"))
         return cls(root, source, StateStore(f"sqlite:///{root / 'state.db'}"))
 
     def ingest(self, spark: SparkSession, engine: EmbeddedDeltaEngine, ids: bool) -> IngestReport:

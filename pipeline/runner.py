@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.config import EquiStage, PipelineConfig, StreamConfig, ThetaStage
 from pipeline.drivers import StageDrivers
 from pipeline.layout import WarehouseLayout
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
@@ -26,6 +26,26 @@ from warehouse.landing import IngestReport, StreamSource, ingest_stream
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
+
+
+def stream_source(
+    name: str, stream: StreamConfig, bronze_path: str, quarantine_path: str
+) -> StreamSource:
+    """What ingestion needs of stream ``name`` as the config declares it."""
+    return StreamSource(
+        name=name,
+        landing_dir=Path(stream.landing),
+        format=stream.format,
+        schema=declared_schema(stream.columns),
+        required=tuple(c.name for c in stream.columns if not c.nullable),
+        bronze_path=bronze_path,
+        quarantine_path=quarantine_path,
+        bronze_schema=bronze_schema(stream),
+        quarantine_schema=QUARANTINE_SCHEMA,
+        csv_header=stream.csv_header,
+        csv_delimiter=stream.csv_delimiter,
+        id_column=stream.id_column,
+    )
 
 
 class PipelineRunner:
@@ -51,20 +71,11 @@ class PipelineRunner:
     # ------------------------------------------------------------------ ingestion
 
     def stream_source(self, name: str) -> StreamSource:
-        stream = self.config.streams[name]
-        return StreamSource(
-            name=name,
-            landing_dir=Path(stream.landing),
-            format=stream.format,
-            schema=declared_schema(stream.columns),
-            required=tuple(c.name for c in stream.columns if not c.nullable),
-            bronze_path=self.layout.bronze(name),
-            quarantine_path=self.layout.quarantine(name),
-            bronze_schema=bronze_schema(stream),
-            quarantine_schema=QUARANTINE_SCHEMA,
-            csv_header=stream.csv_header,
-            csv_delimiter=stream.csv_delimiter,
-            id_column=stream.id_column,
+        return stream_source(
+            name,
+            self.config.streams[name],
+            self.layout.bronze(name),
+            self.layout.quarantine(name),
         )
 
     def ingest(self, run_id: str) -> list[IngestReport]:

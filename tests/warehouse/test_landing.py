@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -17,13 +18,12 @@ from pyspark.sql import types as T
 
 from common.errors import ConfigError
 from pipeline.config import ColumnSpec, StreamConfig
-from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
+from pipeline.runner import stream_source
 from tests.helpers import assert_same_multiset
 from warehouse import landing
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.landing import (
     IngestReport,
-    StreamSource,
     ingest_stream,
     rejected_files_in_place,
 )
@@ -47,16 +47,10 @@ class Harness:
         stream = StreamConfig(
             landing=str(self.landing), format=fmt, columns=COLUMNS, event_time="ts", id_column="id"
         )
-        self.source = StreamSource(
-            name="s",
-            landing_dir=self.landing,
-            format=fmt,
-            schema=declared_schema(COLUMNS),
-            required=("id", "ts"),
-            bronze_path=str(root / "bronze"),
-            quarantine_path=str(root / "quarantine"),
-            bronze_schema=bronze_schema(stream),
-            quarantine_schema=QUARANTINE_SCHEMA,
+        # Without the id lookup: these tests are of files; record_identity's test turns it on.
+        self.source = dataclasses.replace(
+            stream_source("s", stream, str(root / "bronze"), str(root / "quarantine")),
+            id_column=None,
         )
         self.engine = EmbeddedDeltaEngine(spark)
         self.store = StateStore(f"sqlite:///{root / 'state.db'}")
