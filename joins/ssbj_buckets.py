@@ -455,6 +455,11 @@ def bucket_step(
             f"decoded rows' {layout.stream_key_positions}/{layout.master_key_positions}"
         )
     names = table.schema.names
+    if KEY_HASH in names:
+        table = unasked_partition_rows_dropped(table)
+        if table.num_rows == 0:  # only partition rows, none asked for: as if never sent
+            kept = [f for f in table.schema if f.name not in (BUCKET, KEY_HASH)]
+            return pa.schema([*kept, *LOAD_FIELDS]).empty_table()
     replicated = _replicated_hashes(table, split_owners or {})
     loads = key_loads(table, top_keys, replicated) if KEY_HASH in names else None
     replica_keys = _keys_of(table, replicated, layout, plan)
@@ -502,6 +507,24 @@ def bucket_step(
             },
         )
     return pa.concat_tables([encoded, enc.table()])
+
+
+def unasked_partition_rows_dropped(table: pa.Table) -> pa.Table:
+    """The bucket's rows without the master partition rows whose key hash no new tuple,
+    pending tuple or s_B value of the bucket has: they can match nothing this step.
+
+    The same rows as a semi-join before the shuffle would leave (``joins.ssbj``'s
+    ``semi_join``), up to hash collisions, which only keep a row the algorithm then
+    compares by value; so a bucket's loads and result do not depend on which side
+    dropped them."""
+    roles = table.column(ROLE)
+    partition = pc.equal(roles, PARTITION)
+    if not pc.any(partition).as_py():
+        return table
+    hashes = table.column(KEY_HASH)
+    asking = pc.is_in(roles, value_set=pa.array([NEW, PENDING, MARKED]))
+    asked = pc.unique(hashes.filter(asking))
+    return table.filter(pc.or_(pc.invert(partition), pc.is_in(hashes, value_set=asked)))
 
 
 def new_key_sketch(table: pa.Table, layout: WideLayout, shape: SketchShape) -> ASketch:

@@ -90,6 +90,12 @@ SCAN_TABLE = "scan"
 TABLES = (STATE_TABLE,)
 OWNED_TABLES = (STATE_TABLE, SCAN_TABLE)
 ADMISSION_HORIZON_VERSIONS = 256
+# The master partition is semi-joined to the join values the step's tuples ask for (a
+# distinct and a join, one more Spark job) only when it holds more than this many rows per
+# asking tuple; a smaller one goes to the buckets whole, where Arrow drops the rows no
+# tuple asks for before any is decoded (measured on a 6-tuple step: the semi-join's job
+# was 0.5 s of 3.7 s; at SF10 a partition of 1M rows for 80k tuples still pays for it).
+SEMI_JOIN_ROWS_PER_TUPLE = 10
 # The operator-state layout this driver writes; state without it is from a release that
 # kept H_S, H_R and the counters in separate tables.
 STATE_LAYOUT = 2
@@ -613,6 +619,8 @@ class SsbjStage:
             state, plan, position, master, reads, wide, new_rows, report
         )
         stream_key, master_key = wide.plan_positions()
+        asking = self._asking_tuples(state, plan)
+        semi_join = report.master_rows_read > SEMI_JOIN_ROWS_PER_TUPLE * asking
         step_plan = StepPlan(
             step=step,
             position=position,
@@ -641,6 +649,7 @@ class SsbjStage:
             self.params.rebalance_keys,
             tracked,
             shape,
+            semi_join=semi_join,
         )
         counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
@@ -728,6 +737,19 @@ class SsbjStage:
             report.master_rows_read += records
         deltas, changed = self._deltas(reads, master, wide)
         return inputs + changed, partitions, deltas
+
+    def _asking_tuples(self, state: dict[str, Any], plan: dict[str, Any]) -> int:
+        """The tuples that probe this step's master partition: H_S after the last step and
+        the new input's rows (from the input's commit files, no Spark job)."""
+        new = 0
+        if plan["input_to"] > plan["input_from"]:
+            new = sum(
+                rows
+                for _, rows in self.engine.rows_by_version(
+                    self.input_path, int(plan["input_from"]), int(plan["input_to"])
+                )
+            )
+        return int(state.get("pending_rows", 0)) + new
 
     def _run_and_write(
         self,

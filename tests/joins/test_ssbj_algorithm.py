@@ -482,3 +482,46 @@ def test_a_split_keys_owner_weighs_the_whole_of_its_waiting_tuples() -> None:
 
     assert marked_in(owner=7) == Counter({(1,): 1})
     assert marked_in(owner=8) == Counter()  # a replica: neither decides nor keeps s_B
+
+
+def test_partition_rows_no_tuple_asks_for_change_nothing_in_a_bucket() -> None:
+    """Master partition rows whose key hash no new or pending tuple of the bucket has are
+    dropped before the step (what the semi-join before the shuffle drops when the stage
+    uses it): the output, state, counters and loads are those of the bucket without them,
+    and a bucket of such rows alone yields nothing, as if it had received none."""
+    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    state, control = BucketState(), {"cache_version": None, "switch_version": None}
+    plan, _ = plan_for(0, 1, 1, 0, True, False, "paper", state, control, True)
+    arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
+    hashes = {1: 101, 2: 202, 4: 404, 5: 505}
+
+    def bucket(new: list[tuple[int, int]], master: list[tuple[int, int, float]]) -> pa.Table:
+        table = pa.concat_tables(
+            [
+                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+                role_rows(
+                    PARTITION, [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master]
+                ),
+            ]
+        )
+        key_of = [
+            hashes[r[stream_field("k")] if r[ROLE] == NEW else r[master_field("mk")]]
+            for r in table.to_pylist()
+        ]
+        table = table.append_column(BUCKET, pa.array([3] * table.num_rows, pa.int32()))
+        return table.append_column(KEY_HASH, pa.array(key_of, pa.int64()))
+
+    asked = [(1, 0, 1.0), (2, 0, 2.0), (2, 1, 3.0)]
+    unasked = [(4, 0, 4.0), (5, 0, 5.0), (5, 1, 6.0)]
+    new = [(0, 1), (1, 2), (2, 2)]
+    alone = bucket_step(bucket(new, asked), layout, arrow_plan, BucketDeltas(), 4)
+    beside = bucket_step(bucket(new, asked + unasked), layout, arrow_plan, BucketDeltas(), 4)
+
+    assert Counter(map(tuple, (r.values() for r in beside.to_pylist()))) == Counter(
+        map(tuple, (r.values() for r in alone.to_pylist()))
+    )
+    assert of_role(beside, OUT, [STREAM[0], MASTER[1]]) == Counter(
+        {(0, 0): 1, (1, 0): 1, (1, 1): 1, (2, 0): 1, (2, 1): 1}
+    )
+    only = bucket_step(bucket([], unasked), layout, arrow_plan, BucketDeltas(), 4)
+    assert only.num_rows == 0 and only.schema == alone.schema

@@ -110,12 +110,15 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     assert len(h.output()) == 8 * (3 * 1 + 1 * 6)
 
 
+@pytest.mark.parametrize("rows_per_tuple", [0, 10**9], ids=["semi-join", "buckets-drop"])
 def test_floating_join_values_meet_as_in_spark_and_duckdb(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows_per_tuple: int
 ) -> None:
     """A double join key: NaN meets NaN and -0.0 meets 0.0 (Spark's and DuckDB's equality),
-    through the bucket hash, the partition semi-join, the disk phase and the cache (the
-    disk phase is MESHJOIN's, so this covers that mode too); null meets nothing."""
+    through the bucket hash, the partition rows no tuple asks for dropped (by the semi-join
+    before the shuffle, or in each bucket), the disk phase and the cache (the disk phase is
+    MESHJOIN's, so this covers that mode too); null meets nothing."""
+    monkeypatch.setattr("pipeline.ssbj_stage.SEMI_JOIN_ROWS_PER_TUPLE", rows_per_tuple)
     nan = float("nan")
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", key_type="double")
     h.load_master(

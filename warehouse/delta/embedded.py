@@ -94,6 +94,9 @@ from warehouse.delta.schema import (
 logger = logging.getLogger(__name__)
 
 _FILE_KEY = "__source_file"
+# Up to this many distinct partitions, read_files reads each partition's files with its
+# values as literals (no lookup join, no job to broadcast it); beyond, one scan and a join.
+_LITERAL_PARTITION_GROUPS = 8
 # commitInfo key holding the unique id of each commit this engine makes: the only proof that
 # a commit in the log is ours (another writer may record the same app transaction).
 COMMIT_ID_KEY = "enrichment.commitId"
@@ -236,15 +239,45 @@ class EmbeddedDeltaEngine:
         return f"{root.rstrip('/')}/{decoded}"
 
     def read_files(self, snapshot: Snapshot, files: Sequence[DataFile] | None = None) -> DataFrame:
+        """The rows of ``files`` (all of the snapshot's by default) with the snapshot's schema.
+
+        Partition values come from the log, not the paths. Files of a few distinct
+        partitions (a scan partition of SSBJ's copy, an interval of an output) are read per
+        partition with the values as literals: no Spark job beyond the scan. Files of more
+        partitions are joined to a broadcast lookup of their values by file path, so the
+        plan stays one scan however many partitions are read."""
         chosen = snapshot.files if files is None else tuple(files)
         columns = snapshot.schema.fieldNames()
         if not chosen:
             return self._spark.createDataFrame([], snapshot.schema)
         partitions = snapshot.partition_columns
         data_schema = StructType([f for f in snapshot.schema.fields if f.name not in partitions])
-        frame = self._spark.read.schema(data_schema).parquet(*[f.path for f in chosen])
         if not partitions:
-            return frame.select(*columns)
+            return (
+                self._spark.read.schema(data_schema)
+                .parquet(*[f.path for f in chosen])
+                .select(*columns)
+            )
+        groups: dict[tuple[Any, ...], list[str]] = {}
+        for f in chosen:
+            values = tuple(f.partition_values.get(c) for c in partitions)
+            groups.setdefault(values, []).append(f.path)
+        if len(groups) <= _LITERAL_PARTITION_GROUPS:
+            parts = [
+                self._spark.read.schema(data_schema)
+                .parquet(*paths)
+                .select(
+                    *[F.col(f.name) for f in data_schema.fields],
+                    *[
+                        F.lit(value).cast(snapshot.schema[c].dataType).alias(c)
+                        for c, value in zip(partitions, values, strict=True)
+                    ],
+                )
+                .select(*columns)
+                for values, paths in groups.items()
+            ]
+            return _union_or_empty(self._spark, parts, snapshot.schema)
+        frame = self._spark.read.schema(data_schema).parquet(*[f.path for f in chosen])
         lookup_schema = StructType(
             [StructField(_FILE_KEY, StringType(), False)] + [snapshot.schema[c] for c in partitions]
         )

@@ -205,6 +205,36 @@ def test_snapshot_lists_live_files_with_counts_and_typed_partition_values(
     assert_same_multiset(engine.read_files(snapshot, chosen), [expected[0]])
 
 
+def test_read_files_gives_partition_values_from_few_and_from_many_partitions(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    """A few partitions are read with their values as literals, many through one scan and
+    a lookup (the embedded engine's two paths); both give every row its own values."""
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("label", T.StringType()),
+            T.StructField("at", T.TimestampType()),
+        ]
+    )
+    rows = [
+        (i, None if i == 0 else f"p{i % 12} '`", dt.datetime(2024, 1, 1, i % 12, 30, tzinfo=UTC))
+        for i in range(36)
+    ]
+    path = str(tmp_path / "t")
+    engine.create_table(path, schema, ("label", "at"))
+    engine.append(path, spark.createDataFrame(rows, schema))
+    snapshot = engine.snapshot(path)
+    assert len({tuple(f.partition_values.values()) for f in snapshot.files}) == 13
+
+    assert_same_multiset(engine.read_files(snapshot), naive(rows))
+    few = [f for f in snapshot.files if f.partition_values["label"] in (None, "p1 '`", "p2 '`")]
+    assert_same_multiset(
+        engine.read_files(snapshot, few),
+        naive([r for r in rows if r[1] in (None, "p1 '`", "p2 '`")]),
+    )
+
+
 def test_time_travel_survives_appends_replace_and_vacuum(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
