@@ -191,14 +191,13 @@ def decode_state(roles: _Roles, layout: WideLayout, plan: StepPlan) -> BucketSta
         if not empty:
             rows.append(row)
     counters = roles.rows(COUNTER)
-    for row, hits, master_rows, observed in zip(
-        _rows(counters, layout.master_fields),
+    for key, hits, master_rows, observed in zip(
+        _keys(counters, layout),
         counters.column(HITS).to_pylist(),
         counters.column(MASTER_ROWS).to_pylist(),
         counters.column(OBSERVED).to_pylist(),
         strict=True,
     ):
-        key = plan.master_key_of(row)
         known = state.counters.get(key)
         if known is None:
             state.counters[key] = KeyCounters(hits, master_rows, observed)
@@ -210,8 +209,8 @@ def decode_state(roles: _Roles, layout: WideLayout, plan: StepPlan) -> BucketSta
                 max(known.master_rows, master_rows),
                 max(known.observed, observed),
             )
-    for row in _rows(roles.rows(MARKED), layout.master_fields):
-        state.switch_buffer.setdefault(plan.master_key_of(row), [])
+    for key in _keys(roles.rows(MARKED), layout):
+        state.switch_buffer.setdefault(key, [])
     for row in _rows(roles.rows(SWITCH), layout.master_fields):
         state.switch_buffer.setdefault(plan.master_key_of(row), []).append(row)
     return state
@@ -245,12 +244,16 @@ def _partition_rows(
     return partitions
 
 
-def _key_row(key: tuple[Any, ...], plan: StepPlan, width: int) -> Row:
-    """A master-shaped row holding only the join value (markers, counters, marked values)."""
-    row: list[Any] = [None] * width
-    for position, value in zip(plan.master_key, key, strict=True):
-        row[position] = value
-    return tuple(row)
+def _keys(table: pa.Table, layout: WideLayout) -> list[tuple[Any, ...]]:
+    """The join values of key-only master rows (counters, marked values), decoded from
+    the key columns alone, as :func:`joins.ssbj_algorithm.join_value` makes them."""
+    rows = _rows(table, [master_field(c) for c in layout.master_keys])
+    return [join_value(row, range(len(layout.master_keys))) for row in rows]
+
+
+def _key_columns(layout: WideLayout, keys: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """Key-only master rows as columns: the join values, every other master column null."""
+    return {master_field(c): [key[i] for key in keys] for i, c in enumerate(layout.master_keys)}
 
 
 class _Encoder:
@@ -324,29 +327,27 @@ def encode_result(
             MATCHED: [t.matched for t in state.pending],
         },
     )
-    cache_rows: list[Row] = []
-    markers: list[bool] = []
-    for key, rows in state.cache.items():
-        if rows:
-            cache_rows.extend(rows)
-            markers.extend([False] * len(rows))
-        else:
-            cache_rows.append(_key_row(key, plan, width))
-            markers.append(True)
-    enc.add(CACHE, len(cache_rows), _columns(layout.master_fields, cache_rows) | {EMPTY: markers})
+    cache_rows = [row for rows in state.cache.values() for row in rows]
+    enc.add(
+        CACHE,
+        len(cache_rows),
+        _columns(layout.master_fields, cache_rows) | {EMPTY: [False] * len(cache_rows)},
+    )
+    empty = [key for key, rows in state.cache.items() if not rows]
+    enc.add(CACHE, len(empty), _key_columns(layout, empty) | {EMPTY: [True] * len(empty)})
     counters = list(state.counters.items())
     enc.add(
         COUNTER,
         len(counters),
-        _columns(layout.master_fields, [_key_row(k, plan, width) for k, _ in counters])
+        _key_columns(layout, [k for k, _ in counters])
         | {
             HITS: [c.hits for _, c in counters],
             MASTER_ROWS: [c.master_rows for _, c in counters],
             OBSERVED: [c.observed for _, c in counters],
         },
     )
-    marked = [_key_row(k, plan, width) for k in state.switch_buffer]
-    enc.add(MARKED, len(marked), _columns(layout.master_fields, marked))
+    marked = list(state.switch_buffer)
+    enc.add(MARKED, len(marked), _key_columns(layout, marked))
     collected = [row for rows in state.switch_buffer.values() for row in rows]
     enc.add(SWITCH, len(collected), _columns(layout.master_fields, collected))
     metrics = [(f.name, int(getattr(result.counts, f.name))) for f in fields(StepCounts)]
@@ -458,8 +459,8 @@ def bucket_step(
     if KEY_HASH in names:
         table = unasked_partition_rows_dropped(table)
         if table.num_rows == 0:  # only partition rows, none asked for: as if never sent
-            kept = [f for f in table.schema if f.name not in (BUCKET, KEY_HASH)]
-            return pa.schema([*kept, *LOAD_FIELDS]).empty_table()
+            state_fields = [f for f in table.schema if f.name not in (BUCKET, KEY_HASH)]
+            return pa.schema([*state_fields, *LOAD_FIELDS]).empty_table()
     replicated = _replicated_hashes(table, split_owners or {})
     loads = key_loads(table, top_keys, replicated) if KEY_HASH in names else None
     replica_keys = _keys_of(table, replicated, layout, plan)
