@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -96,7 +97,11 @@ logger = logging.getLogger(__name__)
 _FILE_KEY = "__source_file"
 # Up to this many distinct partitions, read_files reads each partition's files with its
 # values as literals (no lookup join, no job to broadcast it); beyond, one scan and a join.
-_LITERAL_PARTITION_GROUPS = 8
+# One: a scan per partition costs about 0.25 s of planning in a classic session, more than
+# the broadcast job it saves once there are two (measured on the audit's published view).
+_LITERAL_PARTITION_GROUPS = 1
+# Snapshots an engine keeps by version (see EmbeddedDeltaEngine._snapshots).
+_SNAPSHOTS_KEPT = 256
 # commitInfo key holding the unique id of each commit this engine makes: the only proof that
 # a commit in the log is ours (another writer may record the same app transaction).
 COMMIT_ID_KEY = "enrichment.commitId"
@@ -141,6 +146,13 @@ class EmbeddedDeltaEngine:
         self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
         self.table_properties: Mapping[str, str] = dict(table_properties or {})
         self.clock: PhaseClock | None = None
+        # Snapshots by (root, version), each with the stamp of its commit file: a version
+        # of a table never changes, so the log is read and decoded once per version (an
+        # SSBJ step asks for the same pinned versions several times). The stamp catches a
+        # table deleted and created again at the same path.
+        self._snapshots: OrderedDict[tuple[str, int], tuple[tuple[int, int, int], Snapshot]] = (
+            OrderedDict()
+        )
 
     # ------------------------------------------------------------------ table handles
 
@@ -197,10 +209,35 @@ class EmbeddedDeltaEngine:
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> Snapshot:
         root = _table_root(path)
+        if version is not None and timestamp is None:
+            known = self._known_snapshot(root, version)
+            if known is not None:
+                return known
         table = self._open(root, version)
         if timestamp is not None:
             table.load_as_version(timestamp)
-        return self._snapshot_of(root, table)
+        snapshot = self._snapshot_of(root, table)
+        self._remember_snapshot(root, snapshot)
+        return snapshot
+
+    def _known_snapshot(self, root: str, version: int) -> Snapshot | None:
+        entry = self._snapshots.get((root, version))
+        if entry is None:
+            return None
+        stamp, snapshot = entry
+        if _commit_stamp(root, version) != stamp:
+            del self._snapshots[(root, version)]
+            return None
+        self._snapshots.move_to_end((root, version))
+        return snapshot
+
+    def _remember_snapshot(self, root: str, snapshot: Snapshot) -> None:
+        stamp = _commit_stamp(root, snapshot.version)
+        if stamp is None:
+            return
+        self._snapshots[(root, snapshot.version)] = (stamp, snapshot)
+        while len(self._snapshots) > _SNAPSHOTS_KEPT:
+            self._snapshots.popitem(last=False)
 
     def _snapshot_of(self, root: str, table: DeltaTable) -> Snapshot:
         metadata = table.metadata()
@@ -241,11 +278,11 @@ class EmbeddedDeltaEngine:
     def read_files(self, snapshot: Snapshot, files: Sequence[DataFile] | None = None) -> DataFrame:
         """The rows of ``files`` (all of the snapshot's by default) with the snapshot's schema.
 
-        Partition values come from the log, not the paths. Files of a few distinct
-        partitions (a scan partition of SSBJ's copy, an interval of an output) are read per
-        partition with the values as literals: no Spark job beyond the scan. Files of more
-        partitions are joined to a broadcast lookup of their values by file path, so the
-        plan stays one scan however many partitions are read."""
+        Partition values come from the log, not the paths. Files of one partition (a scan
+        partition of SSBJ's copy, an interval of an output) are read with its values as
+        literals: no Spark job beyond the scan. Files of more partitions are joined to a
+        broadcast lookup of their values by file path, so the plan stays one scan however
+        many partitions are read."""
         chosen = snapshot.files if files is None else tuple(files)
         columns = snapshot.schema.fieldNames()
         if not chosen:
@@ -1224,6 +1261,18 @@ def _added_file(
         stats=delta_stats_json(footer),
     )
     return add, footer.num_rows
+
+
+def _commit_stamp(root: str, version: int) -> tuple[int, int, int] | None:
+    """Inode, size and mtime of a version's commit file on a local file system; None for
+    an object store or a commit file log retention removed (such snapshots are not kept)."""
+    if "://" in root:
+        return None
+    try:
+        stat = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:

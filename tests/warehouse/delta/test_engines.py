@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -205,11 +206,12 @@ def test_snapshot_lists_live_files_with_counts_and_typed_partition_values(
     assert_same_multiset(engine.read_files(snapshot, chosen), [expected[0]])
 
 
-def test_read_files_gives_partition_values_from_few_and_from_many_partitions(
+def test_read_files_gives_partition_values_from_one_and_from_many_partitions(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
-    """A few partitions are read with their values as literals, many through one scan and
-    a lookup (the embedded engine's two paths); both give every row its own values."""
+    """One partition's files are read with its values as literals, several partitions'
+    through one scan and a lookup (the embedded engine's two paths); both give every row
+    its own values, a null partition value too."""
     schema = T.StructType(
         [
             T.StructField("id", T.LongType()),
@@ -228,11 +230,10 @@ def test_read_files_gives_partition_values_from_few_and_from_many_partitions(
     assert len({tuple(f.partition_values.values()) for f in snapshot.files}) == 13
 
     assert_same_multiset(engine.read_files(snapshot), naive(rows))
-    few = [f for f in snapshot.files if f.partition_values["label"] in (None, "p1 '`", "p2 '`")]
-    assert_same_multiset(
-        engine.read_files(snapshot, few),
-        naive([r for r in rows if r[1] in (None, "p1 '`", "p2 '`")]),
-    )
+    for labels in [(None,), ("p1 '`",), (None, "p1 '`", "p2 '`")]:
+        chosen = [f for f in snapshot.files if f.partition_values["label"] in labels]
+        expected = naive([r for r in rows if r[1] in labels])
+        assert_same_multiset(engine.read_files(snapshot, chosen), expected)
 
 
 def test_time_travel_survives_appends_replace_and_vacuum(
@@ -460,6 +461,33 @@ def test_append_rows_appends_driver_rows_once(engine: DeltaEngine, tmp_path: Pat
     other = T.StructType([*SCHEMA.fields, T.StructField("extra", T.LongType())])
     with pytest.raises(SchemaMismatchError):
         engine.append_rows(path, [(*AWKWARD_ROWS[0], 1)], other)
+
+
+def test_embedded_snapshot_of_a_version_is_read_once_and_a_new_table_at_the_path_is_seen(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A version's snapshot is kept (its log is not read again), the latest version is
+    always looked up (another writer's commit is seen), and a table deleted and created
+    again at the same path is read afresh, not served from what was kept."""
+    engine = EmbeddedDeltaEngine(spark)
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA)
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    first = engine.snapshot(path, 1)
+    assert engine.snapshot(path, 1) is first
+
+    schema = pa.schema(DeltaTable(path).schema().to_arrow())
+    row = {"id": [3], "label": ["c"], "day": [None], "at": [None], "amount": [3.0]}
+    write_deltalake(path, pa.table(row).cast(schema), mode="append")
+    assert engine.snapshot(path).version == 2  # another writer's commit
+
+    shutil.rmtree(path)
+    other = T.StructType([T.StructField("name", T.StringType())])
+    engine.create_table(path, other)
+    engine.append(path, spark.createDataFrame([("x",)], other))
+    again = engine.snapshot(path, 1)
+    assert again.schema == other and again is not first
+    assert_same_multiset(engine.read_files(again), [("x",)])
 
 
 def test_embedded_adds_the_source_files_themselves_where_partitioning_matches(
