@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -385,17 +386,14 @@ def test_nan_and_signed_zero_join_values_meet_as_in_spark_and_duckdb() -> None:
     assert nan != nan  # the test data's NaNs really are distinct objects that compare unequal
 
 
-def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> None:
-    """With a sketch shape, a bucket reports an ASketch of its new tuples' key hashes
-    (null join values left out: they match nothing) and gives counters only to the
-    values whose hash is tracked; the answer does not depend on either."""
-    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
-    state, control = BucketState(), {"cache_version": None, "switch_version": None}
-    # Step 0 of k = 1 starts an incrementing cycle: every pending value gets s_count.
-    plan, _ = plan_for(0, 1, 1, 0, True, False, "paper", state, control, True)
-    new = [(i, key) for i, key in enumerate([1, 1, 1, 2, 2, 3, None, None])]
-    master = [(1, 0, 1.0), (2, 0, 2.0), (2, 1, 3.0)]
-    hashes = {1: 101, 2: 202, 3: 303, None: 999}
+def hashed_bucket(
+    new: Sequence[tuple[int, int | None]],
+    master: Sequence[tuple[int, int, float]],
+    hashes: Mapping[int | None, int],
+    label: int,
+) -> pa.Table:
+    """A bucket's input as the step's shuffle delivers it: new tuples and partition rows
+    of version 0, with the bucket label and each row's key hash (``hashes`` by join value)."""
     table = pa.concat_tables(
         [
             role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
@@ -408,8 +406,21 @@ def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> No
         hashes[r[stream_field("k")] if r[ROLE] == NEW else r[master_field("mk")]]
         for r in table.to_pylist()
     ]
-    table = table.append_column(BUCKET, pa.array([7] * table.num_rows, pa.int32()))
-    table = table.append_column(KEY_HASH, pa.array(key_of, pa.int64()))
+    table = table.append_column(BUCKET, pa.array([label] * table.num_rows, pa.int32()))
+    return table.append_column(KEY_HASH, pa.array(key_of, pa.int64()))
+
+
+def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> None:
+    """With a sketch shape, a bucket reports an ASketch of its new tuples' key hashes
+    (null join values left out: they match nothing) and gives counters only to the
+    values whose hash is tracked; the answer does not depend on either."""
+    layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    state, control = BucketState(), {"cache_version": None, "switch_version": None}
+    # Step 0 of k = 1 starts an incrementing cycle: every pending value gets s_count.
+    plan, _ = plan_for(0, 1, 1, 0, True, False, "paper", state, control, True)
+    new = [(i, key) for i, key in enumerate([1, 1, 1, 2, 2, 3, None, None])]
+    master = [(1, 0, 1.0), (2, 0, 2.0), (2, 1, 3.0)]
+    table = hashed_bucket(new, master, {1: 101, 2: 202, 3: 303, None: 999}, label=7)
     arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
 
     def run(tracked: list[int] | None) -> pa.Table:
@@ -496,20 +507,7 @@ def test_partition_rows_no_tuple_asks_for_change_nothing_in_a_bucket() -> None:
     hashes = {1: 101, 2: 202, 4: 404, 5: 505}
 
     def bucket(new: list[tuple[int, int]], master: list[tuple[int, int, float]]) -> pa.Table:
-        table = pa.concat_tables(
-            [
-                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
-                role_rows(
-                    PARTITION, [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master]
-                ),
-            ]
-        )
-        key_of = [
-            hashes[r[stream_field("k")] if r[ROLE] == NEW else r[master_field("mk")]]
-            for r in table.to_pylist()
-        ]
-        table = table.append_column(BUCKET, pa.array([3] * table.num_rows, pa.int32()))
-        return table.append_column(KEY_HASH, pa.array(key_of, pa.int64()))
+        return hashed_bucket(new, master, hashes, label=3)
 
     asked = [(1, 0, 1.0), (2, 0, 2.0), (2, 1, 3.0)]
     unasked = [(4, 0, 4.0), (5, 0, 5.0), (5, 1, 6.0)]
