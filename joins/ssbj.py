@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from common.sql_text import quoted_identifier, string_literal
 from joins.asketch import SketchShape
 from joins.columns import version_column
 from joins.greedyfit import KeyLoad
@@ -174,7 +175,7 @@ class WideTable:
     def _fill(self, frame: DataFrame, role: str, given: dict[str, str]) -> DataFrame:
         """``frame`` as rows of ``role``: each wide field from its SQL expression in
         ``given``, the others null."""
-        columns = [f"{sql_string(role)} AS {quoted(ROLE)}"]
+        columns = [f"{string_literal(role)} AS {quoted_identifier(ROLE)}"]
         for f in self.schema.fields[1:]:
             columns.append(_cast(given.get(f.name, "NULL"), f))
         return frame.selectExpr(*columns)
@@ -182,7 +183,9 @@ class WideTable:
     def stream_rows(self, frame: DataFrame, role: str = NEW) -> DataFrame:
         """New stream tuples (their columns named as in ``stream_schema``)."""
         return self._fill(
-            frame, role, {stream_field(c): quoted(c) for c in self.stream_schema.fieldNames()}
+            frame,
+            role,
+            {stream_field(c): quoted_identifier(c) for c in self.stream_schema.fieldNames()},
         )
 
     def master_rows(
@@ -190,7 +193,7 @@ class WideTable:
     ) -> DataFrame:
         """Master rows (projected columns) in ``role``, with ``extra`` operator columns
         (SQL expressions)."""
-        given = {master_field(c): quoted(c) for c in self.spec.master_columns}
+        given = {master_field(c): quoted_identifier(c) for c in self.spec.master_columns}
         return self._fill(frame, role, given | (extra or {}))
 
     def partition_rows(self, frame: DataFrame, version: int) -> DataFrame:
@@ -198,12 +201,12 @@ class WideTable:
 
     def change_rows(self, changes: DataFrame, change_type: str, for_switch: bool) -> DataFrame:
         """Rows a master's commits changed: removed (delete, update pre-image) or added."""
-        kind = quoted(change_type)
-        removed = ", ".join(sql_string(c) for c in REMOVED_CHANGES)
-        added = ", ".join(sql_string(c) for c in ADDED_CHANGES)
+        kind = quoted_identifier(change_type)
+        removed = ", ".join(string_literal(c) for c in REMOVED_CHANGES)
+        added = ", ".join(string_literal(c) for c in ADDED_CHANGES)
         change = (
-            f"CASE WHEN {kind} IN ({removed}) THEN {sql_string(REMOVED)} "
-            f"WHEN {kind} IN ({added}) THEN {sql_string(ADDED)} END"
+            f"CASE WHEN {kind} IN ({removed}) THEN {string_literal(REMOVED)} "
+            f"WHEN {kind} IN ({added}) THEN {string_literal(ADDED)} END"
         )
         role = SWITCH_CHANGE if for_switch else CACHE_CHANGE
         return self.master_rows(changes, role, {CHANGE: change}).where(F.col(CHANGE).isNotNull())
@@ -215,7 +218,10 @@ class WideTable:
         """The state table's rows laid out as this step's wide table (columns by name)."""
         present = set(state.columns)
         return state.selectExpr(
-            *[_cast(quoted(f.name) if f.name in present else "NULL", f) for f in self.schema]
+            *[
+                _cast(quoted_identifier(f.name) if f.name in present else "NULL", f)
+                for f in self.schema
+            ]
         )
 
     def _join_values(self) -> list[Column]:
@@ -306,24 +312,19 @@ class WideTable:
         """The step's output rows, laid out as the stage's output table."""
         stream = [c for c in self.stream_schema.fieldNames() if c != INPUT_VERSION]
         return result.where(F.col(ROLE) == OUT).selectExpr(
-            *[f"{quoted(stream_field(c))} AS {quoted(c)}" for c in stream],
-            *[f"{quoted(master_field(c))} AS {quoted(c)}" for c in self.spec.master_columns],
-            f"{quoted(VERSION)} AS {quoted(self.spec.version)}",
+            *[f"{quoted_identifier(stream_field(c))} AS {quoted_identifier(c)}" for c in stream],
+            *[
+                f"{quoted_identifier(master_field(c))} AS {quoted_identifier(c)}"
+                for c in self.spec.master_columns
+            ],
+            f"{quoted_identifier(VERSION)} AS {quoted_identifier(self.spec.version)}",
         )
 
 
-def quoted(name: str) -> str:
-    """A column name as a SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def sql_string(value: str) -> str:
-    """A string as a SQL literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _cast(expression: str, field: T.StructField) -> str:
-    return f"CAST({expression} AS {field.dataType.simpleString()}) AS {quoted(field.name)}"
+    return (
+        f"CAST({expression} AS {field.dataType.simpleString()}) AS {quoted_identifier(field.name)}"
+    )
 
 
 def _owner(key_hash: Column, routing: KeyRouting) -> Column:

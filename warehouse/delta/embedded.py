@@ -95,11 +95,6 @@ from warehouse.delta.schema import (
 logger = logging.getLogger(__name__)
 
 _FILE_KEY = "__source_file"
-# Up to this many distinct partitions, read_files reads each partition's files with its
-# values as literals (no lookup join, no job to broadcast it); beyond, one scan and a join.
-# One: a scan per partition costs about 0.25 s of planning in a classic session, more than
-# the broadcast job it saves once there are two (measured on the audit's published view).
-_LITERAL_PARTITION_GROUPS = 1
 # Snapshots an engine keeps by version (see EmbeddedDeltaEngine._snapshots).
 _SNAPSHOTS_KEPT = 256
 # commitInfo key holding the unique id of each commit this engine makes: the only proof that
@@ -282,39 +277,28 @@ class EmbeddedDeltaEngine:
         partition of SSBJ's copy, an interval of an output) are read with its values as
         literals: no Spark job beyond the scan. Files of more partitions are joined to a
         broadcast lookup of their values by file path, so the plan stays one scan however
-        many partitions are read."""
+        many partitions are read (a scan per partition, with literals, was tried: about
+        0.25 s of planning each, more than the broadcast job it saves, measured on the
+        audit's read of the published table)."""
         chosen = snapshot.files if files is None else tuple(files)
         columns = snapshot.schema.fieldNames()
         if not chosen:
             return self._spark.createDataFrame([], snapshot.schema)
         partitions = snapshot.partition_columns
         data_schema = StructType([f for f in snapshot.schema.fields if f.name not in partitions])
-        if not partitions:
-            return (
-                self._spark.read.schema(data_schema)
-                .parquet(*[f.path for f in chosen])
-                .select(*columns)
-            )
-        groups: dict[tuple[Any, ...], list[str]] = {}
-        for f in chosen:
-            values = tuple(f.partition_values.get(c) for c in partitions)
-            groups.setdefault(values, []).append(f.path)
-        if len(groups) <= _LITERAL_PARTITION_GROUPS:
-            parts = [
-                self._spark.read.schema(data_schema)
-                .parquet(*paths)
-                .select(
-                    *[F.col(f.name) for f in data_schema.fields],
-                    *[
-                        F.lit(value).cast(snapshot.schema[c].dataType).alias(c)
-                        for c, value in zip(partitions, values, strict=True)
-                    ],
-                )
-                .select(*columns)
-                for values, paths in groups.items()
-            ]
-            return _union_or_empty(self._spark, parts, snapshot.schema)
         frame = self._spark.read.schema(data_schema).parquet(*[f.path for f in chosen])
+        if not partitions:
+            return frame.select(*columns)
+        distinct = {tuple(f.partition_values.get(c) for c in partitions) for f in chosen}
+        if len(distinct) == 1:
+            (values,) = distinct
+            literals = [
+                F.lit(value).cast(snapshot.schema[c].dataType).alias(c)
+                for c, value in zip(partitions, values, strict=True)
+            ]
+            return frame.select(*[F.col(f.name) for f in data_schema.fields], *literals).select(
+                *columns
+            )
         lookup_schema = StructType(
             [StructField(_FILE_KEY, StringType(), False)] + [snapshot.schema[c] for c in partitions]
         )

@@ -71,6 +71,7 @@ from common.errors import (
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
+from common.sql_text import quoted_identifier, string_literal
 from warehouse.delta.added_files import AddedFiles, FileAction
 from warehouse.delta.api import (
     CDF_PROPERTY,
@@ -921,7 +922,7 @@ class NativeDeltaEngine:
                 {**self.commit_metadata, COMMIT_ID_KEY: self._new_commit_id()}, sort_keys=True
             ),
         }
-        table = "delta.`" + root.replace("`", "``") + "`"
+        table = "delta." + quoted_identifier(root)
         with self._session_settings(settings):
             row = self._spark.sql(f"OPTIMIZE {table}").collect()[0]
         metrics = row["metrics"]
@@ -960,7 +961,7 @@ class NativeDeltaEngine:
                         oldest,
                     )
                     hours = needed
-        table = "delta.`" + root.replace("`", "``") + "`"
+        table = "delta." + quoted_identifier(root)
         before = self._table_files(root)
         settings = {
             _RETENTION_CHECK_CONF: "false",
@@ -1083,7 +1084,7 @@ def _sql_predicate(where: Sequence[PartitionFilter]) -> str:
 
 
 def _sql_term(f: PartitionFilter) -> str:
-    column = "`" + f.column.replace("`", "``") + "`"
+    column = quoted_identifier(f.column)
     if f.op in ("in", "not in"):
         values = ", ".join(_sql_literal(v) for v in f.value)
         return f"{column} {f.op.upper()} ({values})"
@@ -1102,7 +1103,7 @@ def _sql_literal(value: Any) -> str:
         return repr(value)
     text = delta_partition_literal(value)
     assert text is not None
-    quoted = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    quoted = string_literal(text)
     if isinstance(value, datetime):
         return f"TIMESTAMP {quoted}"
     if isinstance(value, date):
