@@ -22,7 +22,7 @@ never a guess.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -149,6 +149,26 @@ class AddedFiles(Generic[Payload]):
                     merged.sources |= earlier.sources
             for output in merged.outputs:
                 self._rewrite_of[output] = merged
+
+
+def live_files_by_version(
+    table: str,
+    commits: Iterable[tuple[int, Sequence[FileAction[Payload]], Sequence[FileAction[Payload]]]],
+    skip_versions: Iterable[int] = (),
+) -> dict[int, list[Payload]]:
+    """Replay ``commits`` ((version, adds, removes), in version order): the payloads of the
+    files whose rows are still live, by the version that added them, in version order and
+    without the files ``skip_versions`` added. What ``rows_added`` reads, in either engine.
+    """
+    skip = set(skip_versions)
+    tracker: AddedFiles[Payload] = AddedFiles(table)
+    for version, adds, removes in commits:
+        tracker.commit(version, adds, removes)
+    by_version: dict[int, list[Payload]] = {}
+    for added in tracker.files():
+        if added.version not in skip:
+            by_version.setdefault(added.version, []).append(added.payload)
+    return dict(sorted(by_version.items()))
 
 
 def _payload(add: FileAction[Payload]) -> Payload:

@@ -18,7 +18,7 @@ Invariants every engine keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -91,6 +91,11 @@ class PartitionFilter:
             )
 
 
+def describe_filters(where: Sequence[PartitionFilter]) -> str:
+    """``where`` as a reader sees it in a log line or an error: ``a = 1 AND b in (...)``."""
+    return " AND ".join(f"{f.column} {f.op} {f.value!r}" for f in where)
+
+
 @dataclass(frozen=True)
 class DataFile:
     """One live data file of a snapshot, with its partition values decoded from the log.
@@ -118,6 +123,12 @@ class DataFile:
             return not (file_high < low or file_low > high)
         except TypeError:  # bounds of another type than the probe: nothing is proven
             return True
+
+
+def total_records(files: Iterable[DataFile]) -> int | None:
+    """The rows of ``files`` from their log statistics; None when a file has none."""
+    counts = [f.num_records for f in files]
+    return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
 
 @dataclass(frozen=True)
@@ -148,8 +159,7 @@ class Snapshot:
     def num_records(self) -> int | None:
         """Rows in the live files, from their log statistics (rows a deletion vector hides
         included: an upper bound); None when a file has none."""
-        counts = [f.num_records for f in self.files]
-        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+        return total_records(self.files)
 
 
 class DeltaEngine(Protocol):

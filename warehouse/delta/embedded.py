@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -52,31 +51,41 @@ from deltalake.exceptions import TableNotFoundError as DeltaRsTableNotFound
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from common.errors import (
     CommitError,
     ConcurrentModificationError,
-    ConfigError,
     DeltaTableError,
-    NotAppendOnlyError,
     TableNotFoundError,
     UnsupportedOperationError,
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
-from warehouse.delta.added_files import AddedFiles, FileAction
+from warehouse.delta.added_files import FileAction, live_files_by_version
+from warehouse.delta.added_rows import (
+    appended_changes,
+    change_feed_enabled,
+    change_schema,
+    require_version_range,
+    rows_added_frame,
+)
 from warehouse.delta.api import (
-    CDF_PROPERTY,
-    CHANGE_TYPE,
-    COMMIT_VERSION,
-    INSERT,
     AppTransaction,
     CommitOutcome,
     Compaction,
     DataFile,
     PartitionFilter,
     Snapshot,
+    describe_filters,
+    total_records,
+)
+from warehouse.delta.commit_protocol import (
+    COMMIT_ID_KEY,
+    already_recorded,
+    new_commit_id,
+    outcome_after_error,
+    tagged_metadata,
 )
 from warehouse.delta.features import require_readable
 from warehouse.delta.file_stats import column_bounds, delta_stats_json
@@ -87,19 +96,19 @@ from warehouse.delta.partition_paths import (
 )
 from warehouse.delta.schema import (
     arrow_to_spark,
+    require_merge_source,
+    require_partition_columns,
     require_same_definition,
     require_same_schema,
     spark_to_arrow,
 )
+from warehouse.delta.table_paths import data_file_location, table_root
 
 logger = logging.getLogger(__name__)
 
 _FILE_KEY = "__source_file"
 # Snapshots an engine keeps by version (see EmbeddedDeltaEngine._snapshots).
 _SNAPSHOTS_KEPT = 256
-# commitInfo key holding the unique id of each commit this engine makes: the only proof that
-# a commit in the log is ours (another writer may record the same app transaction).
-COMMIT_ID_KEY = "enrichment.commitId"
 # Keys delta-rs generates or constrains in commitInfo; caller metadata must not shadow them.
 _RESERVED_COMMIT_INFO_KEYS = frozenset(
     {
@@ -113,10 +122,6 @@ _RESERVED_COMMIT_INFO_KEYS = frozenset(
         "isBlindAppend",
     }
 )
-
-
-def _table_root(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
 
 
 class EmbeddedDeltaEngine:
@@ -152,7 +157,7 @@ class EmbeddedDeltaEngine:
     # ------------------------------------------------------------------ table handles
 
     def _open(self, path: str, version: int | None = None) -> DeltaTable:
-        root = _table_root(path)
+        root = table_root(path)
         try:
             table = DeltaTable(root, version=version)
         except DeltaRsTableNotFound as e:
@@ -171,7 +176,7 @@ class EmbeddedDeltaEngine:
         return table
 
     def exists(self, path: str) -> bool:
-        return DeltaTable.is_deltatable(_table_root(path))
+        return DeltaTable.is_deltatable(table_root(path))
 
     def create_table(
         self,
@@ -181,14 +186,10 @@ class EmbeddedDeltaEngine:
         properties: Mapping[str, str] | None = None,
     ) -> int:
         """Create the table, or accept an existing one with the same schema and partitioning."""
-        root = _table_root(path)
+        root = table_root(path)
         if self.exists(root):
             return require_same_definition(self.snapshot(root), schema, partition_by)
-        unknown = [c for c in partition_by if c not in schema.fieldNames()]
-        if unknown:
-            raise DeltaTableError(
-                f"partition columns {unknown} of {root} are not in the schema {schema.fieldNames()}"
-            )
+        require_partition_columns(root, schema, partition_by)
         DeltaTable.create(
             root,
             spark_to_arrow(schema),
@@ -203,7 +204,7 @@ class EmbeddedDeltaEngine:
     def snapshot(
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> Snapshot:
-        root = _table_root(path)
+        root = table_root(path)
         if version is not None and timestamp is None:
             known = self._known_snapshot(root, version)
             if known is not None:
@@ -241,7 +242,7 @@ class EmbeddedDeltaEngine:
         schema = arrow_to_spark(table.schema().to_arrow())
         files = tuple(
             DataFile(
-                path=self._data_file_location(root, action["path"]),
+                path=data_file_location(root, action["path"]),
                 size_bytes=int(action["size_bytes"]),
                 num_records=action.get("num_records"),
                 partition_values={c: action.get(f"partition.{c}") for c in partitions},
@@ -261,14 +262,6 @@ class EmbeddedDeltaEngine:
             files=files,
             properties={k: v for k, v in metadata.configuration.items() if v is not None},
         )
-
-    @staticmethod
-    def _data_file_location(root: str, log_path: str) -> str:
-        # The log stores RFC 2396-encoded paths, relative to the root unless absolute.
-        decoded = unquote(log_path)
-        if "://" in decoded or decoded.startswith("/"):
-            return decoded
-        return f"{root.rstrip('/')}/{decoded}"
 
     def read_files(self, snapshot: Snapshot, files: Sequence[DataFile] | None = None) -> DataFrame:
         """The rows of ``files`` (all of the snapshot's by default) with the snapshot's schema.
@@ -333,57 +326,28 @@ class EmbeddedDeltaEngine:
         been append-only over the range, and the answer is the rows of the files added,
         tagged ``insert``; a file removed in the range raises :class:`NotAppendOnlyError`.
         """
-        if to_version < after_version:
-            raise DeltaTableError(
-                f"changes of {path}: to_version {to_version} is before after_version "
-                f"{after_version}"
-            )
-        root = _table_root(path)
+        require_version_range(f"changes of {path}", after_version, to_version)
+        root = table_root(path)
         table = self._open(root, to_version)
         end = self._snapshot_of(root, table)
-        change_schema = StructType(
-            [
-                *end.schema.fields,
-                StructField(CHANGE_TYPE, StringType(), False),
-                StructField(COMMIT_VERSION, LongType(), False),
-            ]
-        )
+        schema = change_schema(end.schema)
         if to_version == after_version:
-            return self._spark.createDataFrame([], change_schema)
-        if end.properties.get(CDF_PROPERTY, "false").lower() == "true":
+            return self._spark.createDataFrame([], schema)
+        if change_feed_enabled(end):
             feed = pa.RecordBatchReader.from_stream(
                 table.load_cdf(starting_version=after_version + 1, ending_version=to_version)
             ).read_all()
             # delta-rs answers with view and unsigned types that Spark cannot convert.
-            target = spark_to_arrow(change_schema)
+            target = spark_to_arrow(schema)
             feed = feed.select(target.names).cast(target)
-            return self._spark.createDataFrame(feed, change_schema)
-        return self._appended_rows(root, after_version, end, change_schema)
-
-    def _appended_rows(
-        self,
-        root: str,
-        after_version: int,
-        end: Snapshot,
-        change_schema: StructType,
-    ) -> DataFrame:
-        parts: list[DataFrame] = []
-        for version, adds, removes in self._file_changes(root, after_version, end.version):
-            removed = [r for r in removes if r.data_change]
-            if removed:
-                raise NotAppendOnlyError(
-                    f"table {root} removed {len(removed)} file(s) in version {version} and "
-                    f"does not enable {CDF_PROPERTY}; its changes cannot be derived from added "
-                    f"files. Set {CDF_PROPERTY}=true on the table."
-                )
-            added = [a.payload for a in adds if a.data_change and a.payload is not None]
-            if added:
-                parts.append(
-                    self.read_files(end, added)
-                    .withColumn(CHANGE_TYPE, F.lit(INSERT))
-                    .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-                )
-        return _union_or_empty(self._spark, parts, change_schema)
+            return self._spark.createDataFrame(feed, schema)
+        return appended_changes(
+            self._spark,
+            root,
+            self._file_changes(root, after_version, end.version),
+            lambda files: self.read_files(end, files),
+            schema,
+        )
 
     def rows_added(
         self,
@@ -400,12 +364,9 @@ class EmbeddedDeltaEngine:
         (``dataChange=false``) is read as it was added.
         """
         end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
-        parts = [
-            self.read_files(end, files).withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-            for version, files in by_version.items()
-        ]
-        schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
-        return _union_or_empty(self._spark, parts, schema)
+        return rows_added_frame(
+            self._spark, end.schema, by_version, lambda files: self.read_files(end, files)
+        )
 
     def count_rows_added(
         self,
@@ -417,8 +378,7 @@ class EmbeddedDeltaEngine:
         """The rows :meth:`rows_added` reads, from the files' ``numRecords`` (the embedded
         engine refuses deletion vectors, so a live file's rows are all its records)."""
         _, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
-        counts = [f.num_records for files in by_version.values() for f in files]
-        return None if None in counts else sum(c or 0 for c in counts)
+        return total_records(f for files in by_version.values() for f in files)
 
     def _added_by_version(
         self,
@@ -429,17 +389,10 @@ class EmbeddedDeltaEngine:
     ) -> tuple[Snapshot, dict[int, list[DataFile]]]:
         """The snapshot at ``to_version`` and the still-live files each version of
         ``(after_version, to_version]`` added, but for ``skip_versions``, by version."""
-        root = _table_root(path)
+        root = table_root(path)
         end = self.snapshot(root, to_version)
-        skip = set(skip_versions)
-        tracker: AddedFiles[DataFile] = AddedFiles(root)
-        for version, adds, removes in self._file_changes(root, after_version, end.version):
-            tracker.commit(version, adds, removes)
-        by_version: dict[int, list[DataFile]] = {}
-        for added in tracker.files():
-            if added.version not in skip:
-                by_version.setdefault(added.version, []).append(added.payload)
-        return end, dict(sorted(by_version.items()))
+        changes = self._file_changes(root, after_version, end.version)
+        return end, live_files_by_version(root, changes, skip_versions)
 
     def rows_by_version(
         self, path: str, after_version: int, to_version: int
@@ -447,7 +400,7 @@ class EmbeddedDeltaEngine:
         """From each version's commit file: one small read per version, where replaying
         snapshots would cost a file listing each. A commit file already cleaned up by log
         retention falls back to the snapshots."""
-        root = _table_root(path)
+        root = table_root(path)
         try:
             return [
                 (version, _rows_in_commit(self._commit_lines(root, version)))
@@ -479,11 +432,7 @@ class EmbeddedDeltaEngine:
         file. A commit file already cleaned up by log retention counts every action as a
         data change, as the snapshots alone would say.
         """
-        if to_version < after_version:
-            raise DeltaTableError(
-                f"changes of {root}: to_version {to_version} is before after_version "
-                f"{after_version}"
-            )
+        require_version_range(f"changes of {root}", after_version, to_version)
         walker = self._open(root, after_version)
         previous = {f.path: f for f in self._snapshot_of(root, walker).files}
         for version in range(after_version + 1, to_version + 1):
@@ -522,7 +471,7 @@ class EmbeddedDeltaEngine:
             entry = json.loads(line)
             action = entry.get("add") or entry.get("remove")
             if action and action.get("dataChange") is False:
-                quiet.add(self._data_file_location(root, action["path"]))
+                quiet.add(data_file_location(root, action["path"]))
         return frozenset(quiet)
 
     # ------------------------------------------------------------------ writes
@@ -578,7 +527,7 @@ class EmbeddedDeltaEngine:
     ) -> CommitOutcome:
         """Writes one Parquet file with pyarrow on the driver: no Spark job for a few rows.
         A partitioned table takes the ordinary (Spark) append."""
-        root = _table_root(path)
+        root = table_root(path)
         table = self._open(root)
         if table.metadata().partition_columns:
             return self.append(root, self._spark.createDataFrame(list(rows), schema), txn)
@@ -627,7 +576,7 @@ class EmbeddedDeltaEngine:
         end, by_version = self._added_by_version(source, after_version, to_version, skip_versions)
         if partition_by is not None:
             self.create_table(target, end.schema, partition_by)
-        root = _table_root(target)
+        root = table_root(target)
         table = self._open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
         require_same_schema(root, schema, end.schema)
@@ -681,7 +630,7 @@ class EmbeddedDeltaEngine:
         ``operation`` other than ``append`` replaces the files ``where`` selects (all files
         when ``where`` is None) with the data's, under the replace concurrency check.
         """
-        root = _table_root(path)
+        root = table_root(path)
         table = self._open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
         require_same_schema(root, schema, data.schema)
@@ -709,7 +658,7 @@ class EmbeddedDeltaEngine:
             txn=txn,
             commit_id=commit_id,
             operation=operation,
-            scope=_describe(where) if where else "the whole table",
+            scope=describe_filters(where) if where else "the whole table",
         )
 
     def replace(
@@ -724,13 +673,13 @@ class EmbeddedDeltaEngine:
         Raises :class:`ConcurrentModificationError`, committing nothing, when another writer
         added or removed files in those partitions after this call opened the table.
         """
-        root = _table_root(path)
+        root = table_root(path)
         self._require_partition_predicate(root, where, "replace")
         outside = data.filter(~F.coalesce(_spark_condition(where), F.lit(False))).limit(1)
         if outside.count():
             raise DeltaTableError(
                 f"replace on {root}: the data has rows outside the replace predicate "
-                f"{_describe(where)}; they would survive a later replace of the same range"
+                f"{describe_filters(where)}; they would survive a later replace of the same range"
             )
         return self._write(path, data, where, txn, "replace")
 
@@ -749,7 +698,7 @@ class EmbeddedDeltaEngine:
     def delete_partitions(
         self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        root = _table_root(path)
+        root = table_root(path)
         partitions = self._require_partition_predicate(root, where, "delete_partitions")
         table = self._open(root)
         commit_id = self._new_commit_id()
@@ -768,7 +717,7 @@ class EmbeddedDeltaEngine:
             txn=txn,
             commit_id=commit_id,
             operation="delete_partitions",
-            scope=_describe(where),
+            scope=describe_filters(where),
         )
 
     def overwrite(
@@ -791,13 +740,10 @@ class EmbeddedDeltaEngine:
         maintenance batches, not for bulk loads (use ``append`` for those). delta-rs writes
         and commits a merge in one call, so the commit guard runs just before that call.
         """
-        root = _table_root(path)
+        root = table_root(path)
         table = self._open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
-        payload = source.drop(delete_flag) if delete_flag else source
-        require_same_schema(root, schema, payload.schema)
-        if not keys:
-            raise DeltaTableError(f"merge into {root} needs at least one key column")
+        require_merge_source(root, schema, source, keys, delete_flag)
         commit_id = self._new_commit_id()
         skipped = self._skip_if_committed(root, table, txn)
         if skipped:
@@ -825,7 +771,9 @@ class EmbeddedDeltaEngine:
             with optional_phase(self.clock, "commit"):  # delta-rs merges and commits in one
                 metrics = builder.execute()
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
-            return self._recover_or_raise(root, base_version, commit_id, txn, e, _Written((), 0))
+            return self._recover_or_raise(
+                root, base_version, commit_id, txn, e, _Written((), 0), "merge"
+            )
         logger.info("merged into %s: %s", root, metrics)
         return self._landed(root, base_version, commit_id, _Written((), 0))
 
@@ -858,7 +806,7 @@ class EmbeddedDeltaEngine:
             target_size=int(target_file_bytes),
             max_concurrent_tasks=1,  # the driver's side; Spark's executors are not involved
             commit_properties=CommitProperties(
-                custom_metadata={**self.commit_metadata, COMMIT_ID_KEY: self._new_commit_id()},
+                custom_metadata=tagged_metadata(self.commit_metadata, self._new_commit_id()),
                 max_commit_retries=self._max_commit_retries,
             ),
         )
@@ -875,7 +823,7 @@ class EmbeddedDeltaEngine:
         if txn is None:
             return None
         recorded = table.transaction_version(txn.app_id)
-        if recorded is not None and recorded >= txn.version:
+        if already_recorded(txn, recorded):
             logger.info(
                 "skip commit to %s: app %s already at version %s (asked %s)",
                 root,
@@ -888,19 +836,13 @@ class EmbeddedDeltaEngine:
 
     def _new_commit_id(self) -> str:
         """A fresh commit id; also refuses commit metadata that would shadow log keys."""
-        clashing = sorted(set(self.commit_metadata) & _RESERVED_COMMIT_INFO_KEYS)
-        if clashing:
-            raise ConfigError(
-                f"commit metadata keys must not be reserved commitInfo keys "
-                f"{sorted(_RESERVED_COMMIT_INFO_KEYS)}; got {clashing}"
-            )
-        return uuid.uuid4().hex
+        return new_commit_id(self.commit_metadata, _RESERVED_COMMIT_INFO_KEYS)
 
     def _commit_properties(
         self, txn: AppTransaction | None, commit_id: str, max_commit_retries: int
     ) -> CommitProperties:
         return CommitProperties(
-            custom_metadata={**self.commit_metadata, COMMIT_ID_KEY: commit_id},
+            custom_metadata=tagged_metadata(self.commit_metadata, commit_id),
             max_commit_retries=max_commit_retries,
             app_transactions=[Transaction(txn.app_id, txn.version)] if txn else None,
         )
@@ -982,7 +924,7 @@ class EmbeddedDeltaEngine:
                 self._commit_properties(txn, commit_id, self._max_commit_retries),
             )
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
-            return self._recover_or_raise(root, base_version, commit_id, txn, e, written)
+            return self._recover_or_raise(root, base_version, commit_id, txn, e, written, "append")
         crash_point("delta.after_commit")
         return self._landed(root, base_version, commit_id, written)
 
@@ -1053,7 +995,9 @@ class EmbeddedDeltaEngine:
                         attempts,
                     )
                     continue
-                return self._recover_or_raise(root, attempt_version, commit_id, txn, e, written)
+                return self._recover_or_raise(
+                    root, attempt_version, commit_id, txn, e, written, operation
+                )
             crash_point("delta.after_commit")
             return self._landed(root, attempt_version, commit_id, written)
         raise CommitError(
@@ -1165,37 +1109,24 @@ class EmbeddedDeltaEngine:
         txn: AppTransaction | None,
         error: Exception,
         written: _Written,
+        operation: str,
     ) -> CommitOutcome:
-        """Treat an error as success only if the log shows that OUR commit landed.
-
-        The app transaction alone does not tell: a second writer running the same step
-        records the same app id and version, and its commit is not ours.
-        """
+        """Treat an error as success only if the log shows that OUR commit landed, as
+        :func:`~warehouse.delta.commit_protocol.outcome_after_error` decides."""
         latest = self._open(root)
         landed = self._find_commit(latest, after_version, commit_id)
-        if landed is not None:
-            logger.warning(
-                "commit %s to %s raised %r after it landed at version %d; not retrying",
-                commit_id,
-                root,
-                error,
-                landed,
-            )
-            return written.outcome(landed)
-        if txn is not None:
-            recorded = latest.transaction_version(txn.app_id)
-            if recorded is not None and recorded >= txn.version:
-                logger.warning(
-                    "commit %s to %s did not land (%r): another writer's commit recorded app "
-                    "%s at version %s (asked %s); this write's files stay untracked for vacuum",
-                    commit_id,
-                    root,
-                    error,
-                    txn.app_id,
-                    recorded,
-                    txn.version,
-                )
-                return CommitOutcome(table_version=latest.version(), committed=False)
+        recovered = outcome_after_error(
+            root,
+            operation,
+            commit_id,
+            error,
+            txn,
+            ours=None if landed is None else written.outcome(landed),
+            latest_version=latest.version(),
+            recorded=latest.transaction_version,
+        )
+        if recovered is not None:
+            return recovered
         raise CommitError(
             f"commit to {root} failed and did not land: {error}. The written files stay "
             "untracked and are removed by vacuum; rerunning the step is safe."
@@ -1285,17 +1216,6 @@ def _link_or_copy(source: str, destination: str) -> None:
     )
 
 
-def _union_or_empty(
-    spark: SparkSession, parts: Sequence[DataFrame], schema: StructType
-) -> DataFrame:
-    if not parts:
-        return spark.createDataFrame([], schema)
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
-
-
 def _decoded_file_location() -> Column:
     # Spark reports the file as an RFC 2396 URI; '+' is literal there, so protect it before
     # url_decode (which would read it as a space), then drop the scheme like the Python side.
@@ -1333,10 +1253,6 @@ def _delta_filters(where: Sequence[PartitionFilter]) -> list[tuple[str, str, Any
         )
         for f in where
     ]
-
-
-def _describe(where: Sequence[PartitionFilter]) -> str:
-    return " AND ".join(f"{f.column} {f.op} {f.value!r}" for f in where)
 
 
 def _partition_key(file: DataFile) -> tuple[tuple[str, Any], ...]:

@@ -34,15 +34,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 from delta.exceptions.base import (
@@ -59,47 +56,59 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from common.errors import (
     CommitError,
     ConcurrentModificationError,
     ConfigError,
     DeltaTableError,
-    NotAppendOnlyError,
     TableNotFoundError,
 )
 from common.faults import crash_point
 from common.phase_clock import PhaseClock, optional_phase
 from common.sql_text import quoted_identifier, string_literal
-from warehouse.delta.added_files import AddedFiles, FileAction
+from warehouse.delta.added_files import FileAction, live_files_by_version
+from warehouse.delta.added_rows import (
+    appended_changes,
+    change_feed_enabled,
+    change_schema,
+    require_version_range,
+    rows_added_frame,
+)
 from warehouse.delta.api import (
-    CDF_PROPERTY,
-    CHANGE_TYPE,
     COMMIT_VERSION,
-    INSERT,
     AppTransaction,
     CommitOutcome,
     Compaction,
     DataFile,
     PartitionFilter,
     Snapshot,
+    describe_filters,
+)
+from warehouse.delta.commit_protocol import (
+    COMMIT_ID_KEY,
+    new_commit_id,
+    outcome_after_error,
+    tagged_metadata,
 )
 from warehouse.delta.file_stats import column_bounds
 from warehouse.delta.partition_paths import delta_partition_literal
-from warehouse.delta.schema import require_same_definition, require_same_schema
+from warehouse.delta.schema import (
+    require_merge_source,
+    require_partition_columns,
+    require_same_definition,
+    require_same_schema,
+)
+from warehouse.delta.table_paths import data_file_location, table_root
 
 logger = logging.getLogger(__name__)
 
-# Key of the commit id inside each commit's ``userMetadata`` JSON (the embedded engine puts
-# the same key into commitInfo itself).
-COMMIT_ID_KEY = "enrichment.commitId"
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _DML_TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 _DML_TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 _RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 _OPTIMIZE_MAX_FILE_CONF = "spark.databricks.delta.optimize.maxFileSize"
-_USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _LISTING_PARALLELISM_CONF = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # Field metadata delta-spark keeps in a table's schema (column mapping ids, physical names):
 # not part of the columns' names or types, so left out of Snapshot.schema.
@@ -120,10 +129,6 @@ _CONFLICTS: tuple[type[Exception], ...] = (
 )
 # What delta-spark and Spark raise through py4j: JVM errors, converted or not.
 _JVM_ERRORS: tuple[type[Exception], ...] = (PySparkException, Py4JError)
-
-
-def _table_root(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
 
 
 @dataclass(frozen=True)
@@ -221,7 +226,7 @@ class NativeDeltaEngine:
     # ------------------------------------------------------------------ tables
 
     def exists(self, path: str) -> bool:
-        return bool(self._tables.isDeltaTable(self._spark, _table_root(path)))
+        return bool(self._tables.isDeltaTable(self._spark, table_root(path)))
 
     def create_table(
         self,
@@ -231,14 +236,10 @@ class NativeDeltaEngine:
         properties: Mapping[str, str] | None = None,
     ) -> int:
         """Create the table, or accept an existing one with the same schema and partitioning."""
-        root = _table_root(path)
+        root = table_root(path)
         if self.exists(root):
             return require_same_definition(self.snapshot(root), schema, partition_by)
-        unknown = [c for c in partition_by if c not in schema.fieldNames()]
-        if unknown:
-            raise DeltaTableError(
-                f"partition columns {unknown} of {root} are not in the schema {schema.fieldNames()}"
-            )
+        require_partition_columns(root, schema, partition_by)
         builder = self._tables.create(self._spark).location(root).addColumns(schema)
         if partition_by:
             builder = builder.partitionedBy(*partition_by)
@@ -258,7 +259,7 @@ class NativeDeltaEngine:
     def snapshot(
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> Snapshot:
-        root = _table_root(path)
+        root = table_root(path)
         if timestamp is not None:
             version = self._version_at(root, timestamp)
         return self._pin(root, self._jsnapshot(root, version)).snapshot
@@ -304,7 +305,7 @@ class NativeDeltaEngine:
         raw_paths: dict[str, str] = {}
         files = []
         for row in rows:
-            location = _data_file_location(root, row["path"])
+            location = data_file_location(root, row["path"])
             raw_paths[location] = row["path"]
             files.append(
                 DataFile(
@@ -353,7 +354,7 @@ class NativeDeltaEngine:
         columns = snapshot.schema.fieldNames()
         if not files:
             return self._spark.createDataFrame([], snapshot.schema)
-        root = _table_root(snapshot.table_path)
+        root = table_root(snapshot.table_path)
         jsnap = self._jsnapshot(root, snapshot.version)
         raw_paths = self._pin(root, jsnap).raw_paths
         missing = [f.path for f in files if f.path not in raw_paths]
@@ -375,7 +376,7 @@ class NativeDeltaEngine:
     def read(
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> DataFrame:
-        root = _table_root(path)
+        root = table_root(path)
         if timestamp is not None:
             version = self._version_at(root, timestamp)
         else:
@@ -389,7 +390,7 @@ class NativeDeltaEngine:
         """Commits, newest first: delta-spark's history with ``timestamp`` in epoch
         milliseconds (as delta-rs gives it) and the keys of this engine's ``userMetadata``
         JSON (commit id, ``commit_metadata``) lifted into each entry."""
-        root = _table_root(path)
+        root = table_root(path)
         self._jsnapshot(root)
         table = self._tables.forPath(self._spark, root)
         frame = table.history(limit) if limit else table.history()
@@ -402,7 +403,7 @@ class NativeDeltaEngine:
         return entries
 
     def transaction_version(self, path: str, app_id: str) -> int | None:
-        return self._recorded(self._jsnapshot(_table_root(path)), app_id)
+        return self._recorded(self._jsnapshot(table_root(path)), app_id)
 
     def _recorded(self, jsnap: Any, app_id: str) -> int | None:
         """The version of ``app_id`` the snapshot records, if any.
@@ -427,24 +428,14 @@ class NativeDeltaEngine:
         append-only over the range and the answer is the rows of the files added, tagged
         ``insert``. A data-changing remove then raises :class:`NotAppendOnlyError`.
         """
-        root = _table_root(path)
-        if to_version < after_version:
-            raise DeltaTableError(
-                f"changes of {root}: to_version {to_version} is before after_version "
-                f"{after_version}"
-            )
+        root = table_root(path)
+        require_version_range(f"changes of {root}", after_version, to_version)
         end_j = self._jsnapshot(root, to_version)
         end = self._pin(root, end_j).snapshot
-        change_schema = StructType(
-            [
-                *end.schema.fields,
-                StructField(CHANGE_TYPE, StringType(), False),
-                StructField(COMMIT_VERSION, LongType(), False),
-            ]
-        )
+        schema = change_schema(end.schema)
         if to_version == after_version:
-            return self._spark.createDataFrame([], change_schema)
-        if end.properties.get(CDF_PROPERTY, "false").lower() == "true":
+            return self._spark.createDataFrame([], schema)
+        if change_feed_enabled(end):
             feed = (
                 self._spark.read.format("delta")
                 .option("readChangeFeed", "true")
@@ -452,25 +443,25 @@ class NativeDeltaEngine:
                 .option("endingVersion", to_version)
                 .load(root)
             )
-            return feed.select(*change_schema.fieldNames())
-        parts = []
-        for version, adds, removes in self._commits(root, after_version, to_version):
-            removed = [r for r in removes if r.data_change]
-            if removed:
-                raise NotAppendOnlyError(
-                    f"table {root} removed {len(removed)} file(s) in version {version} and does "
-                    f"not enable {CDF_PROPERTY}; its changes cannot be derived from added files. "
-                    f"Set {CDF_PROPERTY}=true on the table."
-                )
-            added = [a.payload for a in adds if a.data_change]
-            if added:
-                parts.append(
-                    self._files_frame(root, end_j, self._jvm.java.util.ArrayList(added))
-                    .select(*end.schema.fieldNames())
-                    .withColumn(CHANGE_TYPE, F.lit(INSERT))
-                    .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-                )
-        return _union_or_empty(self._spark, parts, change_schema)
+            return feed.select(*schema.fieldNames())
+        return appended_changes(
+            self._spark,
+            root,
+            self._commits(root, after_version, to_version),
+            self._added_reader(root, end_j, end),
+            schema,
+        )
+
+    def _added_reader(
+        self, root: str, jsnap: Any, end: Snapshot
+    ) -> Callable[[list[Any]], DataFrame]:
+        """Reads a list of Java AddFile actions as of ``jsnap``, in ``end``'s columns."""
+
+        def read(adds: list[Any]) -> DataFrame:
+            frame = self._files_frame(root, jsnap, self._jvm.java.util.ArrayList(adds))
+            return frame.select(*end.schema.fieldNames())
+
+        return read
 
     def rows_added_arrow(
         self,
@@ -521,31 +512,15 @@ class NativeDeltaEngine:
         its latest Add action in the range, so rows deleted through a deletion vector are
         not live.
         """
-        root = _table_root(path)
-        if to_version < after_version:
-            raise DeltaTableError(
-                f"rows added to {root}: to_version {to_version} is before after_version "
-                f"{after_version}"
-            )
+        root = table_root(path)
+        require_version_range(f"rows added to {root}", after_version, to_version)
         end_j = self._jsnapshot(root, to_version)
         end = self._pin(root, end_j).snapshot
-        schema = StructType([*end.schema.fields, StructField(COMMIT_VERSION, LongType())])
-        skip = set(skip_versions)
-        tracker: AddedFiles[Any] = AddedFiles(root)
-        for version, adds, removes in self._commits(root, after_version, to_version):
-            tracker.commit(version, adds, removes)
-        by_version: dict[int, list[Any]] = {}
-        for added in tracker.files():
-            if added.version not in skip:
-                by_version.setdefault(added.version, []).append(added.payload)
-        columns = end.schema.fieldNames()
-        parts = [
-            self._files_frame(root, end_j, self._jvm.java.util.ArrayList(adds))
-            .select(*columns)
-            .withColumn(COMMIT_VERSION, F.lit(version).cast(LongType()))
-            for version, adds in sorted(by_version.items())
-        ]
-        return _union_or_empty(self._spark, parts, schema)
+        commits = self._commits(root, after_version, to_version)
+        by_version = live_files_by_version(root, commits, skip_versions)
+        return rows_added_frame(
+            self._spark, end.schema, by_version, self._added_reader(root, end_j, end)
+        )
 
     def count_rows_added(
         self,
@@ -561,7 +536,7 @@ class NativeDeltaEngine:
     def rows_by_version(
         self, path: str, after_version: int, to_version: int
     ) -> list[tuple[int, int]]:
-        root = _table_root(path)
+        root = table_root(path)
         counts = dict.fromkeys(range(after_version + 1, to_version + 1), 0)
         for version, adds, removes in self._commits(root, after_version, to_version):
             updated = {r.path for r in removes if r.data_change}
@@ -614,6 +589,13 @@ class NativeDeltaEngine:
         stored = self._jsnapshot(root).schema().json()
         return _logical_schema(StructType.fromJson(json.loads(stored)))
 
+    def _table_frame(self, root: str, data: DataFrame) -> DataFrame:
+        """``data`` with the table's columns in the table's order; refused unless it has
+        exactly those columns (a write by name must not add, drop or retype one)."""
+        schema = self._schema(root)
+        require_same_schema(root, schema, data.schema)
+        return data.select(*schema.fieldNames())
+
     def append(
         self,
         path: str,
@@ -623,10 +605,8 @@ class NativeDeltaEngine:
     ) -> CommitOutcome:
         if partition_by is not None:
             self.create_table(path, data.schema, partition_by)
-        root = _table_root(path)
-        schema = self._schema(root)
-        require_same_schema(root, schema, data.schema)
-        frame = data.select(*schema.fieldNames())
+        root = table_root(path)
+        frame = self._table_frame(root, data)
         return self._commit(
             root,
             "append",
@@ -643,17 +623,15 @@ class NativeDeltaEngine:
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
         """``replaceWhere`` (any columns); rows outside ``where`` are refused by delta-spark."""
-        root = _table_root(path)
-        schema = self._schema(root)
-        require_same_schema(root, schema, data.schema)
+        root = table_root(path)
+        frame = self._table_frame(root, data)
         if not where:
             raise DeltaTableError(f"replace on {root} needs a predicate; use overwrite instead")
         predicate = _sql_predicate(where)
-        frame = data.select(*schema.fieldNames())
         return self._commit(
             root,
             "replace",
-            _describe(where),
+            describe_filters(where),
             txn,
             lambda meta: (
                 self._writer(frame, txn, meta)
@@ -667,7 +645,7 @@ class NativeDeltaEngine:
         self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
     ) -> CommitOutcome:
         """A delta-spark DELETE; on partition columns only it removes whole files."""
-        root = _table_root(path)
+        root = table_root(path)
         if not where:
             raise DeltaTableError(f"delete_partitions on {root} needs a predicate")
         predicate = _sql_predicate(where)
@@ -677,15 +655,13 @@ class NativeDeltaEngine:
             with self._dml_settings(meta, txn):
                 table.delete(predicate)
 
-        return self._commit(root, "delete_partitions", _describe(where), txn, delete)
+        return self._commit(root, "delete_partitions", describe_filters(where), txn, delete)
 
     def overwrite(
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        root = _table_root(path)
-        schema = self._schema(root)
-        require_same_schema(root, schema, data.schema)
-        frame = data.select(*schema.fieldNames())
+        root = table_root(path)
+        frame = self._table_frame(root, data)
         return self._commit(
             root,
             "overwrite",
@@ -703,12 +679,9 @@ class NativeDeltaEngine:
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
         """Upsert ``source`` by ``keys``; rows whose ``delete_flag`` is true delete the match."""
-        root = _table_root(path)
+        root = table_root(path)
         schema = self._schema(root)
-        payload = source.drop(delete_flag) if delete_flag else source
-        require_same_schema(root, schema, payload.schema)
-        if not keys:
-            raise DeltaTableError(f"merge into {root} needs at least one key column")
+        require_merge_source(root, schema, source, keys, delete_flag)
         values: dict[str, str | Column] = {c: f"s.`{c}`" for c in schema.fieldNames()}
         builder = (
             self._tables.forPath(self._spark, root)
@@ -774,10 +747,8 @@ class NativeDeltaEngine:
         # writing any data. Checking first as well cost a second read of the version's
         # checksum (about 2 s a commit on local[2]) and could not close the race anyway.
         before = int(self._jsnapshot(root).version())
-        commit_id = self._new_commit_id()
-        user_metadata = json.dumps(
-            {**self.commit_metadata, COMMIT_ID_KEY: commit_id}, sort_keys=True
-        )
+        commit_id = new_commit_id(self.commit_metadata)
+        user_metadata = json.dumps(tagged_metadata(self.commit_metadata, commit_id), sort_keys=True)
         if self.commit_guard is not None:
             self.commit_guard()
         crash_point("delta.before_commit")
@@ -804,14 +775,6 @@ class NativeDeltaEngine:
             "%s on %s committed version %d (commit %s)", operation, root, landed[0], commit_id
         )
         return _outcome(landed[0], landed[1])
-
-    def _new_commit_id(self) -> str:
-        if COMMIT_ID_KEY in self.commit_metadata:
-            raise ConfigError(
-                f"commit metadata must not set {COMMIT_ID_KEY!r}: this engine puts each "
-                f"commit's own id there; got keys {sorted(self.commit_metadata)}"
-            )
-        return uuid.uuid4().hex
 
     def _find_commit(
         self, root: str, after_version: int, commit_id: str
@@ -860,30 +823,19 @@ class NativeDeltaEngine:
         """An error from delta-spark: our commit landed anyway, another writer's commit of
         the same app transaction won, a conflict (nothing committed), or a failure."""
         landed = self._find_commit(root, before, commit_id)
-        if landed is not None:
-            logger.warning(
-                "%s on %s raised %r after its commit landed at version %d; not retrying",
-                operation,
-                root,
-                error,
-                landed[0],
-            )
-            return _outcome(landed[0], landed[1])
         latest = self._jsnapshot(root)
-        if txn is not None:
-            recorded = self._recorded(latest, txn.app_id)
-            if recorded is not None and recorded >= txn.version:
-                logger.warning(
-                    "%s on %s did not land (%s): another writer's commit recorded app %s at "
-                    "version %s (asked %s)",
-                    operation,
-                    root,
-                    type(error).__name__,
-                    txn.app_id,
-                    recorded,
-                    txn.version,
-                )
-                return CommitOutcome(table_version=int(latest.version()), committed=False)
+        recovered = outcome_after_error(
+            root,
+            operation,
+            commit_id,
+            error,
+            txn,
+            ours=None if landed is None else _outcome(*landed),
+            latest_version=int(latest.version()),
+            recorded=lambda app_id: self._recorded(latest, app_id),
+        )
+        if recovered is not None:
+            return recovered
         if isinstance(error, ConcurrentTransactionException):
             raise CommitError(
                 f"{operation} on {root} did not land: a concurrent writer committed app "
@@ -912,14 +864,15 @@ class NativeDeltaEngine:
     def compact(self, path: str, target_file_bytes: int) -> Compaction:
         """delta-spark's ``OPTIMIZE`` (bin-packing, dataChange=false), under the commit guard
         and with this engine's commit metadata as the commit's userMetadata."""
-        root = _table_root(path)
+        root = table_root(path)
         before = int(self._jsnapshot(root).version())
         if self.commit_guard is not None:
             self.commit_guard()
         settings = {
             _OPTIMIZE_MAX_FILE_CONF: str(int(target_file_bytes)),
             _USER_METADATA_CONF: json.dumps(
-                {**self.commit_metadata, COMMIT_ID_KEY: self._new_commit_id()}, sort_keys=True
+                tagged_metadata(self.commit_metadata, new_commit_id(self.commit_metadata)),
+                sort_keys=True,
             ),
         }
         table = "delta." + quoted_identifier(root)
@@ -942,7 +895,7 @@ class NativeDeltaEngine:
         and every kept version stays readable. delta-spark records the vacuum as two
         commits (``VACUUM START`` / ``VACUUM END``).
         """
-        root = _table_root(path)
+        root = table_root(path)
         latest = int(self._jsnapshot(root).version())
         hours = float(retention_hours)
         kept = [v for v in keep_versions if v < latest]
@@ -1054,29 +1007,6 @@ def _logical_schema(schema: StructType) -> StructType:
             for f in schema.fields
         ]
     )
-
-
-def _data_file_location(root: str, log_path: str) -> str:
-    # The log stores RFC 2396-encoded paths, relative to the root unless absolute.
-    decoded = unquote(log_path)
-    if "://" in decoded or decoded.startswith("/"):
-        return decoded
-    return f"{root.rstrip('/')}/{decoded}"
-
-
-def _union_or_empty(
-    spark: SparkSession, parts: Sequence[DataFrame], schema: StructType
-) -> DataFrame:
-    if not parts:
-        return spark.createDataFrame([], schema)
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
-
-
-def _describe(where: Sequence[PartitionFilter]) -> str:
-    return " AND ".join(f"{f.column} {f.op} {f.value!r}" for f in where)
 
 
 def _sql_predicate(where: Sequence[PartitionFilter]) -> str:

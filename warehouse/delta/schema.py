@@ -3,7 +3,9 @@
 delta-rs 1.6 does not check the schema of files committed through
 ``create_write_transaction``, so every write path calls :func:`require_same_schema` first.
 Columns are matched by name; a difference in the set of names or in any column's type is
-refused with a message that lists each offending column with both types.
+refused with a message that lists each offending column with both types. The checks of a
+new table's partition columns and of a merge's source, the same for both engines, are here
+too.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from warehouse.delta.api import Snapshot
 
-from common.errors import SchemaMismatchError, TableExistsError
+from common.errors import DeltaTableError, SchemaMismatchError, TableExistsError
 
 
 def spark_to_arrow(schema: StructType) -> pa.Schema:
@@ -56,6 +60,33 @@ def require_same_schema(table_path: str, table: StructType, data: StructType) ->
     for n in changed:
         lines.append(f"  column {n}: table has {table_types[n]}, data has {data_types[n]}")
     raise SchemaMismatchError("\n".join(lines))
+
+
+def require_partition_columns(
+    table_path: str, schema: StructType, partition_by: Sequence[str]
+) -> None:
+    """Refuse to create a table partitioned by columns its schema does not have."""
+    unknown = [c for c in partition_by if c not in schema.fieldNames()]
+    if unknown:
+        raise DeltaTableError(
+            f"partition columns {unknown} of {table_path} are not in the schema "
+            f"{schema.fieldNames()}"
+        )
+
+
+def require_merge_source(
+    table_path: str,
+    table: StructType,
+    source: DataFrame,
+    keys: Sequence[str],
+    delete_flag: str | None,
+) -> None:
+    """Refuse a merge source that is not the table's columns (plus ``delete_flag``), or a
+    merge without keys."""
+    payload = source.drop(delete_flag) if delete_flag else source
+    require_same_schema(table_path, table, payload.schema)
+    if not keys:
+        raise DeltaTableError(f"merge into {table_path} needs at least one key column")
 
 
 def require_same_definition(
