@@ -1,11 +1,14 @@
 """What a scheduled interval costs, end to end, against the same work written plainly.
 
-    python -m benchmarks.interval_cost [--shapes equi20k ...] [--intervals 4]
+    python -m benchmarks.interval_cost [--shapes demo equi20k ...] [--intervals 4]
                                        [--modes tasks warm plain duckdb]
                                        [--out benchmarks/results/interval-cost.md]
 
-Each shape is a pipeline config, a master and one stream file per interval. The same
-files go through four modes, one after the other, each in a fresh warehouse:
+Each shape is a pipeline config, its masters and one file per stream per interval:
+``demo`` is ``configs/demo.yaml`` as it is (two streams, three stages of which one reads
+another's output, its Great Expectations suites); the others are built from their stages
+with the operators' defaults. The same files go through four modes, one after the other,
+each in a fresh warehouse:
 
 - ``tasks``: the pipeline as the generated Airflow DAG runs it by default: every task of
   the DAG run (``ingest``, one ``stage`` per stage, ``validate``) in its own ``enrich``
@@ -97,25 +100,70 @@ class RangeJoin:
     hi: str
 
 
-Join = EquiJoin | BandJoin | RangeJoin
+Predicate = EquiJoin | BandJoin | RangeJoin
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What every mode checks on an output batch before it appends it: the plain modes as
+    one aggregate, the pipeline through its quality gate (plus ``suite``'s expectations)."""
+
+    value_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    value_sets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    not_null: tuple[str, ...] = ()
+    unique: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: ``predicate`` joins ``input`` (a stream or an earlier stage's output) to
+    ``master`` and writes ``output``."""
+
+    input: str
+    master: str
+    predicate: Predicate
+    output: str = ""
+    checks: Checks = field(default_factory=Checks)
+
+    @property
+    def name(self) -> str:
+        return self.predicate.name
+
+    @property
+    def published(self) -> str:
+        return self.output or self.predicate.name
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A stream: its tuple id and how to make interval ``index``'s file from the masters."""
+
+    name: str
+    id_column: str
+    make: Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]
+    format: str = "json"
+
+
+@dataclass(frozen=True)
+class Master:
+    name: str
+    keys: tuple[str, ...]
+    make: Callable[[Path], pa.Table]
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One benchmark shape: a stream, a master and the stages joining them."""
+    """One benchmark shape: streams, masters and the stages joining them, in DAG order.
+
+    ``config`` names a pipeline config to run as it is (its paths moved into the mode's
+    folder); without it the config is built from the stages with default operators."""
 
     name: str
     description: str
-    stream: str
-    stream_id: str
-    stream_rows: int
-    master: str
-    master_keys: tuple[str, ...]
-    joins: tuple[Join, ...]
-    make_master: Callable[[Path], pa.Table]
-    make_stream: Callable[[pa.Table, int, np.random.Generator], pa.Table]
-    stream_format: str = "json"
-    checks: dict[str, tuple[float, float]] = field(default_factory=dict)
+    streams: tuple[Stream, ...]
+    masters: tuple[Master, ...]
+    stages: tuple[Stage, ...]
+    config: Path | None = None
 
 
 def _tpch(scale: float, cache: Path, table: str) -> pa.Table:
@@ -210,67 +258,219 @@ def reference_orders(rows: int) -> Callable[[Path], pa.Table]:
 
 
 def equi_shape(name: str, description: str, scale: float, rows: int) -> Shape:
+    checks = Checks(value_ranges={"l_quantity": (1, 50)})
     return Shape(
         name=name,
         description=description,
-        stream="li",
-        stream_id="l_id",
-        stream_rows=rows,
-        master="partsupp",
-        master_keys=("ps_partkey", "ps_suppkey"),
-        joins=(
-            EquiJoin("li_inner", "inner", "l_partkey", "ps_partkey"),
-            EquiJoin("li_left", "left", "l_partkey", "ps_partkey"),
+        streams=(
+            Stream(
+                "li",
+                "l_id",
+                lambda masters, index, rng: lineitem_stream(masters["partsupp"], index, rng, rows),
+            ),
         ),
-        make_master=partsupp_master(scale),
-        make_stream=lambda master, index, rng: lineitem_stream(master, index, rng, rows),
-        checks={"l_quantity": (1, 50)},
+        masters=(Master("partsupp", ("ps_partkey", "ps_suppkey"), partsupp_master(scale)),),
+        stages=(
+            Stage(
+                "li",
+                "partsupp",
+                EquiJoin("li_inner", "inner", "l_partkey", "ps_partkey"),
+                checks=checks,
+            ),
+            Stage(
+                "li",
+                "partsupp",
+                EquiJoin("li_left", "left", "l_partkey", "ps_partkey"),
+                checks=checks,
+            ),
+        ),
     )
 
 
-SHAPES: dict[str, Shape] = {
-    shape.name: shape
-    for shape in (
-        equi_shape(
-            "equi20k",
-            "20k tuples through an inner and a left equi stage, partsupp SF0.125 (100k rows)",
-            0.125,
-            20_000,
+def theta_shape(
+    name: str, description: str, rows: int, master: Master, predicate: BandJoin | RangeJoin
+) -> Shape:
+    return Shape(
+        name=name,
+        description=description,
+        streams=(
+            Stream("ord", "o_id", lambda masters, index, rng: orders_stream(index, rng, rows)),
         ),
-        equi_shape(
-            "equi200k",
-            "200k tuples through an inner and a left equi stage, partsupp SF1 (800k rows)",
-            1.0,
-            200_000,
-        ),
-        Shape(
-            name="range100k",
-            description="100k orders against 300 price bands (range, left)",
-            stream="ord",
-            stream_id="o_id",
-            stream_rows=100_000,
-            master="bands",
-            master_keys=("band_id",),
-            joins=(RangeJoin("ord_band", "left", "o_totalprice", "band_lo", "band_hi"),),
-            make_master=price_bands(300),
-            make_stream=lambda master, index, rng: orders_stream(index, rng, 100_000),
-            checks={"o_totalprice": (0, 600_000)},
-        ),
-        Shape(
-            name="band20k",
-            description="20k orders against 100k orders within eps = 1 (band, inner)",
-            stream="ord",
-            stream_id="o_id",
-            stream_rows=20_000,
-            master="refs",
-            master_keys=("r_id",),
-            joins=(BandJoin("ord_near", "inner", "o_totalprice", "r_totalprice", 1.0),),
-            make_master=reference_orders(100_000),
-            make_stream=lambda master, index, rng: orders_stream(index, rng, 20_000),
-            checks={"o_totalprice": (0, 600_000)},
+        masters=(master,),
+        stages=(
+            Stage(
+                "ord",
+                master.name,
+                predicate,
+                checks=Checks(value_ranges={"o_totalprice": (0, 600_000)}),
+            ),
         ),
     )
-}
+
+
+DEMO_SCALE = 0.01
+DEMO_ORDERS = 5_000
+DEMO_LINEITEMS = 5_000
+
+
+def demo_master(name: str) -> Callable[[Path], pa.Table]:
+    """One of the demo's masters as ``enrich demo-data`` makes it (TPC-H SF0.01)."""
+
+    def make(cache: Path) -> pa.Table:
+        from demo.data import generate_tpch, master_tables
+
+        return master_tables(generate_tpch(DEMO_SCALE, cache), seed=7)[name]
+
+    return make
+
+
+def demo_orders(cache: Path) -> Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]:
+    """Interval ``index``'s orders: TPC-H SF0.01 orders drawn with replacement (so every
+    order has its customer and an order date under the promotions), numbered anew so that
+    an id is never re-sent."""
+
+    def make(masters: dict[str, pa.Table], index: int, rng: np.random.Generator) -> pa.Table:
+        from demo.data import _plain, generate_tpch
+
+        orders = _plain(pq.read_table(generate_tpch(DEMO_SCALE, cache) / "orders.parquet"))
+        picked = orders.take(pa.array(rng.integers(0, orders.num_rows, size=DEMO_ORDERS)))
+        first_id = index * DEMO_ORDERS
+        table = pa.table(
+            {
+                "o_orderkey": pa.array(np.arange(first_id, first_id + DEMO_ORDERS), pa.int64()),
+                "o_custkey": picked.column("o_custkey").cast(pa.int64()),
+                "o_totalprice": picked.column("o_totalprice").cast(pa.float64()),
+                "o_orderdate": picked.column("o_orderdate").cast(pa.date32()),
+                "o_orderpriority": picked.column("o_orderpriority").cast(pa.string()),
+            }
+        )
+        return _with_event_time(table, index, rng)
+
+    return make
+
+
+def demo_lineitems(
+    cache: Path,
+) -> Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]:
+    """Interval ``index``'s line items: TPC-H SF0.01 line items drawn with replacement,
+    numbered anew."""
+
+    def make(masters: dict[str, pa.Table], index: int, rng: np.random.Generator) -> pa.Table:
+        from demo.data import _plain, generate_tpch
+
+        items = _plain(pq.read_table(generate_tpch(DEMO_SCALE, cache) / "lineitem.parquet"))
+        picked = items.take(pa.array(rng.integers(0, items.num_rows, size=DEMO_LINEITEMS)))
+        first_id = index * DEMO_LINEITEMS
+        table = pa.table(
+            {
+                "l_id": pa.array(np.arange(first_id, first_id + DEMO_LINEITEMS), pa.int64()),
+                "l_orderkey": picked.column("l_orderkey").cast(pa.int64()),
+                "l_partkey": picked.column("l_partkey").cast(pa.int64()),
+                "l_quantity": picked.column("l_quantity").cast(pa.float64()),
+                "l_extendedprice": picked.column("l_extendedprice").cast(pa.float64()),
+            }
+        )
+        return _with_event_time(table, index, rng)
+
+    return make
+
+
+def demo_shape(cache: Path) -> Shape:
+    """``configs/demo.yaml`` as it is (its operators and its suites), on its TPC-H masters,
+    with 5k orders and 5k line items an interval (the demo's own files)."""
+    priorities = ("1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW")
+    return Shape(
+        name="demo",
+        description=(
+            f"configs/demo.yaml: {DEMO_ORDERS // 1000}k orders (SSBJ left to customer, then "
+            f"A-DSP/auto range to promotions) and {DEMO_LINEITEMS // 1000}k line items (SSBJ "
+            "inner to partsupp) an interval, with the demo's suites"
+        ),
+        streams=(
+            Stream("orders", "o_orderkey", demo_orders(cache)),
+            Stream("lineitem", "l_id", demo_lineitems(cache)),
+        ),
+        masters=(
+            Master("customer", ("c_custkey",), demo_master("customer")),
+            Master("partsupp", ("ps_partkey", "ps_suppkey"), demo_master("partsupp")),
+            Master("promotions", ("promo_id",), demo_master("promotions")),
+        ),
+        stages=(
+            Stage(
+                "orders",
+                "customer",
+                EquiJoin("orders_customer", "left", "o_custkey", "c_custkey"),
+                checks=Checks(
+                    value_ranges={"o_totalprice": (0, 1_000_000), "c_acctbal": (-1000, 10_000)},
+                    not_null=("o_orderkey", "o_custkey", "event_time"),
+                    unique=("o_orderkey", "c_custkey"),
+                ),
+            ),
+            Stage(
+                "orders_customer",
+                "promotions",
+                RangeJoin("orders_promotions", "left", "o_orderdate", "valid_from", "valid_to"),
+                output="orders_enriched",
+                checks=Checks(
+                    value_ranges={"o_totalprice": (0, 1_000_000), "discount": (0, 0.5)},
+                    value_sets={"o_orderpriority": priorities},
+                    not_null=("o_orderkey", "o_custkey", "event_time"),
+                    unique=("o_orderkey", "promo_id"),
+                ),
+            ),
+            Stage(
+                "lineitem",
+                "partsupp",
+                EquiJoin("lineitem_partsupp", "inner", "l_partkey", "ps_partkey"),
+                output="lineitem_suppliers",
+                checks=Checks(
+                    value_ranges={"l_quantity": (1, 50), "ps_supplycost": (0, 1000)},
+                    not_null=("l_id", "l_partkey", "ps_partkey", "ps_suppkey", "event_time"),
+                    unique=("l_id", "ps_partkey", "ps_suppkey"),
+                ),
+            ),
+        ),
+        config=REPO / "configs" / "demo.yaml",
+    )
+
+
+def shapes(cache: Path) -> dict[str, Shape]:
+    """Every shape, by name (``cache`` holds the generated TPC-H files)."""
+    return {
+        shape.name: shape
+        for shape in (
+            demo_shape(cache),
+            equi_shape(
+                "equi20k",
+                "20k tuples through an inner and a left equi stage, partsupp SF0.125 (100k rows)",
+                0.125,
+                20_000,
+            ),
+            equi_shape(
+                "equi200k",
+                "200k tuples through an inner and a left equi stage, partsupp SF1 (800k rows)",
+                1.0,
+                200_000,
+            ),
+            theta_shape(
+                "range100k",
+                "100k orders against 300 price bands (range, left)",
+                100_000,
+                Master("bands", ("band_id",), price_bands(300)),
+                RangeJoin("ord_band", "left", "o_totalprice", "band_lo", "band_hi"),
+            ),
+            theta_shape(
+                "band20k",
+                "20k orders against 100k orders within eps = 1 (band, inner)",
+                20_000,
+                Master("refs", ("r_id",), reference_orders(100_000)),
+                BandJoin("ord_near", "inner", "o_totalprice", "r_totalprice", 1.0),
+            ),
+        )
+    }
+
+
+SHAPE_NAMES = ("demo", "equi20k", "equi200k", "range100k", "band20k")
 
 
 # ---------------------------------------------------------------------------- data
@@ -278,35 +478,64 @@ SHAPES: dict[str, Shape] = {
 
 @dataclass(frozen=True)
 class Prepared:
-    """A shape's generated inputs: the master (Parquet) and one stream file per interval."""
+    """A shape's generated inputs: each master (Parquet) and each stream's file per interval."""
 
     shape: Shape
     folder: Path
-    master_file: Path
-    stream_files: tuple[Path, ...]
-    master_columns: tuple[str, ...]
-    stream_schema: pa.Schema
+    master_files: dict[str, Path]
+    stream_files: dict[str, tuple[Path, ...]]
+    master_columns: dict[str, tuple[str, ...]]
+    stream_schemas: dict[str, pa.Schema]
+
+    @property
+    def intervals(self) -> int:
+        return len(next(iter(self.stream_files.values())))
+
+    def columns(self, name: str) -> list[str]:
+        """The columns of a stream, or of a stage's output: its input's and its master's."""
+        if name in self.stream_schemas:
+            return [f.name for f in self.stream_schemas[name]]
+        stage = next(s for s in self.shape.stages if name in (s.published, s.name))
+        return [*self.columns(stage.input), *self.master_columns[stage.master]]
+
+    def stage_input(self, stage: Stage) -> str:
+        """``stage.input`` as a frame name of the plain modes: a stream, or the output that
+        the stage named there publishes."""
+        for other in self.shape.stages:
+            if stage.input in (other.name, other.published):
+                return other.published
+        return stage.input
 
 
 def prepare(shape: Shape, folder: Path, intervals: int, cache: Path) -> Prepared:
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "outbox").mkdir(parents=True)
-    master = shape.make_master(cache)
-    master_file = folder / f"{shape.master}.parquet"
-    pq.write_table(master, master_file)
+    masters = {m.name: m.make(cache) for m in shape.masters}
+    master_files = {}
+    for name, table in masters.items():
+        master_files[name] = folder / f"{name}.parquet"
+        pq.write_table(table, master_files[name])
     rng = np.random.default_rng(7)
-    files = []
-    schema = None
+    files: dict[str, list[Path]] = {s.name: [] for s in shape.streams}
+    schemas: dict[str, pa.Schema] = {}
     for index in range(intervals):
-        table = shape.make_stream(master, index, rng)
-        schema = table.schema
-        files.append(_write_stream(table, folder / "outbox" / f"{shape.stream}-{index:04d}", shape))
-    assert schema is not None
-    return Prepared(shape, folder, master_file, tuple(files), tuple(master.column_names), schema)
+        for stream in shape.streams:
+            table = stream.make(masters, index, rng)
+            schemas[stream.name] = table.schema
+            stem = folder / "outbox" / f"{stream.name}-{index:04d}"
+            files[stream.name].append(_write_stream(table, stem, stream))
+    return Prepared(
+        shape,
+        folder,
+        master_files,
+        {name: tuple(paths) for name, paths in files.items()},
+        {name: tuple(table.column_names) for name, table in masters.items()},
+        schemas,
+    )
 
 
-def _write_stream(table: pa.Table, stem: Path, shape: Shape) -> Path:
-    if shape.stream_format == "parquet":
+def _write_stream(table: pa.Table, stem: Path, stream: Stream) -> Path:
+    if stream.format == "parquet":
         path = stem.with_suffix(".parquet")
         pq.write_table(table, path)
         return path
@@ -314,7 +543,7 @@ def _write_stream(table: pa.Table, stem: Path, shape: Shape) -> Path:
     with path.open("w") as handle:
         for row in table.to_pylist():
             row["event_time"] = row["event_time"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json.dumps(row, default=str) + "\n")
     return path
 
 
@@ -322,25 +551,29 @@ _SPARK_TYPES = {
     pa.int64(): "bigint",
     pa.float64(): "double",
     pa.string(): "string",
+    pa.date32(): "date",
     pa.timestamp("us"): "timestamp",
 }
 
 
 def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
     shape = prepared.shape
+    if shape.config is not None:
+        return _moved_config(shape, root)
     stages: list[dict[str, Any]] = []
-    for join in shape.joins:
-        stage: dict[str, Any] = {
-            "name": join.name,
-            "input": shape.stream,
-            "master": shape.master,
+    for stage in shape.stages:
+        join = stage.predicate
+        entry: dict[str, Any] = {
+            "name": stage.name,
+            "input": stage.input,
+            "master": stage.master,
             "join": join.join,
-            "output": join.name,
+            "output": stage.published,
         }
         if isinstance(join, EquiJoin):
-            stage |= {"kind": "equi", "join_on": {join.stream_key: join.master_key}}
+            entry |= {"kind": "equi", "join_on": {join.stream_key: join.master_key}}
         elif isinstance(join, BandJoin):
-            stage |= {
+            entry |= {
                 "kind": "theta",
                 "predicate": {
                     "type": "band",
@@ -350,7 +583,7 @@ def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
                 },
             }
         else:
-            stage |= {
+            entry |= {
                 "kind": "theta",
                 "predicate": {
                     "type": "range",
@@ -359,48 +592,65 @@ def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
                     "hi": join.hi,
                 },
             }
-        stages.append(stage)
-    columns = [
-        {
-            "name": f.name,
-            "type": _SPARK_TYPES[f.type],
-            "nullable": f.name not in (shape.stream_id, "event_time"),
+        stages.append(entry)
+    streams = {}
+    for stream in shape.streams:
+        columns = [
+            {
+                "name": f.name,
+                "type": _SPARK_TYPES[f.type],
+                "nullable": f.name not in (stream.id_column, "event_time"),
+            }
+            for f in prepared.stream_schemas[stream.name]
+        ]
+        streams[stream.name] = {
+            "landing": str(root / "landing" / stream.name),
+            "format": stream.format,
+            "event_time": "event_time",
+            "id_column": stream.id_column,
+            "columns": columns,
         }
-        for f in prepared.stream_schema
-    ]
     return {
         "name": "bench",
         "warehouse": {"root": str(root / "warehouse")},
         "spark": {"master": "local[2]", "conf": SPARK_CONF},
         "schedule": {"interval": "1h", "start": FIRST_INTERVAL.isoformat(), "retries": 0},
-        "streams": {
-            shape.stream: {
-                "landing": str(root / "landing"),
-                "format": shape.stream_format,
-                "event_time": "event_time",
-                "id_column": shape.stream_id,
-                "columns": columns,
-            }
-        },
+        "streams": streams,
         "masters": {
-            shape.master: {
-                "table": f"masters/{shape.master}",
-                "keys": list(shape.master_keys),
-                "columns": list(prepared.master_columns),
+            master.name: {
+                "table": f"masters/{master.name}",
+                "keys": list(master.keys),
+                "columns": list(prepared.master_columns[master.name]),
             }
+            for master in shape.masters
         },
         "stages": stages,
-        "quality": {join.name: {"value_ranges": dict(shape.checks)} for join in shape.joins},
+        "quality": {
+            stage.published: {"value_ranges": dict(stage.checks.value_ranges)}
+            for stage in shape.stages
+        },
     }
 
 
-def write_master_delta(prepared: Prepared, path: Path) -> None:
-    """The master as a Delta table with its change feed on, as the demo writes masters."""
+def _moved_config(shape: Shape, root: Path) -> dict[str, Any]:
+    """``shape.config`` with its warehouse and landing zones in ``root`` and its suites
+    where the repository keeps them; everything else (operators, suites, Spark) as it is."""
+    assert shape.config is not None
+    config: dict[str, Any] = yaml.safe_load(shape.config.read_text())
+    config["warehouse"]["root"] = str(root / "warehouse")
+    for name, stream in config["streams"].items():
+        stream["landing"] = str(root / "landing" / name)
+    config["expectations_dir"] = str(REPO / "expectations")
+    return config
+
+
+def write_master_delta(prepared: Prepared, name: str, path: Path) -> None:
+    """A master as a Delta table with its change feed on, as the demo writes masters."""
     from deltalake import write_deltalake
 
     write_deltalake(
         str(path),
-        pq.read_table(prepared.master_file),
+        pq.read_table(prepared.master_files[name]),
         configuration={"delta.enableChangeDataFeed": "true"},
     )
 
@@ -411,6 +661,12 @@ def deliver(source: Path, landing: Path) -> None:
     staging = landing / f"_{source.name}.tmp"
     shutil.copyfile(source, staging)
     os.replace(staging, landing / source.name)
+
+
+def deliver_interval(prepared: Prepared, index: int, landing: Path) -> None:
+    """Every stream's file of interval ``index`` into ``landing/<stream>``."""
+    for name, files in prepared.stream_files.items():
+        deliver(files[index], landing / name)
 
 
 # ---------------------------------------------------------------------------- results
@@ -432,12 +688,6 @@ class ModeResult:
 
     def add_phase(self, name: str, seconds: float) -> None:
         self.phases.setdefault(name, []).append(seconds)
-
-
-def compare_columns(prepared: Prepared) -> list[str]:
-    """The columns every mode publishes for each join: the stream's and the master's."""
-    stream = [f.name for f in prepared.stream_schema]
-    return [*stream, *prepared.master_columns]
 
 
 @contextlib.contextmanager
@@ -485,7 +735,9 @@ def _pipeline_folder(prepared: Prepared, mode: str) -> tuple[Path, Path]:
     config = apply_overrides(pipeline_config(prepared, root), OVERRIDES)
     config_path = root / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    write_master_delta(prepared, root / "warehouse" / "masters" / prepared.shape.master)
+    masters = yaml.safe_load(config_path.read_text())["masters"]
+    for name, master in masters.items():
+        write_master_delta(prepared, name, root / "warehouse" / master["table"])
     return root, config_path
 
 
@@ -507,8 +759,8 @@ def run_warm(prepared: Prepared) -> ModeResult:
         if code != 0:
             raise RuntimeError(f"enrich {' '.join(argv)} exited {code}")
 
-    for index, source in enumerate(prepared.stream_files):
-        deliver(source, root / "landing")
+    for index in range(prepared.intervals):
+        deliver_interval(prepared, index, root / "landing")
         started = time.perf_counter()
         window = ["--run-id", f"i{index}", *_window(index)]
         with timed(result, "run"):
@@ -536,7 +788,7 @@ def run_tasks(prepared: Prepared) -> ModeResult:
         .get("enabled", True)
     )
     result.process_start = process_start_seconds(in_worker)
-    stages = [join.name for join in prepared.shape.joins]
+    stages = [stage.name for stage in prepared.shape.stages]
     via = ["--worker"] if in_worker else []
 
     def enrich(*argv: str) -> float:
@@ -555,8 +807,8 @@ def run_tasks(prepared: Prepared) -> ModeResult:
             )
         return time.perf_counter() - started
 
-    for index, source in enumerate(prepared.stream_files):
-        deliver(source, root / "landing")
+    for index in range(prepared.intervals):
+        deliver_interval(prepared, index, root / "landing")
         window = ["--run-id", f"i{index}", *_window(index)]
         seconds = 0.0
         for task, argv in [
@@ -614,10 +866,10 @@ def published_rows(prepared: Prepared, gold: Path) -> dict[str, list[tuple[Any, 
     from deltalake import DeltaTable
 
     rows = {}
-    for join in prepared.shape.joins:
-        columns = compare_columns(prepared)
-        table = DeltaTable(str(gold / join.name)).to_pyarrow_table(columns=columns)
-        rows[join.name] = _sorted_rows(table, columns)
+    for stage in prepared.shape.stages:
+        columns = prepared.columns(stage.published)
+        table = DeltaTable(str(gold / stage.published)).to_pyarrow_table(columns=columns)
+        rows[stage.published] = _sorted_rows(table, columns)
     return rows
 
 
@@ -664,52 +916,77 @@ def run_plain(prepared: Prepared) -> ModeResult:
         .config(map=dict[str, Any](SPARK_CONF))
         .getOrCreate()
     )
-    types = {"bigint": T.LongType(), "double": T.DoubleType(), "timestamp": T.TimestampType()}
-    schema = T.StructType(
-        [T.StructField(f.name, types[_SPARK_TYPES[f.type]]) for f in prepared.stream_schema]
-    )
-    master_path = str(root / "master")
-    spark.read.parquet(str(prepared.master_file)).write.format("delta").save(master_path)
+    types = {
+        "bigint": T.LongType(),
+        "double": T.DoubleType(),
+        "string": T.StringType(),
+        "date": T.DateType(),
+        "timestamp": T.TimestampType(),
+    }
+    schemas = {
+        name: T.StructType([T.StructField(f.name, types[_SPARK_TYPES[f.type]]) for f in schema])
+        for name, schema in prepared.stream_schemas.items()
+    }
+    master_paths = {name: str(root / "masters" / name) for name in prepared.master_files}
+    for name, path in master_paths.items():
+        spark.read.parquet(str(prepared.master_files[name])).write.format("delta").save(path)
     result = ModeResult("plain")
-    for index, source in enumerate(prepared.stream_files):
-        landed = root / "landing" / source.name
-        deliver(source, landed.parent)
+    for index in range(prepared.intervals):
+        deliver_interval(prepared, index, root / "landing")
         started = time.perf_counter()
-        reader = spark.read.schema(schema)
-        batch = (
-            reader.parquet(str(landed))
-            if shape.stream_format == "parquet"
-            else reader.json(str(landed))
-        )
-        master = spark.read.format("delta").load(master_path)
-        for join in shape.joins:
-            joined = plain_join(batch, master, join, F)
-            checked = joined.agg(
-                F.count(F.lit(1)).alias("rows"),
-                *[
-                    F.sum(((F.col(c) < lo) | (F.col(c) > hi)).cast("int")).alias(f"bad_{c}")
-                    for c, (lo, hi) in shape.checks.items()
-                ],
-                F.sum(F.col(shape.stream_id).isNull().cast("int")).alias("null_ids"),
-            ).first()
-            assert checked is not None
-            bad = {k: v for k, v in checked.asDict().items() if k != "rows" and v}
-            if bad:
-                raise RuntimeError(f"plain: checks failed for {join.name}: {bad}")
-            joined.write.format("delta").mode("append").save(str(root / "gold" / join.name))
+        frames = {}
+        for stream in shape.streams:
+            landed = root / "landing" / stream.name / prepared.stream_files[stream.name][index].name
+            reader = spark.read.schema(schemas[stream.name])
+            frames[stream.name] = (
+                reader.parquet(str(landed))
+                if stream.format == "parquet"
+                else reader.json(str(landed))
+            )
+        for stage in shape.stages:
+            master = spark.read.format("delta").load(master_paths[stage.master])
+            joined = plain_join(frames[prepared.stage_input(stage)], master, stage.predicate, F)
+            _check_plain(joined, stage, F)
+            joined.write.format("delta").mode("append").save(str(root / "gold" / stage.published))
+            frames[stage.published] = joined
         result.interval_seconds.append(time.perf_counter() - started)
         logger.info("plain: interval %d in %.2fs", index, result.interval_seconds[-1])
     from deltalake import DeltaTable
 
-    for join in shape.joins:
-        columns = compare_columns(prepared)
-        table = DeltaTable(str(root / "gold" / join.name)).to_pyarrow_table(columns=columns)
-        result.rows[join.name] = _sorted_rows(table, columns)
+    for stage in shape.stages:
+        columns = prepared.columns(stage.published)
+        table = DeltaTable(str(root / "gold" / stage.published)).to_pyarrow_table(columns=columns)
+        result.rows[stage.published] = _sorted_rows(table, columns)
     spark.stop()
     return result
 
 
-def plain_join(batch: Any, master: Any, join: Join, F: Any) -> Any:  # noqa: N803
+def _check_plain(joined: Any, stage: Stage, F: Any) -> None:  # noqa: N803
+    """The stage's checks as one aggregate over the joined batch."""
+    checks = stage.checks
+    bad = [
+        *[
+            F.sum(((F.col(c) < lo) | (F.col(c) > hi)).cast("int")).alias(f"out_of_range_{c}")
+            for c, (lo, hi) in checks.value_ranges.items()
+        ],
+        *[
+            F.sum((~F.col(c).isin(*values)).cast("int")).alias(f"not_in_set_{c}")
+            for c, values in checks.value_sets.items()
+        ],
+        *[F.sum(F.col(c).isNull().cast("int")).alias(f"null_{c}") for c in checks.not_null],
+    ]
+    if checks.unique:
+        # A struct, so that a left join's unmatched rows (null master key) count as keys.
+        key = F.struct(*[F.col(c) for c in checks.unique])
+        bad.append((F.count(F.lit(1)) - F.count_distinct(key)).alias("repeated_key"))
+    checked = joined.agg(F.count(F.lit(1)).alias("rows"), *bad).first()
+    assert checked is not None
+    found = {k: v for k, v in checked.asDict().items() if k != "rows" and v}
+    if found:
+        raise RuntimeError(f"plain: checks failed for {stage.published}: {found}")
+
+
+def plain_join(batch: Any, master: Any, join: Predicate, F: Any) -> Any:  # noqa: N803
     """The join as a user writes it: broadcast the small side; a band as binned buckets."""
     how = "left" if join.join == "left" else "inner"
     if isinstance(join, EquiJoin):
@@ -746,24 +1023,35 @@ def run_duckdb(prepared: Prepared) -> ModeResult:
     shape = prepared.shape
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"CREATE TABLE master AS SELECT * FROM '{prepared.master_file}'")
-    duck_types = {"bigint": "BIGINT", "double": "DOUBLE", "timestamp": "TIMESTAMPTZ"}
-    declared = ", ".join(
-        f"'{f.name}': '{duck_types[_SPARK_TYPES[f.type]]}'" for f in prepared.stream_schema
-    )
+    for name, path in prepared.master_files.items():
+        con.execute(f"CREATE TABLE master_{name} AS SELECT * FROM '{path}'")
+    duck_types = {
+        "bigint": "BIGINT",
+        "double": "DOUBLE",
+        "string": "VARCHAR",
+        "date": "DATE",
+        "timestamp": "TIMESTAMPTZ",
+    }
     result = ModeResult("duckdb")
-    for index, source in enumerate(prepared.stream_files):
+    for index in range(prepared.intervals):
         started = time.perf_counter()
-        read = (
-            f"read_parquet('{source}')"
-            if shape.stream_format == "parquet"
-            else f"read_json('{source}', columns = {{{declared}}})"
-        )
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW batch AS SELECT * REPLACE "
-            f"(event_time::TIMESTAMP AS event_time) FROM {read}"
-        )
-        for join in shape.joins:
+        for stream in shape.streams:
+            source = prepared.stream_files[stream.name][index]
+            declared = ", ".join(
+                f"'{f.name}': '{duck_types[_SPARK_TYPES[f.type]]}'"
+                for f in prepared.stream_schemas[stream.name]
+            )
+            read = (
+                f"read_parquet('{source}')"
+                if stream.format == "parquet"
+                else f"read_json('{source}', columns = {{{declared}}})"
+            )
+            con.execute(
+                f"CREATE OR REPLACE TEMP TABLE frame_{stream.name} AS SELECT * REPLACE "
+                f"(event_time::TIMESTAMP AS event_time) FROM {read}"
+            )
+        for stage in shape.stages:
+            join = stage.predicate
             how = "LEFT JOIN" if join.join == "left" else "JOIN"
             if isinstance(join, EquiJoin):
                 on = f"b.{join.stream_key} = m.{join.master_key}"
@@ -774,26 +1062,41 @@ def run_duckdb(prepared: Prepared) -> ModeResult:
                     f"m.{join.master_column} BETWEEN b.{join.stream_column} - {join.eps} "
                     f"AND b.{join.stream_column} + {join.eps}"
                 )
+            output = f"frame_{stage.published}"
             con.execute(
-                f"CREATE OR REPLACE TEMP TABLE joined AS SELECT * FROM batch b {how} master m ON {on}"
+                f"CREATE OR REPLACE TEMP TABLE {output} AS SELECT * "
+                f"FROM frame_{prepared.stage_input(stage)} b {how} master_{stage.master} m ON {on}"
             )
-            checks = " + ".join(
-                f"count(*) FILTER (WHERE {c} < {lo} OR {c} > {hi})"
-                for c, (lo, hi) in shape.checks.items()
-            )
-            bad = con.execute(f"SELECT {checks} FROM joined").fetchone()
+            bad = con.execute(f"SELECT {_duckdb_checks(stage.checks)} FROM {output}").fetchone()
             if bad and bad[0]:
-                raise RuntimeError(f"duckdb: checks failed for {join.name}")
-            con.execute(
-                f"COPY joined TO '{root / 'gold' / f'{join.name}-{index:04d}.parquet'}' (FORMAT parquet)"
-            )
+                raise RuntimeError(f"duckdb: checks failed for {stage.published}")
+            target = root / "gold" / f"{stage.published}-{index:04d}.parquet"
+            con.execute(f"COPY {output} TO '{target}' (FORMAT parquet)")
         result.interval_seconds.append(time.perf_counter() - started)
-    for join in shape.joins:
-        columns = compare_columns(prepared)
-        files = sorted((root / "gold").glob(f"{join.name}-*.parquet"))
+    for stage in shape.stages:
+        columns = prepared.columns(stage.published)
+        files = sorted((root / "gold").glob(f"{stage.published}-*.parquet"))
         table = pa.concat_tables([pq.read_table(p) for p in files])
-        result.rows[join.name] = _sorted_rows(table.select(columns), columns)
+        result.rows[stage.published] = _sorted_rows(table.select(columns), columns)
     return result
+
+
+def _duckdb_checks(checks: Checks) -> str:
+    """The number of rows failing the checks, as one SQL expression."""
+    terms = [
+        *[
+            f"count(*) FILTER (WHERE {c} < {lo} OR {c} > {hi})"
+            for c, (lo, hi) in checks.value_ranges.items()
+        ],
+        *[
+            f"count(*) FILTER (WHERE {c} NOT IN ({', '.join(repr(v) for v in values)}))"
+            for c, values in checks.value_sets.items()
+        ],
+        *[f"count(*) FILTER (WHERE {c} IS NULL)" for c in checks.not_null],
+    ]
+    if checks.unique:
+        terms.append(f"count(*) - count(DISTINCT ({', '.join(checks.unique)}))")
+    return " + ".join(terms) or "0"
 
 
 MODES: dict[str, Callable[[Prepared], ModeResult]] = {
@@ -809,12 +1112,12 @@ def check_equal(shape: Shape, results: Sequence[ModeResult]) -> list[str]:
     problems = []
     first = results[0]
     for other in results[1:]:
-        for join in shape.joins:
-            mine, theirs = first.rows[join.name], other.rows[join.name]
+        for stage in shape.stages:
+            mine, theirs = first.rows[stage.published], other.rows[stage.published]
             if mine != theirs:
                 problems.append(
-                    f"{shape.name} {join.name}: {first.mode} published {len(mine)} row(s), "
-                    f"{other.mode} {len(theirs)}, and they differ"
+                    f"{shape.name} {stage.published}: {first.mode} published {len(mine)} "
+                    f"row(s), {other.mode} {len(theirs)}, and they differ"
                 )
     return problems
 
@@ -862,7 +1165,7 @@ def _commit() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPE_NAMES), choices=list(SHAPE_NAMES))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--intervals", type=int, default=4, help="intervals per mode (>= 2)")
     parser.add_argument("--work", type=Path, default=REPO / "var" / "bench" / "interval_cost")
@@ -883,8 +1186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commit = _commit()
     lines: list[str] = []
     problems: list[str] = []
+    known = shapes(args.work / "tpch")
     for name in args.shapes:
-        shape = SHAPES[name]
+        shape = known[name]
         prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
         # The plain job runs first: its session loads delta-spark's jars into the process's
         # JVM, which only the first session of a process can do (the pipeline's sessions
