@@ -68,7 +68,7 @@ from quality.audit_views import (
     no_published,
     published_tuples,
 )
-from quality.batch_engine import BatchEngine, choose_batch_engine
+from quality.batch_engine import BatchEngine, caches_on_spark, choose_batch_engine
 from quality.config import QualityConfig
 from quality.docs_queue import DocsQueue
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
@@ -370,24 +370,27 @@ class AuditPublisher:
 
         ``rows``: the batch's rows where the Delta log already says (else it is counted).
 
-        Where suites run, the staged batch and the accounting views are cached for the
-        duration: GX computes each SQL expectation twice (its rows and their count), and
-        every view joins Delta reads that would otherwise be planned and scanned again each
-        time. A small batch with engine-independent expectations is collected once and
-        validated in memory instead (:mod:`quality.batch_engine`). Without suites nothing
+        Where a suite holds SQL expectations, the staged batch and the accounting views are
+        cached for the duration: GX computes each SQL expectation twice (its rows and their
+        count), and every view joins Delta reads that would otherwise be planned and scanned
+        again each time (column metrics alone read the batch's files, projected, faster
+        than caching them: :mod:`quality.batch_engine`). A small batch with
+        engine-independent expectations is collected once and validated in memory instead
+        (:mod:`quality.batch_engine`). Without suites nothing
         reads the batch: its rows come from the log and its files are added to gold as they
         are (``append_rows_added``).
         """
         quality = self.config.quality.get(table)
         suites = self._suites(table, quality)
+        expectations = [
+            (e.expectation_type, e.configuration.kwargs) for s in suites for e in s.expectations
+        ]
         engine = choose_batch_engine(
-            ((e.expectation_type, e.configuration.kwargs) for s in suites for e in s.expectations),
-            rows,
-            quality.in_memory_max_rows if quality is not None else 0,
+            expectations, rows, quality.in_memory_max_rows if quality is not None else 0
         )
         if suites:
             logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
-        if suites and engine.name == "spark":
+        if engine.name == "spark" and caches_on_spark(expectations):
             staged = staged.cache()
             views = {name: view.cache() for name, view in views.items()}
         try:

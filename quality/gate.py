@@ -82,7 +82,13 @@ class QualityGate:
         self._context = gx.get_context(mode="file", project_root_dir=str(project_dir))
         # Task logs get one line per validation from us, not a progress bar per metric.
         self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        self._datasource = self._context.data_sources.add_or_update_spark(name=DATASOURCE)
+        # persist=False: GX's Spark engine would persist every batch it is handed and never
+        # unpersist it, so a warm process would keep each validated batch (memory, then
+        # disk) and pay its materialisation; the audit caches a batch itself when its
+        # suites gain from it (quality.batch_engine.caches_on_spark) and releases it after.
+        self._datasource = self._context.data_sources.add_or_update_spark(
+            name=DATASOURCE, persist=False
+        )
         self._memory_datasource: Any = None  # the pandas datasource, made on first use
         self._undocumented: list[Any] = []  # result and suite identifiers not yet rendered
         self._failed: list[Any] = []  # those of failed validations, and their suites

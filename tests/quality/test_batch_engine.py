@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from quality.batch_engine import IN_MEMORY_EXPECTATIONS, choose_batch_engine
+from quality.batch_engine import IN_MEMORY_EXPECTATIONS, caches_on_spark, choose_batch_engine
 from quality.gate import QualityGate
 
 SCHEMA = T.StructType(
@@ -98,6 +98,28 @@ def test_only_small_batches_of_engine_independent_checks_go_in_memory() -> None:
     assert choose_batch_engine([between], 1, 0).name == "spark"
     for other in (typed, sql, dated):
         assert choose_batch_engine([between, other], 100, 1000).name == "spark", other
+
+
+def test_only_sql_expectations_cache_the_batch_on_spark() -> None:
+    between = ("expect_column_values_to_be_between", {"column": "p", "min_value": 0})
+    typed = ("expect_column_values_to_be_of_type", {"column": "p", "type_": "LongType"})
+    sql = ("unexpected_rows_expectation", {"unexpected_rows_query": "SELECT 1"})
+    assert not caches_on_spark([])
+    assert not caches_on_spark([between, typed])
+    assert caches_on_spark([between, sql])
+
+
+def test_a_spark_validation_leaves_nothing_cached(spark: SparkSession, tmp_path: Path) -> None:
+    """GX's Spark datasource would persist each batch and never release it: a warm worker
+    would keep every batch it validated."""
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    spark.catalog.clearCache()
+    batch = spark.createDataFrame(ROWS, SCHEMA)
+    suite = ExpectationSuite(name="ranges", expectations=[EXPECTATIONS[2]])
+    QualityGate(tmp_path / "gx").validate("t", suite, batch, "run")
+    assert not batch.is_cached
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
 
 @given(
