@@ -19,6 +19,7 @@ their scripts and styles from copies inside the site, so they render without the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -90,6 +91,9 @@ class QualityGate:
             name=DATASOURCE, persist=False
         )
         self._memory_datasource: Any = None  # the pandas datasource, made on first use
+        # Checkpoints this process saved, by (table, suite, in memory): the suite's content
+        # they were saved with, and the checkpoint.
+        self._saved: dict[tuple[str, str, bool], tuple[str, Any]] = {}
         self._undocumented: list[Any] = []  # result and suite identifiers not yet rendered
         self._failed: list[Any] = []  # those of failed validations, and their suites
         self._site = Path(project_dir) / "gx" / "uncommitted" / "data_docs" / "local_site"
@@ -125,11 +129,49 @@ class QualityGate:
         from great_expectations.data_context.types.resource_identifiers import (
             ExpectationSuiteIdentifier,
         )
+        from great_expectations.exceptions.resource_freshness import (
+            ResourceFreshnessAggregateError,
+        )
 
         self._make_current()
         for name, frame in (views or {}).items():
             frame.createOrReplaceTempView(name)
-        batch_definition = self._batch_definition(table, in_memory=not isinstance(batch, DataFrame))
+        in_memory = not isinstance(batch, DataFrame)
+        checkpoint = self._checkpoint(table, suite, in_memory)
+        logger.info("validating %s against suite %s (run %s)", table, suite.name, run_name)
+        run_id = RunIdentifier(run_name=run_name, run_time=datetime.now(UTC))
+        try:
+            result = checkpoint.run(batch_parameters={"dataframe": batch}, run_id=run_id)
+        except ResourceFreshnessAggregateError:
+            # The project's stores changed under this process (another writer saved the
+            # suite or the checkpoint): save this process's again, then run.
+            self._saved.clear()
+            checkpoint = self._checkpoint(table, suite, in_memory)
+            result = checkpoint.run(batch_parameters={"dataframe": batch}, run_id=run_id)
+        suite_page = ExpectationSuiteIdentifier(name=suite.name)
+        self._undocumented.extend(result.run_results)
+        if suite_page not in self._undocumented:
+            self._undocumented.append(suite_page)
+        failed = [key for key, run in result.run_results.items() if not run.success]
+        self._failed.extend([*failed, suite_page] if failed else [])
+        outcomes = [
+            outcome_from_gx(suite.name, validation.results)
+            for validation in result.run_results.values()
+        ]
+        return SuiteOutcome(
+            suite.name, tuple(e for outcome in outcomes for e in outcome.expectations)
+        )
+
+    def _checkpoint(self, table: str, suite: ExpectationSuite, in_memory: bool) -> Any:
+        """The saved checkpoint validating ``table`` against ``suite``: saved (suite,
+        validation definition, checkpoint: about 1 s of store writes) only when this process
+        has not saved the same suite for the table on the same engine before."""
+        key = (table, suite.name, in_memory)
+        content = json.dumps(_suite_content(suite), sort_keys=True, default=str)
+        saved = self._saved.get(key)
+        if saved is not None and saved[0] == content:
+            return saved[1]
+        batch_definition = self._batch_definition(table, in_memory=in_memory)
         saved_suite = self._context.suites.add_or_update(suite)
         definition = self._context.validation_definitions.add_or_update(
             self._gx.ValidationDefinition(
@@ -144,24 +186,8 @@ class QualityGate:
                 result_format={"result_format": "SUMMARY"},
             )
         )
-        logger.info("validating %s against suite %s (run %s)", table, suite.name, run_name)
-        result = checkpoint.run(
-            batch_parameters={"dataframe": batch},
-            run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
-        )
-        suite_page = ExpectationSuiteIdentifier(name=suite.name)
-        self._undocumented.extend(result.run_results)
-        if suite_page not in self._undocumented:
-            self._undocumented.append(suite_page)
-        failed = [key for key, run in result.run_results.items() if not run.success]
-        self._failed.extend([*failed, suite_page] if failed else [])
-        outcomes = [
-            outcome_from_gx(suite.name, validation.results)
-            for validation in result.run_results.values()
-        ]
-        return SuiteOutcome(
-            suite.name, tuple(e for outcome in outcomes for e in outcome.expectations)
-        )
+        self._saved[key] = (content, checkpoint)
+        return checkpoint
 
     def update_docs(self, queue: DocsQueue | None = None) -> None:
         """Render the results validated since the last call, and the index, into Data Docs.
@@ -210,6 +236,18 @@ class QualityGate:
             return asset.get_batch_definition(BATCH_DEFINITION)
         except KeyError:
             return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+
+
+def _suite_content(suite: ExpectationSuite) -> dict[str, Any]:
+    """What a suite checks: its name, meta and expectations, without the ids a save assigns."""
+    return {
+        "name": suite.name,
+        "meta": suite.meta,
+        "expectations": [
+            {"type": c.type, "kwargs": c.kwargs, "meta": c.meta}
+            for c in (e.configuration for e in suite.expectations)
+        ],
+    }
 
 
 def _queued(identifier: Any) -> QueuedPage:
