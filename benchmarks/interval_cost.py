@@ -324,53 +324,25 @@ def demo_master(name: str) -> Callable[[Path], pa.Table]:
     return make
 
 
-def demo_orders(cache: Path) -> Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]:
-    """Interval ``index``'s orders: TPC-H SF0.01 orders drawn with replacement (so every
-    order has its customer and an order date under the promotions), numbered anew so that
-    an id is never re-sent."""
-
-    def make(masters: dict[str, pa.Table], index: int, rng: np.random.Generator) -> pa.Table:
-        from demo.data import _plain, generate_tpch
-
-        orders = _plain(pq.read_table(generate_tpch(DEMO_SCALE, cache) / "orders.parquet"))
-        picked = orders.take(pa.array(rng.integers(0, orders.num_rows, size=DEMO_ORDERS)))
-        first_id = index * DEMO_ORDERS
-        table = pa.table(
-            {
-                "o_orderkey": pa.array(np.arange(first_id, first_id + DEMO_ORDERS), pa.int64()),
-                "o_custkey": picked.column("o_custkey").cast(pa.int64()),
-                "o_totalprice": picked.column("o_totalprice").cast(pa.float64()),
-                "o_orderdate": picked.column("o_orderdate").cast(pa.date32()),
-                "o_orderpriority": picked.column("o_orderpriority").cast(pa.string()),
-            }
-        )
-        return _with_event_time(table, index, rng)
-
-    return make
-
-
-def demo_lineitems(
-    cache: Path,
+def demo_stream(
+    cache: Path, source: str, rows: int, id_column: str, columns: dict[str, pa.DataType]
 ) -> Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]:
-    """Interval ``index``'s line items: TPC-H SF0.01 line items drawn with replacement,
-    numbered anew."""
+    """Interval ``index``'s file of a demo stream: ``rows`` rows of TPC-H SF0.01's
+    ``source`` table drawn with replacement (so every order has its customer and an order
+    date under the promotions, every line item its part), numbered anew in ``id_column``
+    so that an id is never re-sent."""
 
     def make(masters: dict[str, pa.Table], index: int, rng: np.random.Generator) -> pa.Table:
         from demo.data import _plain, generate_tpch
 
-        items = _plain(pq.read_table(generate_tpch(DEMO_SCALE, cache) / "lineitem.parquet"))
-        picked = items.take(pa.array(rng.integers(0, items.num_rows, size=DEMO_LINEITEMS)))
-        first_id = index * DEMO_LINEITEMS
-        table = pa.table(
-            {
-                "l_id": pa.array(np.arange(first_id, first_id + DEMO_LINEITEMS), pa.int64()),
-                "l_orderkey": picked.column("l_orderkey").cast(pa.int64()),
-                "l_partkey": picked.column("l_partkey").cast(pa.int64()),
-                "l_quantity": picked.column("l_quantity").cast(pa.float64()),
-                "l_extendedprice": picked.column("l_extendedprice").cast(pa.float64()),
-            }
+        table = _plain(pq.read_table(generate_tpch(DEMO_SCALE, cache) / f"{source}.parquet"))
+        picked = table.take(pa.array(rng.integers(0, table.num_rows, size=rows)))
+        first_id = index * rows
+        ids = pa.array(np.arange(first_id, first_id + rows), pa.int64())
+        built = pa.table(
+            {id_column: ids, **{c: picked.column(c).cast(t) for c, t in columns.items()}}
         )
-        return _with_event_time(table, index, rng)
+        return _with_event_time(built, index, rng)
 
     return make
 
@@ -387,8 +359,38 @@ def demo_shape(cache: Path) -> Shape:
             "inner to partsupp) an interval, with the demo's suites"
         ),
         streams=(
-            Stream("orders", "o_orderkey", demo_orders(cache)),
-            Stream("lineitem", "l_id", demo_lineitems(cache)),
+            Stream(
+                "orders",
+                "o_orderkey",
+                demo_stream(
+                    cache,
+                    "orders",
+                    DEMO_ORDERS,
+                    "o_orderkey",
+                    {
+                        "o_custkey": pa.int64(),
+                        "o_totalprice": pa.float64(),
+                        "o_orderdate": pa.date32(),
+                        "o_orderpriority": pa.string(),
+                    },
+                ),
+            ),
+            Stream(
+                "lineitem",
+                "l_id",
+                demo_stream(
+                    cache,
+                    "lineitem",
+                    DEMO_LINEITEMS,
+                    "l_id",
+                    {
+                        "l_orderkey": pa.int64(),
+                        "l_partkey": pa.int64(),
+                        "l_quantity": pa.float64(),
+                        "l_extendedprice": pa.float64(),
+                    },
+                ),
+            ),
         ),
         masters=(
             Master("customer", ("c_custkey",), demo_master("customer")),
