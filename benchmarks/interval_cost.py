@@ -833,8 +833,13 @@ def run_tasks(prepared: Prepared) -> ModeResult:
     return result
 
 
-# What a task process of the warm worker's clients pays before it sends its command.
-CLIENT_START = "import jobs.enrich, jobs.worker, rich_argparse"
+# What a task process of the warm worker's clients pays before it sends its command: its
+# imports and the logging set-up `enrich` does first.
+CLIENT_START = (
+    "import jobs.enrich, jobs.worker, rich_argparse\n"
+    "from common.command_logging import configure_command_logging\n"
+    "configure_command_logging('INFO', jobs.enrich.PACKAGE_LOGGERS)"
+)
 
 PROCESS_START = """
 import time
