@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,3 +71,18 @@ def tiny_pipeline(root: Path, key: str, key_type: str) -> dict[str, Any]:
             }
         },
     }
+
+
+def assert_imports_none_of(code: str, packages: Iterable[str], cwd: Path) -> None:
+    """Run ``code`` in a fresh interpreter and fail if it imported any of ``packages``."""
+    probe = (
+        "import sys\n"
+        f"{code}\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {tuple(packages)!r})\n"
+        "print(heavy)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]

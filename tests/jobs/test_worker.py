@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from common.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
 from jobs.worker import SOCKET_DIR_ENV, worker_key, worker_socket
 from tests.conftest import REPO_ROOT
-from tests.helpers import tiny_pipeline
+from tests.helpers import assert_imports_none_of, tiny_pipeline
 
 STARTED = re.compile(r"pipeline worker (\d+) on ")
 
@@ -140,17 +140,10 @@ def test_a_config_the_worker_cannot_load_is_a_config_error(tmp_path: Path) -> No
 def test_a_worker_client_imports_nothing_heavy() -> None:
     """A DAG task's process only relays its command to the worker: it imports neither
     Spark, GX, Delta nor SQLAlchemy (0.3 s of every task's start, through logging set-up)."""
-    probe = (
-        "import sys\n"
+    assert_imports_none_of(
         "import jobs.enrich, jobs.worker\n"
         "from common.command_logging import configure_command_logging\n"
-        "configure_command_logging('INFO', jobs.enrich.PACKAGE_LOGGERS)\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pyspark', 'great_expectations', 'deltalake', 'sqlalchemy', 'duckdb'))\n"
-        "print(heavy)\n"
-        "sys.exit(1 if heavy else 0)\n"
+        "configure_command_logging('INFO', jobs.enrich.PACKAGE_LOGGERS)",
+        ("pyspark", "great_expectations", "deltalake", "sqlalchemy", "duckdb"),
+        REPO_ROOT,
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
