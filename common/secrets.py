@@ -21,8 +21,11 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 MASK = "***"
 # Values shorter than this are not masked by substring: masking "ab" everywhere would make
@@ -86,12 +89,8 @@ def redact(text: str) -> str:
 
 def mask_url(url: str) -> str:
     """``url`` for messages: the password masked, also when the URL does not parse."""
-    from sqlalchemy.engine import make_url  # imported when used (module docstring)
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):  # does not parse: mask by position instead
+    parsed = _parsed_url(url)
+    if parsed is None:  # does not parse: mask by position instead
         return redact(WHOLE_URL_PASSWORD.sub(rf"\1{MASK}@", url))
     # Without a password, the URL as written (rendering would percent-encode a path's '@').
     shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
@@ -99,20 +98,26 @@ def mask_url(url: str) -> str:
 
 
 def _url_passwords(url: str) -> list[str]:
-    from sqlalchemy.engine import make_url  # imported when used (module docstring)
-    from sqlalchemy.exc import ArgumentError
-
     passwords = []
-    try:
-        parsed = make_url(url).password
-    except (ArgumentError, ValueError):  # an unparsable URL still may carry a password
-        parsed = None
-    if parsed:
-        passwords.append(str(parsed))
+    parsed = _parsed_url(url)  # an unparsable URL still may carry a password (below)
+    if parsed is not None and parsed.password:
+        passwords.append(str(parsed.password))
     match = WHOLE_URL_PASSWORD.match(url)
     if match and match.group(2):
         passwords.append(match.group(2))  # as written, e.g. percent-encoded
     return passwords
+
+
+def _parsed_url(url: str) -> URL | None:
+    """``url`` parsed by SQLAlchemy, or None when it does not parse. SQLAlchemy is
+    imported here, when a URL is parsed (module docstring)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError):
+        return None
 
 
 class SecretMaskingFilter(logging.Filter):

@@ -376,9 +376,8 @@ class AuditPublisher:
         again each time (column metrics alone read the batch's files, projected, faster
         than caching them: :mod:`quality.batch_engine`). A small batch with
         engine-independent expectations is collected once and validated in memory instead
-        (:mod:`quality.batch_engine`). Without suites nothing
-        reads the batch: its rows come from the log and its files are added to gold as they
-        are (``append_rows_added``).
+        (:mod:`quality.batch_engine`). Without suites nothing reads the batch: its rows come
+        from the log and its files are added to gold as they are (``append_rows_added``).
         """
         quality = self.config.quality.get(table)
         suites = self._suites(table, quality)
