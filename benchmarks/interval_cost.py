@@ -136,11 +136,12 @@ class Stage:
 
 @dataclass(frozen=True)
 class Stream:
-    """A stream: its tuple id and how to make interval ``index``'s file from the masters."""
+    """A stream: its tuple id and how to make interval ``index``'s file from the masters
+    (``make(masters, index, rng, cache)``; ``cache`` holds the generated TPC-H files)."""
 
     name: str
     id_column: str
-    make: Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]
+    make: Callable[[dict[str, pa.Table], int, np.random.Generator, Path], pa.Table]
     format: str = "json"
 
 
@@ -266,7 +267,9 @@ def equi_shape(name: str, description: str, scale: float, rows: int) -> Shape:
             Stream(
                 "li",
                 "l_id",
-                lambda masters, index, rng: lineitem_stream(masters["partsupp"], index, rng, rows),
+                lambda masters, index, rng, cache: lineitem_stream(
+                    masters["partsupp"], index, rng, rows
+                ),
             ),
         ),
         masters=(Master("partsupp", ("ps_partkey", "ps_suppkey"), partsupp_master(scale)),),
@@ -294,7 +297,9 @@ def theta_shape(
         name=name,
         description=description,
         streams=(
-            Stream("ord", "o_id", lambda masters, index, rng: orders_stream(index, rng, rows)),
+            Stream(
+                "ord", "o_id", lambda masters, index, rng, cache: orders_stream(index, rng, rows)
+            ),
         ),
         masters=(master,),
         stages=(
@@ -325,14 +330,16 @@ def demo_master(name: str) -> Callable[[Path], pa.Table]:
 
 
 def demo_stream(
-    cache: Path, source: str, rows: int, id_column: str, columns: dict[str, pa.DataType]
-) -> Callable[[dict[str, pa.Table], int, np.random.Generator], pa.Table]:
+    source: str, rows: int, id_column: str, columns: dict[str, pa.DataType]
+) -> Callable[[dict[str, pa.Table], int, np.random.Generator, Path], pa.Table]:
     """Interval ``index``'s file of a demo stream: ``rows`` rows of TPC-H SF0.01's
     ``source`` table drawn with replacement (so every order has its customer and an order
     date under the promotions, every line item its part), numbered anew in ``id_column``
     so that an id is never re-sent."""
 
-    def make(masters: dict[str, pa.Table], index: int, rng: np.random.Generator) -> pa.Table:
+    def make(
+        masters: dict[str, pa.Table], index: int, rng: np.random.Generator, cache: Path
+    ) -> pa.Table:
         from demo.data import _plain, generate_tpch
 
         table = _plain(pq.read_table(generate_tpch(DEMO_SCALE, cache) / f"{source}.parquet"))
@@ -347,7 +354,7 @@ def demo_stream(
     return make
 
 
-def demo_shape(cache: Path) -> Shape:
+def demo_shape() -> Shape:
     """``configs/demo.yaml`` as it is (its operators and its suites), on its TPC-H masters,
     with 5k orders and 5k line items an interval (the demo's own files)."""
     priorities = ("1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW")
@@ -363,7 +370,6 @@ def demo_shape(cache: Path) -> Shape:
                 "orders",
                 "o_orderkey",
                 demo_stream(
-                    cache,
                     "orders",
                     DEMO_ORDERS,
                     "o_orderkey",
@@ -379,7 +385,6 @@ def demo_shape(cache: Path) -> Shape:
                 "lineitem",
                 "l_id",
                 demo_stream(
-                    cache,
                     "lineitem",
                     DEMO_LINEITEMS,
                     "l_id",
@@ -436,43 +441,38 @@ def demo_shape(cache: Path) -> Shape:
     )
 
 
-def shapes(cache: Path) -> dict[str, Shape]:
-    """Every shape, by name (``cache`` holds the generated TPC-H files)."""
-    return {
-        shape.name: shape
-        for shape in (
-            demo_shape(cache),
-            equi_shape(
-                "equi20k",
-                "20k tuples through an inner and a left equi stage, partsupp SF0.125 (100k rows)",
-                0.125,
-                20_000,
-            ),
-            equi_shape(
-                "equi200k",
-                "200k tuples through an inner and a left equi stage, partsupp SF1 (800k rows)",
-                1.0,
-                200_000,
-            ),
-            theta_shape(
-                "range100k",
-                "100k orders against 300 price bands (range, left)",
-                100_000,
-                Master("bands", ("band_id",), price_bands(300)),
-                RangeJoin("ord_band", "left", "o_totalprice", "band_lo", "band_hi"),
-            ),
-            theta_shape(
-                "band20k",
-                "20k orders against 100k orders within eps = 1 (band, inner)",
-                20_000,
-                Master("refs", ("r_id",), reference_orders(100_000)),
-                BandJoin("ord_near", "inner", "o_totalprice", "r_totalprice", 1.0),
-            ),
-        )
-    }
-
-
-SHAPE_NAMES = ("demo", "equi20k", "equi200k", "range100k", "band20k")
+SHAPES: dict[str, Shape] = {
+    shape.name: shape
+    for shape in (
+        demo_shape(),
+        equi_shape(
+            "equi20k",
+            "20k tuples through an inner and a left equi stage, partsupp SF0.125 (100k rows)",
+            0.125,
+            20_000,
+        ),
+        equi_shape(
+            "equi200k",
+            "200k tuples through an inner and a left equi stage, partsupp SF1 (800k rows)",
+            1.0,
+            200_000,
+        ),
+        theta_shape(
+            "range100k",
+            "100k orders against 300 price bands (range, left)",
+            100_000,
+            Master("bands", ("band_id",), price_bands(300)),
+            RangeJoin("ord_band", "left", "o_totalprice", "band_lo", "band_hi"),
+        ),
+        theta_shape(
+            "band20k",
+            "20k orders against 100k orders within eps = 1 (band, inner)",
+            20_000,
+            Master("refs", ("r_id",), reference_orders(100_000)),
+            BandJoin("ord_near", "inner", "o_totalprice", "r_totalprice", 1.0),
+        ),
+    )
+}
 
 
 # ---------------------------------------------------------------------------- data
@@ -522,7 +522,7 @@ def prepare(shape: Shape, folder: Path, intervals: int, cache: Path) -> Prepared
     schemas: dict[str, pa.Schema] = {}
     for index in range(intervals):
         for stream in shape.streams:
-            table = stream.make(masters, index, rng)
+            table = stream.make(masters, index, rng, cache)
             schemas[stream.name] = table.schema
             stem = folder / "outbox" / f"{stream.name}-{index:04d}"
             files[stream.name].append(_write_stream(table, stem, stream))
@@ -1172,7 +1172,7 @@ def _commit() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=list(SHAPE_NAMES), choices=list(SHAPE_NAMES))
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--intervals", type=int, default=4, help="intervals per mode (>= 2)")
     parser.add_argument("--work", type=Path, default=REPO / "var" / "bench" / "interval_cost")
@@ -1193,9 +1193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commit = _commit()
     lines: list[str] = []
     problems: list[str] = []
-    known = shapes(args.work / "tpch")
     for name in args.shapes:
-        shape = known[name]
+        shape = SHAPES[name]
         prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
         # The plain job runs first: its session loads delta-spark's jars into the process's
         # JVM, which only the first session of a process can do (the pipeline's sessions
