@@ -68,13 +68,14 @@ from quality.audit_views import (
     no_published,
     published_tuples,
 )
-from quality.batch_engine import BatchEngine, caches_on_spark, choose_batch_engine
+from quality.batch_engine import BatchEngine, InMemoryBatch, choose_batch_engine, queries_views
 from quality.config import QualityConfig
 from quality.docs_queue import DocsQueue
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
 from warehouse.delta.api import (
     COMMIT_VERSION,
+    DataFile,
     append_live_rows_added,
     count_live_rows_added,
     live_rows_added,
@@ -83,7 +84,6 @@ from warehouse.delta.api import (
 from warehouse.state_store import StateStore
 
 if TYPE_CHECKING:
-    import pandas as pd
     from great_expectations.core.expectation_suite import ExpectationSuite
 
 logger = logging.getLogger(__name__)
@@ -389,7 +389,7 @@ class AuditPublisher:
         )
         if suites:
             logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
-        if engine.name == "spark" and caches_on_spark(expectations):
+        if engine.name == "spark" and queries_views(expectations):
             staged = staged.cache()
             views = {name: view.cache() for name, view in views.items()}
         try:
@@ -591,14 +591,7 @@ class AuditPublisher:
         quality = self.config.quality.get(table)
         in_memory = None
         if engine.name == "pandas":
-            # A live batch is whole files of silver: read them in the driver, no Spark job.
-            in_memory = (
-                staged.toPandas()
-                if interval is not None
-                else live_rows_added_arrow(
-                    self.engine, self.layout.staged(table), *batch
-                ).to_pandas()
-            )
+            in_memory = self._collect(table, staged, batch, views, suites, interval)
         outcomes = self._run_suites(table, run_id, staged, views, suites, in_memory)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
         warn_only = quality is not None and quality.warn_only
@@ -634,6 +627,35 @@ class AuditPublisher:
                 config_suite(table, quality)
             ]
 
+    def _collect(
+        self,
+        table: str,
+        staged: DataFrame,
+        batch: tuple[int, int],
+        views: dict[str, DataFrame],
+        suites: list[ExpectationSuite],
+        interval: tuple[datetime, datetime] | None,
+    ) -> InMemoryBatch:
+        """The batch in the driver, and its audit views when a suite queries them."""
+        with optional_phase(self.engine.clock, "validate"):
+            # A live batch is whole files of silver: read them in the driver, no Spark job.
+            rows = (
+                staged.toPandas()
+                if interval is not None
+                else live_rows_added_arrow(
+                    self.engine, self.layout.staged(table), *batch
+                ).to_pandas()
+            )
+            kinds: list[tuple[str, dict[str, Any]]] = [
+                (e.expectation_type, {}) for s in suites for e in s.expectations
+            ]
+            collected = (
+                {name: view.toArrow() for name, view in views.items()}
+                if queries_views(kinds)
+                else {}
+            )
+        return InMemoryBatch(rows, staged, collected)
+
     def _run_suites(
         self,
         table: str,
@@ -641,10 +663,10 @@ class AuditPublisher:
         staged: DataFrame,
         views: dict[str, DataFrame],
         suites: list[ExpectationSuite],
-        in_memory: pd.DataFrame | None,
+        in_memory: InMemoryBatch | None,
     ) -> list[SuiteOutcome]:
-        """Validate the batch against ``suites``: ``in_memory`` (GX's pandas engine) when
-        the batch was collected, else ``staged`` on Spark."""
+        """Validate the batch against ``suites``: ``in_memory`` (GX's pandas engine, DuckDB
+        for SQL) when the batch was collected, else ``staged`` on Spark."""
         if not suites:
             return []
         with optional_phase(self.engine.clock, "validate"):
@@ -721,7 +743,9 @@ class AuditPublisher:
         Those are the tuples that were waiting at the last audit (a left-join tuple matched
         earlier has nothing left to emit at expiry; its rows may sit in a quarantined batch
         until someone resolves it) and the new tuples of an interval a backfill has already
-        published.
+        published. Only the files of those tables that may hold rows of the tuples' oldest
+        interval or later are read (partition values and log statistics): a live audit
+        reads none of gold's past intervals, whatever gold's size.
         """
         id_type = self._id_type(table, input_rows)
         earlier = [
@@ -735,7 +759,19 @@ class AuditPublisher:
         tuples = input_rows.select(id_column, INTERVAL_START)
         if waiting is not None:
             tuples = tuples.unionByName(waiting.select(id_column, INTERVAL_START))
-        found = [published_tuples(self.engine.read(path), tuples, id_column) for path in earlier]
+        first = tuples.agg(F.min(INTERVAL_START).alias("oldest")).first()  # one small job
+        oldest = None if first is None else first["oldest"]
+        if oldest is None:
+            return no_published(self.spark, id_type)
+        found = []
+        for path in earlier:
+            snapshot = self.engine.snapshot(path)
+            files = [f for f in snapshot.files if _may_hold_from(f, INTERVAL_START, oldest)]
+            if files:
+                rows = self.engine.read_files(snapshot, files)
+                found.append(published_tuples(rows, tuples, id_column))
+        if not found:
+            return no_published(self.spark, id_type)
         return found[0] if len(found) == 1 else found[0].unionByName(found[1]).distinct()
 
     def _id_column(self, table: str) -> str:
@@ -753,3 +789,30 @@ class AuditPublisher:
                 "and were quarantined, not published: "
                 + " | ".join(f"{a.table} ({a.rows} rows): {'; '.join(a.failures)}" for a in failed)
             )
+
+
+def _may_hold_from(file: DataFile, column: str, oldest: datetime) -> bool:
+    """False only when ``file`` provably holds no row with ``column >= oldest``: its
+    partition value, or its log statistics, say so. Any doubt keeps the file.
+
+    Spark hands ``oldest`` back naive, in this process's local time; the log's values are
+    UTC (the sessions run in UTC), aware or naive depending on the reader, so each side is
+    made aware before comparing.
+    """
+    probe = oldest.astimezone(UTC)  # a naive datetime is read as local time
+    if column in file.partition_values:
+        value = file.partition_values[column]
+        try:
+            return value is None or not _utc(value) < probe
+        except TypeError:  # a value of another type than the probe: nothing is proven
+            return True
+    return file.may_hold(column, probe, datetime.max.replace(tzinfo=UTC)) and file.may_hold(
+        column, probe.replace(tzinfo=None), datetime.max
+    )
+
+
+def _utc(value: Any) -> Any:
+    """A log value as an aware UTC datetime (a naive one is UTC); anything else as is."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value

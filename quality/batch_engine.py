@@ -2,24 +2,28 @@
 
 GX computes each expectation's metrics with the execution engine of the batch's
 datasource. On Spark every metric bundle is a Spark job (about 0.4 s each on the 2-core
-reference machine, several per suite); on pandas the same metrics over a batch the
-driver already holds take milliseconds. So a batch is validated in memory when:
+reference machine, several per suite), and each SQL expectation two (its rows, then their
+count: 0.6-1.3 s together); in the driver the same metrics over a batch already collected
+take milliseconds. So a batch is validated in memory when:
 
 - its row count is known (from the Delta log) and at most ``max_rows``, so that collecting
-  it costs one Spark job of bounded memory; and
-- every expectation of every suite is one whose verdict does not depend on the engine
-  (:data:`IN_MEMORY_EXPECTATIONS`): null, set, range, uniqueness, row-count and
-  column-name checks. Type checks (``expect_column_values_to_be_of_type`` names Spark
-  types) and SQL expectations (``unexpected_rows_expectation`` queries Spark views) keep
-  the batch on Spark, and so does a range whose bounds are not numbers (string bounds of a
-  date or timestamp column compare differently in pandas).
+  it costs bounded memory; and
+- every expectation is one the in-memory path computes with the same verdict:
+  - null, set, range, uniqueness, row-count and column-name checks
+    (:data:`IN_MEMORY_EXPECTATIONS`), by GX's pandas engine;
+  - SQL expectations (``unexpected_rows_expectation``), by DuckDB over the collected rows
+    and audit views, the query translated from Spark SQL (``quality.in_memory_sql``);
+  - checks of Spark types (:data:`SCHEMA_EXPECTATIONS`), by GX's Spark engine against the
+    batch's Spark frame, which needs its schema only and reads no row.
+  A range whose bounds are not numbers keeps the batch on Spark (string bounds of a date
+  or timestamp column compare differently in pandas).
 
 On Spark, the batch and the audit views are cached for a validation only when a suite
-holds a SQL expectation (:func:`caches_on_spark`): GX computes each of those twice (its
-rows, then their count) over joins of Delta reads. Column metrics read only their columns
-from the batch's Parquet files, so caching every column of the batch first costs more than
-it saves: on a 792k-row batch with one range check a validation took 3.7 s cached and
-1.0 s without (the cache's materialisation is most of it; interval_cost's equi200k).
+holds a SQL expectation (:func:`queries_views`): GX computes each of those twice over
+joins of Delta reads. Column metrics read only their columns from the batch's Parquet
+files, so caching every column of the batch first costs more than it saves: on a 792k-row
+batch with one range check a validation took 3.7 s cached and 1.0 s without (the cache's
+materialisation is most of it; interval_cost's equi200k).
 
 Invariant: the choice is a pure function of the suites' expectation types and arguments and
 the batch's size; the same inputs always give the same engine.
@@ -28,8 +32,13 @@ the batch's size; the same inputs always give the same engine.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 IN_MEMORY_EXPECTATIONS = frozenset(
     {
@@ -49,6 +58,10 @@ IN_MEMORY_EXPECTATIONS = frozenset(
 RANGE_EXPECTATIONS = frozenset({"expect_column_values_to_be_between"})
 # Expectations that query Spark views (the batch and the audit views) with SQL.
 SQL_EXPECTATIONS = frozenset({"unexpected_rows_expectation"})
+# Expectations on Spark's type names: GX's Spark engine decides them from the schema alone.
+SCHEMA_EXPECTATIONS = frozenset(
+    {"expect_column_values_to_be_of_type", "expect_column_values_to_be_in_type_list"}
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,20 @@ class BatchEngine:
 
     name: Literal["spark", "pandas"]
     reason: str
+
+
+@dataclass(frozen=True)
+class InMemoryBatch:
+    """A batch the caller collected into the driver, validated without Spark jobs.
+
+    ``rows``: the batch; ``schema``: its Spark frame, whose schema the expectations on
+    Spark types are checked against (no row is read); ``views``: the relations the
+    suite's SQL expectations read beside the batch, by name.
+    """
+
+    rows: pd.DataFrame
+    schema: DataFrame | None = None
+    views: Mapping[str, pa.Table] = field(default_factory=dict)
 
 
 def choose_batch_engine(
@@ -68,18 +95,24 @@ def choose_batch_engine(
     if rows > max_rows:
         return BatchEngine("spark", f"{rows} rows exceed the in-memory limit of {max_rows}")
     for kind, kwargs in expectations:
-        if kind not in IN_MEMORY_EXPECTATIONS:
+        if kind not in IN_MEMORY_EXPECTATIONS | SQL_EXPECTATIONS | SCHEMA_EXPECTATIONS:
             return BatchEngine("spark", f"{kind} is checked on Spark")
         if kind in RANGE_EXPECTATIONS and not all(
             _is_number(kwargs.get(bound)) for bound in ("min_value", "max_value")
         ):
             return BatchEngine("spark", f"{kind} on {kwargs.get('column')} has non-numeric bounds")
-    return BatchEngine("pandas", f"{rows} rows, every expectation engine-independent")
+    return BatchEngine("pandas", f"{rows} rows, every expectation computable in memory")
 
 
-def caches_on_spark(expectations: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
-    """Whether a validation on Spark caches the batch and the views: only for SQL
-    expectations, which GX runs twice each (module docstring)."""
+def is_schema_expectation(kind: str) -> bool:
+    """Whether an in-memory validation checks ``kind`` against the Spark schema."""
+    return kind in SCHEMA_EXPECTATIONS
+
+
+def queries_views(expectations: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
+    """Whether the suites hold SQL expectations, which query the audit views: on Spark the
+    batch and the views are then cached (GX runs each query twice; module docstring), in
+    memory the views are collected beside the batch."""
     return any(kind in SQL_EXPECTATIONS for kind, _ in expectations)
 
 

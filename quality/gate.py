@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark.sql import DataFrame
 
+from quality.batch_engine import InMemoryBatch, is_schema_expectation
 from quality.docs_offline import make_offline
 from quality.docs_queue import DocsQueue, QueuedPage
 from quality.results import SuiteOutcome, outcome_from_gx
@@ -46,6 +47,10 @@ DATASOURCE = "pipeline"
 MEMORY_DATASOURCE = "pipeline_in_memory"
 DEFAULT_DOCS_ASSETS = Path(__file__).resolve().parent.parent / "var" / "docs-assets"
 BATCH_DEFINITION = "staged_batch"
+# The suites an in-memory validation runs, named "<suite>__<part>" in GX's store and Data Docs
+# (GX turns a dot of a suite name into a folder of its stores).
+SCHEMA_PART = "schema"
+MEMORY_PART = "in_memory"
 
 
 class QualityGate:
@@ -86,7 +91,7 @@ class QualityGate:
         # persist=False: GX's Spark engine would persist every batch it is handed and never
         # unpersist it, so a warm process would keep each validated batch (memory, then
         # disk) and pay its materialisation; the audit caches a batch itself when its
-        # suites gain from it (quality.batch_engine.caches_on_spark) and releases it after.
+        # suites gain from it (quality.batch_engine.queries_views) and releases it after.
         self._datasource = self._context.data_sources.add_or_update_spark(
             name=DATASOURCE, persist=False
         )
@@ -114,17 +119,65 @@ class QualityGate:
         self,
         table: str,
         suite: ExpectationSuite,
-        batch: DataFrame | pd.DataFrame,
+        batch: DataFrame | InMemoryBatch | pd.DataFrame,
         run_name: str,
         views: Mapping[str, DataFrame] | None = None,
     ) -> SuiteOutcome:
-        """Validate ``batch`` against ``suite`` with a Checkpoint; :meth:`update_docs` renders it.
+        """Validate ``batch`` against ``suite`` with Checkpoints; :meth:`update_docs` renders them.
 
-        ``batch`` is a Spark DataFrame, or a pandas one the caller collected
-        (:mod:`quality.batch_engine` says when); GX then runs its pandas engine. ``views``
-        are registered as Spark temp views first, for the suite's SQL expectations
-        (``unexpected_rows_expectation`` queries) to join against.
+        ``batch`` is a Spark DataFrame (the suite runs on GX's Spark engine; ``views`` are
+        registered as Spark temp views first, for its SQL expectations to join against), or
+        an :class:`InMemoryBatch` the caller collected (:mod:`quality.batch_engine` says
+        when): its rows are validated by GX's pandas engine, SQL expectations by DuckDB over
+        the rows and the batch's views (:mod:`quality.in_memory_sql`), and the expectations
+        on Spark types against the Spark frame's schema, which reads no rows. A bare pandas
+        frame is an :class:`InMemoryBatch` without views or schema.
         """
+        self._make_current()
+        if isinstance(batch, DataFrame):
+            for name, frame in (views or {}).items():
+                frame.createOrReplaceTempView(name)
+            return _in_suite_order(suite, self._run(table, suite, batch, run_name))
+        memory = batch if isinstance(batch, InMemoryBatch) else InMemoryBatch(batch)
+        return self._validate_in_memory(table, suite, memory, run_name)
+
+    def _validate_in_memory(
+        self, table: str, suite: ExpectationSuite, batch: InMemoryBatch, run_name: str
+    ) -> SuiteOutcome:
+        from great_expectations.core.expectation_suite import ExpectationSuite
+
+        from quality.in_memory_sql import views_for_queries
+
+        on_schema = [is_schema_expectation(e.expectation_type) for e in suite.expectations]
+        parts: dict[bool, list[Any]] = {True: [], False: []}
+        for expectation, schema in zip(suite.expectations, on_schema, strict=True):
+            parts[schema].append(expectation.configuration)
+        if parts[True] and batch.schema is None:
+            raise ValueError(
+                f"suite {suite.name}: expectations on Spark types need the batch's Spark "
+                "frame; an in-memory batch without one was given"
+            )
+        found: list[Any] = []
+        for schema, configurations in parts.items():
+            if not configurations:
+                continue
+            part = ExpectationSuite(
+                name=f"{suite.name}__{SCHEMA_PART if schema else MEMORY_PART}",
+                expectations=[c.to_json_dict() for c in configurations],
+                meta=suite.meta,
+            )
+            if schema:
+                results = self._run(table, part, batch.schema, run_name)
+            else:
+                with views_for_queries(batch.views):
+                    results = self._run(table, part, batch.rows, run_name)
+            found.extend(results)
+        return _in_suite_order(suite, found)
+
+    def _run(
+        self, table: str, suite: ExpectationSuite, batch: DataFrame | pd.DataFrame, run_name: str
+    ) -> list[Any]:
+        """One Checkpoint run of ``suite`` over ``batch``: GX's expectation results."""
         from great_expectations.core.run_identifier import RunIdentifier
         from great_expectations.data_context.types.resource_identifiers import (
             ExpectationSuiteIdentifier,
@@ -133,9 +186,6 @@ class QualityGate:
             ResourceFreshnessAggregateError,
         )
 
-        self._make_current()
-        for name, frame in (views or {}).items():
-            frame.createOrReplaceTempView(name)
         in_memory = not isinstance(batch, DataFrame)
         checkpoint = self._checkpoint(table, suite, in_memory)
         logger.info("validating %s against suite %s (run %s)", table, suite.name, run_name)
@@ -154,13 +204,7 @@ class QualityGate:
             self._undocumented.append(suite_page)
         failed = [key for key, run in result.run_results.items() if not run.success]
         self._failed.extend([*failed, suite_page] if failed else [])
-        outcomes = [
-            outcome_from_gx(suite.name, validation.results)
-            for validation in result.run_results.values()
-        ]
-        return SuiteOutcome(
-            suite.name, tuple(e for outcome in outcomes for e in outcome.expectations)
-        )
+        return [r for validation in result.run_results.values() for r in validation.results]
 
     def _checkpoint(self, table: str, suite: ExpectationSuite, in_memory: bool) -> Any:
         """The saved checkpoint validating ``table`` against ``suite``: saved (suite,
@@ -173,14 +217,15 @@ class QualityGate:
             return saved[1]
         batch_definition = self._batch_definition(table, in_memory=in_memory)
         saved_suite = self._context.suites.add_or_update(suite)
+        # One validation definition and checkpoint per engine: a table whose batches
+        # alternate between engines does not save over the other's each time.
+        name = f"{table}:{suite.name}" + (":in_memory" if in_memory else "")
         definition = self._context.validation_definitions.add_or_update(
-            self._gx.ValidationDefinition(
-                name=f"{table}:{suite.name}", data=batch_definition, suite=saved_suite
-            )
+            self._gx.ValidationDefinition(name=name, data=batch_definition, suite=saved_suite)
         )
         checkpoint = self._context.checkpoints.add_or_update(
             self._gx.Checkpoint(
-                name=f"{table}:{suite.name}",
+                name=name,
                 validation_definitions=[definition],
                 actions=[],
                 result_format={"result_format": "SUMMARY"},
@@ -236,6 +281,27 @@ class QualityGate:
             return asset.get_batch_definition(BATCH_DEFINITION)
         except KeyError:
             return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+
+
+def _in_suite_order(suite: ExpectationSuite, results: list[Any]) -> SuiteOutcome:
+    """The outcome of ``suite`` from GX's ``results`` of its expectations, in the suite's
+    order: GX orders a run's results its own way, and an in-memory validation merges two
+    runs; outcomes and error messages read as the suite file does either way."""
+    found = list(results)
+    ordered = [_take_result(found, e.configuration) for e in suite.expectations]
+    return outcome_from_gx(suite.name, ordered)
+
+
+def _take_result(results: list[Any], configuration: Any) -> Any:
+    """Remove and return the first of ``results`` that checked ``configuration``: the same
+    type and every argument the suite gave (GX adds its own, such as ``batch_id``)."""
+    for index, result in enumerate(results):
+        checked = result.expectation_config
+        if checked.type == configuration.type and all(
+            checked.kwargs.get(key) == value for key, value in configuration.kwargs.items()
+        ):
+            return results.pop(index)
+    raise LookupError(f"GX returned no result for {configuration.type} {configuration.kwargs}")
 
 
 def _suite_content(suite: ExpectationSuite) -> dict[str, Any]:

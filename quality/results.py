@@ -98,10 +98,7 @@ def outcome_from_gx(suite: str, results: Iterable[Any]) -> SuiteOutcome:
         if unexpected is None and config.type == "unexpected_rows_expectation":
             # Its observed value is the number of rows the query returned.
             unexpected = observed
-        error = None
-        info = result.exception_info or {}
-        if info.get("raised_exception"):
-            error = str(info.get("exception_message"))
+        error = _raised(result.exception_info or {})
         sampled = details.get("partial_unexpected_list")
         if sampled is None:
             sampled = (details.get("details") or {}).get("unexpected_rows")
@@ -119,6 +116,17 @@ def outcome_from_gx(suite: str, results: Iterable[Any]) -> SuiteOutcome:
             )
         )
     return SuiteOutcome(suite, tuple(outcomes))
+
+
+def _raised(info: Mapping[str, Any]) -> str | None:
+    """The message of the exception an expectation raised, if any. GX reports it either at
+    the top level or, when a metric failed to resolve, per metric id."""
+    if info.get("raised_exception"):
+        return str(info.get("exception_message"))
+    for nested in info.values():
+        if isinstance(nested, Mapping) and nested.get("raised_exception"):
+            return str(nested.get("exception_message"))
+    return None
 
 
 def _sample(values: Any) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """GX's pandas engine gives the verdicts its Spark engine gives, for every expectation the
-audit lets it check; and the choice keeps everything else on Spark."""
+audit lets it check (SQL expectations through DuckDB, Spark types against the schema);
+and the choice keeps everything else on Spark."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from quality.batch_engine import IN_MEMORY_EXPECTATIONS, caches_on_spark, choose_batch_engine
+from quality.audit_views import INPUT_VIEW
+from quality.batch_engine import (
+    IN_MEMORY_EXPECTATIONS,
+    InMemoryBatch,
+    choose_batch_engine,
+    queries_views,
+)
 from quality.gate import QualityGate
+from quality.results import ExpectationOutcome
 
 SCHEMA = T.StructType(
     [
@@ -86,27 +94,98 @@ def test_pandas_and_spark_give_the_same_verdicts(spark: SparkSession, tmp_path: 
     assert verdicts["pandas"] == verdicts["spark"]
 
 
-def test_only_small_batches_of_engine_independent_checks_go_in_memory() -> None:
+def test_only_small_batches_of_checks_computable_in_memory_go_in_memory() -> None:
     between = ("expect_column_values_to_be_between", {"column": "p", "min_value": 0})
     typed = ("expect_column_values_to_be_of_type", {"column": "p", "type_": "LongType"})
     sql = ("unexpected_rows_expectation", {"unexpected_rows_query": "SELECT 1"})
     dated = ("expect_column_values_to_be_between", {"column": "d", "min_value": "2024-01-01"})
+    mean = ("expect_column_mean_to_be_between", {"column": "p", "min_value": 0})
     assert choose_batch_engine([between], 100, 1000).name == "pandas"
     assert choose_batch_engine([], 100, 1000).name == "pandas"
+    assert choose_batch_engine([between, typed, sql], 100, 1000).name == "pandas"
     assert choose_batch_engine([between], None, 1000).name == "spark"
     assert choose_batch_engine([between], 1001, 1000).name == "spark"
     assert choose_batch_engine([between], 1, 0).name == "spark"
-    for other in (typed, sql, dated):
+    for other in (dated, mean):
         assert choose_batch_engine([between, other], 100, 1000).name == "spark", other
+
+
+def verdict(outcome: ExpectationOutcome) -> tuple[str, bool, int | None]:
+    return (outcome.expectation, outcome.success, outcome.unexpected_count)
+
+
+def test_types_and_sql_give_the_same_verdicts_in_memory_without_a_spark_job(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark types are checked against the frame's schema (no job), SQL by DuckDB; each
+    passes and fails where it does on Spark, and the outcomes keep the suite's order."""
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    typed = [
+        expectation("expect_column_values_to_be_of_type", column="id", type_="LongType"),
+        expectation("expect_column_values_to_be_of_type", column="price", type_="StringType"),
+        expectation(
+            "expect_column_values_to_be_in_type_list", column="day", type_list=["DateType"]
+        ),
+    ]
+    sql = [
+        expectation(
+            "unexpected_rows_expectation",
+            unexpected_rows_query=f"SELECT i.tuple_id FROM {INPUT_VIEW} i LEFT ANTI JOIN "
+            "{batch} b ON b.id = i.tuple_id WHERE i.must_emit",
+            description="conservation",
+        ),
+        expectation(
+            "unexpected_rows_expectation",
+            unexpected_rows_query="SELECT id FROM {batch} GROUP BY id HAVING count(*) > 1",
+            description="unique ids",
+        ),
+        expectation(
+            "unexpected_rows_expectation",
+            unexpected_rows_query="SELECT id FROM {batch} WHERE count_if(k IS NULL) > 5",
+            description="DuckDB cannot run an aggregate in WHERE: an error, not a pass",
+        ),
+    ]
+    mixed = [sql[0], typed[0], EXPECTATIONS[2], typed[1], sql[1], typed[2], sql[2]]
+    batch = spark.createDataFrame(ROWS, SCHEMA)
+    input_schema = T.StructType(
+        [T.StructField("tuple_id", T.LongType()), T.StructField("must_emit", T.BooleanType())]
+    )
+    views = {INPUT_VIEW: spark.createDataFrame([(1, True), (7, True), (8, False)], input_schema)}
+    memory = InMemoryBatch(
+        batch.toPandas(), batch, {name: view.toArrow() for name, view in views.items()}
+    )
+    gate = QualityGate(tmp_path / "gx")
+    verdicts = {}
+    spark.sparkContext.setJobGroup("in-memory-validation", "no job expected")
+    try:
+        outcome = gate.validate("t", ExpectationSuite(name="mixed", expectations=mixed), memory, "")
+        jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("in-memory-validation")
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert jobs == []
+    verdicts["pandas"] = [verdict(e) for e in outcome.expectations]
+    errors = [e.error for e in outcome.expectations]
+    on_spark = gate.validate(
+        "t", ExpectationSuite(name="mixed", expectations=mixed), batch, "s", views=views
+    )
+    verdicts["spark"] = [verdict(e) for e in on_spark.expectations]
+    assert [v[0] for v in verdicts["pandas"]] == [e["type"] for e in mixed]
+    # The last query errs on both engines (an aggregate in WHERE): compare the others.
+    assert verdicts["pandas"][:-1] == verdicts["spark"][:-1]
+    assert [v[1] for v in verdicts["pandas"]] == [False, True, False, False, False, True, False]
+    assert errors[-1] is not None and all(e is None for e in errors[:-1])
+    assert not on_spark.expectations[-1].success
+    assert on_spark.expectations[-1].error is not None
 
 
 def test_only_sql_expectations_cache_the_batch_on_spark() -> None:
     between = ("expect_column_values_to_be_between", {"column": "p", "min_value": 0})
     typed = ("expect_column_values_to_be_of_type", {"column": "p", "type_": "LongType"})
     sql = ("unexpected_rows_expectation", {"unexpected_rows_query": "SELECT 1"})
-    assert not caches_on_spark([])
-    assert not caches_on_spark([between, typed])
-    assert caches_on_spark([between, sql])
+    assert not queries_views([])
+    assert not queries_views([between, typed])
+    assert queries_views([between, sql])
 
 
 def test_a_spark_validation_leaves_nothing_cached(spark: SparkSession, tmp_path: Path) -> None:
