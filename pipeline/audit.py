@@ -75,7 +75,6 @@ from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
 from warehouse.delta.api import (
     COMMIT_VERSION,
-    DataFile,
     append_live_rows_added,
     count_live_rows_added,
     live_rows_added,
@@ -766,7 +765,7 @@ class AuditPublisher:
         found = []
         for path in earlier:
             snapshot = self.engine.snapshot(path)
-            files = [f for f in snapshot.files if _may_hold_from(f, INTERVAL_START, oldest)]
+            files = [f for f in snapshot.files if f.may_hold_since(INTERVAL_START, oldest)]
             if files:
                 rows = self.engine.read_files(snapshot, files)
                 found.append(published_tuples(rows, tuples, id_column))
@@ -789,30 +788,3 @@ class AuditPublisher:
                 "and were quarantined, not published: "
                 + " | ".join(f"{a.table} ({a.rows} rows): {'; '.join(a.failures)}" for a in failed)
             )
-
-
-def _may_hold_from(file: DataFile, column: str, oldest: datetime) -> bool:
-    """False only when ``file`` provably holds no row with ``column >= oldest``: its
-    partition value, or its log statistics, say so. Any doubt keeps the file.
-
-    Spark hands ``oldest`` back naive, in this process's local time; the log's values are
-    UTC (the sessions run in UTC), aware or naive depending on the reader, so each side is
-    made aware before comparing.
-    """
-    probe = oldest.astimezone(UTC)  # a naive datetime is read as local time
-    if column in file.partition_values:
-        value = file.partition_values[column]
-        try:
-            return value is None or not _utc(value) < probe
-        except TypeError:  # a value of another type than the probe: nothing is proven
-            return True
-    return file.may_hold(column, probe, datetime.max.replace(tzinfo=UTC)) and file.may_hold(
-        column, probe.replace(tzinfo=None), datetime.max
-    )
-
-
-def _utc(value: Any) -> Any:
-    """A log value as an aware UTC datetime (a naive one is UTC); anything else as is."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return value

@@ -21,9 +21,10 @@ class QualityConfig(Strict):
     in_memory_max_rows: int = Field(
         default=200_000,
         ge=0,
-        description="a batch of at most this many rows whose expectations are all "
-        "engine-independent is validated with GX's pandas engine in the driver (one Spark "
-        "job to collect it) instead of a Spark job per metric; 0 keeps every batch on Spark",
+        description="a batch of at most this many rows whose expectations the driver can "
+        "decide (quality.batch_engine) is validated in memory: GX's pandas engine, DuckDB "
+        "for SQL expectations, Spark types against the schema; instead of a Spark job per "
+        "metric. 0 keeps every batch on Spark",
     )
 
     @property

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from common.phase_clock import PhaseClock
@@ -123,6 +123,28 @@ class DataFile:
             return not (file_high < low or file_low > high)
         except TypeError:  # bounds of another type than the probe: nothing is proven
             return True
+
+    def may_hold_since(self, column: str, oldest: datetime) -> bool:
+        """False only when this file provably holds no row with ``column >= oldest``: its
+        partition value, or its log statistics, say so; True on any doubt.
+
+        ``oldest`` may be naive (as Spark returns timestamps: local time) or aware; the
+        log's values are UTC (the pipeline's sessions run in UTC), naive or aware depending
+        on the reader, so both sides are compared as aware UTC datetimes.
+        """
+        probe = oldest.astimezone(UTC)  # a naive datetime is read as local time
+        if column in self.partition_values:
+            value = self.partition_values[column]
+            if isinstance(value, datetime):
+                value = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+            try:
+                return value is None or not value < probe
+            except TypeError:  # a value of another type than the probe: nothing is proven
+                return True
+        # Bounds are compared as they are typed: one of the two probes matches their kind.
+        return self.may_hold(column, probe, datetime.max.replace(tzinfo=UTC)) and self.may_hold(
+            column, probe.replace(tzinfo=None), datetime.max
+        )
 
 
 def total_records(files: Iterable[DataFile]) -> int | None:
