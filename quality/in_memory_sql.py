@@ -93,6 +93,7 @@ def _query_rows(
     execution_engine: PandasExecutionEngine,
     metric_domain_kwargs: dict[str, Any],
     metric_value_kwargs: dict[str, Any],
+    **_: Any,  # the resolved metrics and the runtime configuration: not used
 ) -> pa.Table:
     views = _VIEWS.get()
     if views is None:
@@ -109,43 +110,40 @@ def _query_rows(
     return run_query(query, batch, views)
 
 
-class InMemoryUnexpectedRowsTable(QueryMetricProvider):
+class _InMemoryQueryMetric(QueryMetricProvider):
+    """What both metrics share: the expectation's query parameter. Without a
+    ``metric_name`` of its own this class registers nothing with GX."""
+
+    value_keys = ("unexpected_rows_query",)
+    query_param_name: ClassVar[str] = "unexpected_rows_query"
+
+
+class InMemoryUnexpectedRowsTable(_InMemoryQueryMetric):
     """``unexpected_rows_query.table`` on GX's pandas engine: the query's first rows."""
 
     metric_name = "unexpected_rows_query.table"
-    value_keys = ("unexpected_rows_query",)
-    query_param_name: ClassVar[str] = "unexpected_rows_query"
 
     @metric_value(engine=PandasExecutionEngine)
     def _pandas(  # GX's metric_value binds it as a class method
         cls,  # noqa: N805
         execution_engine: PandasExecutionEngine,
-        metric_domain_kwargs: dict[str, Any],
-        metric_value_kwargs: dict[str, Any],
-        metrics: dict[str, Any],
-        runtime_configuration: dict[str, Any],
+        **kwargs: Any,
     ) -> list[dict[str, Any]]:
-        rows = _query_rows(cls, execution_engine, metric_domain_kwargs, metric_value_kwargs)
-        if not metric_value_kwargs.get("fetch_all", False):
+        rows = _query_rows(cls, execution_engine, **kwargs)
+        if not kwargs["metric_value_kwargs"].get("fetch_all", False):
             rows = rows.slice(0, MAX_RESULT_RECORDS)
         return rows.to_pylist()
 
 
-class InMemoryUnexpectedRowsCount(QueryMetricProvider):
+class InMemoryUnexpectedRowsCount(_InMemoryQueryMetric):
     """``unexpected_rows_query.row_count`` on GX's pandas engine."""
 
     metric_name = "unexpected_rows_query.row_count"
-    value_keys = ("unexpected_rows_query",)
-    query_param_name: ClassVar[str] = "unexpected_rows_query"
 
     @metric_value(engine=PandasExecutionEngine)
     def _pandas(  # GX's metric_value binds it as a class method
         cls,  # noqa: N805
         execution_engine: PandasExecutionEngine,
-        metric_domain_kwargs: dict[str, Any],
-        metric_value_kwargs: dict[str, Any],
-        metrics: dict[str, Any],
-        runtime_configuration: dict[str, Any],
+        **kwargs: Any,
     ) -> int:
-        rows = _query_rows(cls, execution_engine, metric_domain_kwargs, metric_value_kwargs)
-        return int(rows.num_rows)
+        return _query_rows(cls, execution_engine, **kwargs).num_rows
