@@ -139,7 +139,8 @@ class AddedFiles(Generic[Payload]):
         partitions = {a.partition for a in adds} | {r.partition for r in removes}
         for partition in partitions:
             merged = _Rewrite({a.path for a in adds if a.partition == partition}, set())
-            for removed in (r.path for r in removes if r.partition == partition):
+            gone = {r.path for r in removes if r.partition == partition}
+            for removed in gone:
                 if removed in self._added:
                     merged.sources.add(removed)
                 earlier = self._rewrite_of.pop(removed, None)
@@ -147,6 +148,9 @@ class AddedFiles(Generic[Payload]):
                     earlier.outputs.discard(removed)
                     merged.outputs |= earlier.outputs
                     merged.sources |= earlier.sources
+            # An earlier rewrite's outputs join before its other outputs this commit removes
+            # are seen: none of this commit's removes may stay an output of the merged group.
+            merged.outputs -= gone
             for output in merged.outputs:
                 self._rewrite_of[output] = merged
 
