@@ -148,7 +148,8 @@ typecheck: setup
 # xdist hands out files by their number of tests, most first (its loadscope reorder).
 # Tried on 2026-11-25: keeping tests/conftest.py's slowest-files-first order instead
 # (--no-loadscope-reorder) ran the both-engines and DAG files side by side, each twice as
-# slow, and the whole run took longer (44.8 min against 43.6 min).
+# slow, and the whole run took longer (44.8 min against 43.6 min). Tried on 2026-11-26:
+# three processes (PYTEST_WORKERS=3) took 49.3 min where two took 44.6 min.
 PYTEST_WORKERS ?= 2
 
 unit: setup browser-deps postgres-deps
