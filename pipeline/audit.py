@@ -388,7 +388,9 @@ class AuditPublisher:
         )
         if suites:
             logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
-        if engine.name == "spark" and queries_views(expectations):
+        if not queries_views(expectations):
+            views = {}  # no suite reads them: neither registered nor collected
+        elif engine.name == "spark":
             staged = staged.cache()
             views = {name: view.cache() for name, view in views.items()}
         try:
@@ -590,7 +592,7 @@ class AuditPublisher:
         quality = self.config.quality.get(table)
         in_memory = None
         if engine.name == "pandas":
-            in_memory = self._collect(table, staged, batch, views, suites, interval)
+            in_memory = self._collect(table, staged, batch, views, interval)
         outcomes = self._run_suites(table, run_id, staged, views, suites, in_memory)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
         warn_only = quality is not None and quality.warn_only
@@ -632,10 +634,10 @@ class AuditPublisher:
         staged: DataFrame,
         batch: tuple[int, int],
         views: dict[str, DataFrame],
-        suites: list[ExpectationSuite],
         interval: tuple[datetime, datetime] | None,
     ) -> InMemoryBatch:
-        """The batch in the driver, and its audit views when a suite queries them."""
+        """The batch in the driver, and the audit views its suites query (``views`` holds
+        only those: :meth:`_decide_and_commit`)."""
         with optional_phase(self.engine.clock, "validate"):
             # A live batch is whole files of silver: read them in the driver, no Spark job.
             rows = (
@@ -645,14 +647,7 @@ class AuditPublisher:
                     self.engine, self.layout.staged(table), *batch
                 ).to_pandas()
             )
-            kinds: list[tuple[str, dict[str, Any]]] = [
-                (e.expectation_type, {}) for s in suites for e in s.expectations
-            ]
-            collected = (
-                {name: view.toArrow() for name, view in views.items()}
-                if queries_views(kinds)
-                else {}
-            )
+            collected = {name: view.toArrow() for name, view in views.items()}
         return InMemoryBatch(rows, staged, collected)
 
     def _run_suites(

@@ -144,34 +144,30 @@ class QualityGate:
     def _validate_in_memory(
         self, table: str, suite: ExpectationSuite, batch: InMemoryBatch, run_name: str
     ) -> SuiteOutcome:
-        from great_expectations.core.expectation_suite import ExpectationSuite
-
         from quality.in_memory_sql import views_for_queries
 
-        on_schema = [is_schema_expectation(e.expectation_type) for e in suite.expectations]
-        parts: dict[bool, list[Any]] = {True: [], False: []}
-        for expectation, schema in zip(suite.expectations, on_schema, strict=True):
-            parts[schema].append(expectation.configuration)
-        if parts[True] and batch.schema is None:
-            raise ValueError(
-                f"suite {suite.name}: expectations on Spark types need the batch's Spark "
-                "frame; an in-memory batch without one was given"
-            )
+        schema_checks = [
+            e.configuration for e in suite.expectations if is_schema_expectation(e.expectation_type)
+        ]
+        row_checks = [
+            e.configuration
+            for e in suite.expectations
+            if not is_schema_expectation(e.expectation_type)
+        ]
         found: list[Any] = []
-        for schema, configurations in parts.items():
-            if not configurations:
-                continue
-            part = ExpectationSuite(
-                name=f"{suite.name}__{SCHEMA_PART if schema else MEMORY_PART}",
-                expectations=[c.to_json_dict() for c in configurations],
-                meta=suite.meta,
-            )
-            if schema:
-                results = self._run(table, part, batch.schema, run_name)
-            else:
-                with views_for_queries(batch.views):
-                    results = self._run(table, part, batch.rows, run_name)
-            found.extend(results)
+        if schema_checks:
+            if batch.schema is None:
+                raise ValueError(
+                    f"suite {suite.name}: expectations on Spark types need the batch's Spark "
+                    "frame; an in-memory batch without one was given"
+                )
+            part = _part(suite, SCHEMA_PART, schema_checks)
+            found += self._run(table, part, batch.schema, run_name)
+        if row_checks:
+            with views_for_queries(batch.views):
+                found += self._run(
+                    table, _part(suite, MEMORY_PART, row_checks), batch.rows, run_name
+                )
         return _in_suite_order(suite, found)
 
     def _run(
@@ -217,9 +213,9 @@ class QualityGate:
             return saved[1]
         batch_definition = self._batch_definition(table, in_memory=in_memory)
         saved_suite = self._context.suites.add_or_update(suite)
-        # One validation definition and checkpoint per engine: a table whose batches
-        # alternate between engines does not save over the other's each time.
-        name = f"{table}:{suite.name}" + (":in_memory" if in_memory else "")
+        # Each engine validates suites of its own names (the in-memory path's are
+        # "<suite>__<part>"), so a table alternating engines saves over nothing.
+        name = f"{table}:{suite.name}"
         definition = self._context.validation_definitions.add_or_update(
             self._gx.ValidationDefinition(name=name, data=batch_definition, suite=saved_suite)
         )
@@ -281,6 +277,17 @@ class QualityGate:
             return asset.get_batch_definition(BATCH_DEFINITION)
         except KeyError:
             return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+
+
+def _part(suite: ExpectationSuite, part: str, configurations: list[Any]) -> ExpectationSuite:
+    """The suite ``<suite>__<part>`` of ``configurations``, one engine's share of ``suite``."""
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    return ExpectationSuite(
+        name=f"{suite.name}__{part}",
+        expectations=[c.to_json_dict() for c in configurations],
+        meta=suite.meta,
+    )
 
 
 def _in_suite_order(suite: ExpectationSuite, results: list[Any]) -> SuiteOutcome:
