@@ -64,12 +64,13 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q -j 0 $(PROJECT_PACKAGES)
 
 # A class-data-sharing archive of the Spark driver's JVM (warehouse/jvm_archive.py): every
-# Spark process maps it and starts 2-3 s sooner. Rebuilt when the packages change.
+# Spark process maps it and starts 2-3 s sooner, and delta-spark's classes (on the driver's
+# class path) load from it too. Rebuilt when the packages or the jars change.
 JVM_ARCHIVE_STAMP := var/jvm/.built
 
 jvm-archive: $(JVM_ARCHIVE_STAMP)
 
-$(JVM_ARCHIVE_STAMP): $(STAMP) warehouse/jvm_archive.py warehouse/jvm_archive_training.py
+$(JVM_ARCHIVE_STAMP): $(STAMP) $(DELTA_JARS_DIR)/.fetched warehouse/jvm_archive.py warehouse/jvm_archive_training.py
 	$(PY) -m warehouse.jvm_archive
 	touch $(JVM_ARCHIVE_STAMP)
 

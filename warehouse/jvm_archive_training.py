@@ -3,7 +3,8 @@
 Run by :func:`warehouse.jvm_archive.build` as a child process: it starts a driver that
 writes every class it loaded to the archive file given as its argument when it exits, and
 runs what a pipeline command touches (DataFrames, Parquet, a join, an aggregate, Arrow both
-ways, a Python UDF, JSON) so that those classes are in it.
+ways, a Python UDF, JSON, and delta-spark's table creation, commits, reads, merge and
+vacuum) so that those classes are in it.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ def train(dump: Path) -> None:
     import pyarrow as pa
     from pyspark.sql import functions as F
 
+    from warehouse.delta import AppTransaction, open_engine
     from warehouse.spark import SparkSettings, build_session
 
     conf = {DRIVER_OPTIONS: f"-XX:ArchiveClassesAtExit={dump}"}
-    # No delta-spark jars: the class path of the embedded engine, every session's default.
-    settings = SparkSettings(app_name="jvm-archive", master="local[2]", conf=conf, delta_jars=False)
+    # Every session's class path: delta-spark's jars on the driver's (when `make jars`
+    # fetched them), then Spark's.
+    settings = SparkSettings(app_name="jvm-archive", master="local[2]", conf=conf)
     spark = build_session(settings)
     with tempfile.TemporaryDirectory() as folder:
         left = spark.range(2000).withColumn("k", F.col("id") % 97)
@@ -39,6 +42,17 @@ def train(dump: Path) -> None:
         back.mapInArrow(lambda batches: batches, back.schema).count()
         left.join(right, left.k < right.k).count()
         spark.read.json(spark.sparkContext.parallelize(['{"a": 1}'])).count()
+        if spark.conf.get("spark.sql.extensions", None):  # delta-spark is on the class path
+            rows = joined.withColumnRenamed("sum(v)", "v")
+            native = open_engine(spark, "native")
+            table = f"{folder}/delta"
+            native.create_table(table, rows.schema, ("k",), {"delta.enableChangeDataFeed": "true"})
+            native.append(table, rows, AppTransaction("train", 0))
+            native.merge(table, rows, ["k"])
+            native.changes(table, 1, native.snapshot(table).version).count()
+            native.read(table).count()
+            native.overwrite(table, rows)
+            native.vacuum(table, retention_hours=0)
     spark.stop()
 
 

@@ -1,16 +1,18 @@
 """The Spark driver's class-data-sharing archive: added to the driver's options only when it
 exists and nothing else chose CDS, and the archive ``make setup`` built is the one a driver
-JVM really maps (its classes load from the shared archive, not from the jars)."""
+JVM really maps (its Spark and delta-spark classes load from the shared archive, not from
+the jars)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from warehouse.jvm_archive import DRIVER_OPTIONS, archive_path, with_class_archive
-from warehouse.spark import session_conf
+from warehouse.spark import DRIVER_CLASS_PATH, delta_jars, session_conf
 
 
 def test_the_archive_joins_the_drivers_options_only_when_it_exists(tmp_path: Path) -> None:
@@ -29,6 +31,16 @@ def test_session_settings_leave_delta_spark_off_when_asked() -> None:
     without = session_conf({}, "local[2]", with_delta=False)
     assert "spark.sql.extensions" not in without and "spark.jars" not in without
     assert without["spark.sql.session.timeZone"] == "UTC"  # the required settings stay
+    assert DRIVER_CLASS_PATH not in without
+
+
+def test_delta_jars_are_on_the_drivers_class_path_and_shipped_to_executors() -> None:
+    jars = delta_jars()
+    assert jars, "`make jars` fetches delta-spark"
+    conf = session_conf({DRIVER_CLASS_PATH: "/opt/own.jar"}, "spark://h:7077")
+    assert conf["spark.jars"].split(",") == jars
+    resolved = [str(Path(j).resolve()) for j in jars]
+    assert conf[DRIVER_CLASS_PATH].split(os.pathsep) == [*resolved, "/opt/own.jar"]
 
 
 def test_a_driver_maps_the_archive_setup_built(tmp_path: Path) -> None:
@@ -38,8 +50,12 @@ def test_a_driver_maps_the_archive_setup_built(tmp_path: Path) -> None:
     script = (
         "from warehouse.spark import SparkSettings, build_session\n"
         f"conf = {{{DRIVER_OPTIONS!r}: '-Xlog:class+load=info:file={log}'}}\n"
-        "spark = build_session(SparkSettings(master='local[1]', conf=conf, delta_jars=False))\n"
-        "assert spark.range(5).count() == 5\n"
+        "from warehouse.delta import open_engine\n"
+        "spark = build_session(SparkSettings(master='local[1]', conf=conf))\n"
+        "native = open_engine(spark, 'native')\n"
+        f"native.create_table({str(tmp_path / 't')!r}, spark.range(5).schema)\n"
+        f"native.append({str(tmp_path / 't')!r}, spark.range(5))\n"
+        f"assert native.read({str(tmp_path / 't')!r}).count() == 5\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
@@ -54,3 +70,11 @@ def test_a_driver_maps_the_archive_setup_built(tmp_path: Path) -> None:
     # The classes the session needs come from the archive; a few that the training run did
     # not touch are still read from Spark's jars.
     assert len(from_jars) < 0.1 * len(shared), (len(from_jars), len(shared))
+    # delta-spark's classes too (its jars are on the driver's class path); lambdas are
+    # generated at run time, not read from either.
+    loaded = log.read_text().splitlines()
+    delta = [line for line in loaded if " org.apache.spark.sql.delta." in line]
+    delta_shared = [line for line in delta if "source: shared objects file" in line]
+    delta_jar = [line for line in delta if re.search(r"source: (jar|file):", line)]
+    assert len(delta_shared) > 500, f"{len(delta_shared)} delta-spark classes from the archive"
+    assert len(delta_jar) < 0.1 * len(delta_shared), (len(delta_jar), len(delta_shared))
