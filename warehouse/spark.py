@@ -94,14 +94,8 @@ def delta_jars(directory: Path | None = None) -> list[str]:
 def with_delta_jars(
     conf: Mapping[str, str], jars: list[str], master: str = "local[2]"
 ) -> dict[str, str]:
-    """``conf`` plus the jars on ``spark.jars`` and the driver's class path, and Delta's
-    extension and catalog.
+    """``conf`` plus the jars on ``spark.jars`` and Delta's extension and catalog.
 
-    On the driver's own class path (``spark.driver.extraClassPath``, where the launcher puts
-    them ahead of Spark's jars) delta-spark's classes load through the JVM's application
-    class loader, so the driver's class archive (:mod:`warehouse.jvm_archive`) holds them
-    too: a driver's first Delta table and commit took 10-15 s of class loading without it.
-    ``spark.jars`` still ships them to a cluster's executors.
     Jars and extensions the caller already configured are kept (comma lists are extended);
     a catalog the caller chose for ``spark_catalog`` is left alone. On a local master,
     delta-spark rebuilds a table's state with one task per core instead of its default 50
@@ -113,13 +107,6 @@ def with_delta_jars(
         return merged
     existing = [j for j in merged.get("spark.jars", "").split(",") if j]
     merged["spark.jars"] = ",".join([*existing, *[j for j in jars if j not in existing]])
-    # Resolved paths: the archive records the class path it was built with, and a checkout
-    # whose var/jars is a link must name the same files.
-    on_path = [p for p in merged.get(DRIVER_CLASS_PATH, "").split(os.pathsep) if p]
-    resolved = [str(Path(j).resolve()) for j in jars]
-    merged[DRIVER_CLASS_PATH] = os.pathsep.join(
-        [*[j for j in resolved if j not in on_path], *on_path]
-    )
     extensions = [e for e in merged.get("spark.sql.extensions", "").split(",") if e]
     if DELTA_EXTENSION not in extensions:
         extensions.append(DELTA_EXTENSION)
@@ -130,6 +117,29 @@ def with_delta_jars(
     cores = _local_cores(master)
     if cores is not None:
         merged.setdefault(DELTA_SNAPSHOT_PARTITIONS, str(cores))
+    return merged
+
+
+def on_driver_class_path(conf: Mapping[str, str], jars: list[str]) -> dict[str, str]:
+    """``conf`` with ``jars`` first on the driver's class path (``spark.driver.extraClassPath``;
+    the launcher puts it ahead of Spark's jars).
+
+    Every driver gets delta-spark's jars there, whether or not its session uses Delta: the
+    driver's class archive (:mod:`warehouse.jvm_archive`) is only mapped by a JVM whose
+    class path is the one it was built with, so one class path for all sessions keeps one
+    archive valid for all, and it holds delta-spark's classes too (a native driver's first
+    table and commit were 10-15 s of class loading without them). A jar on the class path
+    costs nothing until a class of it is used; ``spark.jars`` ships them to executors.
+    Resolved paths: a checkout whose ``var/jars`` is a link names the same files.
+    """
+    merged = dict(conf)
+    if not jars:
+        return merged
+    on_path = [p for p in merged.get(DRIVER_CLASS_PATH, "").split(os.pathsep) if p]
+    resolved = [str(Path(j).resolve()) for j in jars]
+    merged[DRIVER_CLASS_PATH] = os.pathsep.join(
+        [*[j for j in resolved if j not in on_path], *on_path]
+    )
     return merged
 
 
@@ -182,12 +192,15 @@ def effective_remote(configured: str | None) -> str | None:
 
 def session_conf(conf: Mapping[str, str], master: str, with_delta: bool = True) -> dict[str, str]:
     """Every setting a Spark this product runs gets, in-process or as a Connect server:
-    the embedded defaults, ``conf`` over them, delta-spark's jars (unless ``with_delta`` is
-    false), the driver's class archive (:mod:`warehouse.jvm_archive`), then
+    the embedded defaults, ``conf`` over them, delta-spark's jars and extension (unless
+    ``with_delta`` is false; the jars are on the driver's class path either way), the
+    driver's class archive (:mod:`warehouse.jvm_archive`), then
     ``REQUIRED_CONF``."""
     merged = {**EMBEDDED_DEFAULTS, **conf}
+    jars = delta_jars()
     if with_delta:
-        merged = with_delta_jars(merged, delta_jars(), master)
+        merged = with_delta_jars(merged, jars, master)
+    merged = on_driver_class_path(merged, jars)
     return {**with_class_archive(merged, archive_path()), **REQUIRED_CONF}
 
 

@@ -31,7 +31,8 @@ def test_session_settings_leave_delta_spark_off_when_asked() -> None:
     without = session_conf({}, "local[2]", with_delta=False)
     assert "spark.sql.extensions" not in without and "spark.jars" not in without
     assert without["spark.sql.session.timeZone"] == "UTC"  # the required settings stay
-    assert DRIVER_CLASS_PATH not in without
+    # The class path is every session's, so that one class archive matches every driver.
+    assert without[DRIVER_CLASS_PATH] == session_conf({}, "local[2]")[DRIVER_CLASS_PATH]
 
 
 def test_delta_jars_are_on_the_drivers_class_path_and_shipped_to_executors() -> None:
@@ -43,38 +44,55 @@ def test_delta_jars_are_on_the_drivers_class_path_and_shipped_to_executors() -> 
     assert conf[DRIVER_CLASS_PATH].split(os.pathsep) == [*resolved, "/opt/own.jar"]
 
 
-def test_a_driver_maps_the_archive_setup_built(tmp_path: Path) -> None:
+def loaded_classes(tmp_path: Path, body: str) -> list[str]:
+    """The JVM's class-load log lines of a driver that runs ``body`` (``spark`` defined)."""
     archive = archive_path()
     assert archive is not None and archive.is_file(), f"`make setup` builds {archive}"
     log = tmp_path / "classes.log"
     script = (
         "from warehouse.spark import SparkSettings, build_session\n"
-        f"conf = {{{DRIVER_OPTIONS!r}: '-Xlog:class+load=info:file={log}'}}\n"
         "from warehouse.delta import open_engine\n"
-        "spark = build_session(SparkSettings(master='local[1]', conf=conf))\n"
-        "native = open_engine(spark, 'native')\n"
-        f"native.create_table({str(tmp_path / 't')!r}, spark.range(5).schema)\n"
-        f"native.append({str(tmp_path / 't')!r}, spark.range(5))\n"
-        f"assert native.read({str(tmp_path / 't')!r}).count() == 5\n"
+        f"conf = {{{DRIVER_OPTIONS!r}: '-Xlog:class+load=info:file={log}'}}\n"
+        f"{body}"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    spark_classes = [
-        line for line in log.read_text().splitlines() if " org.apache.spark.sql." in line
-    ]
-    shared = [line for line in spark_classes if "source: shared objects file" in line]
-    from_jars = [line for line in spark_classes if re.search(r"source: (jar|file):", line)]
-    assert len(shared) > 1000, f"{len(shared)} Spark SQL classes came from the archive"
-    # The classes the session needs come from the archive; a few that the training run did
-    # not touch are still read from Spark's jars.
-    assert len(from_jars) < 0.1 * len(shared), (len(from_jars), len(shared))
-    # delta-spark's classes too (its jars are on the driver's class path); lambdas are
-    # generated at run time, not read from either.
-    loaded = log.read_text().splitlines()
-    delta = [line for line in loaded if " org.apache.spark.sql.delta." in line]
-    delta_shared = [line for line in delta if "source: shared objects file" in line]
-    delta_jar = [line for line in delta if re.search(r"source: (jar|file):", line)]
-    assert len(delta_shared) > 500, f"{len(delta_shared)} delta-spark classes from the archive"
-    assert len(delta_jar) < 0.1 * len(delta_shared), (len(delta_jar), len(delta_shared))
+    return log.read_text().splitlines()
+
+
+def assert_from_archive(lines: list[str], package: str, at_least: int) -> None:
+    """Most of ``package``'s classes came from the archive, few from jars (lambdas are
+    generated at run time, from neither)."""
+    classes = [line for line in lines if f" {package}." in line]
+    shared = [line for line in classes if "source: shared objects file" in line]
+    from_jars = [line for line in classes if re.search(r"source: (jar|file):", line)]
+    assert len(shared) > at_least, f"{len(shared)} {package} classes came from the archive"
+    # A few that the training run did not touch are still read from the jars.
+    assert len(from_jars) < 0.1 * len(shared), (package, len(from_jars), len(shared))
+
+
+def test_a_driver_without_delta_maps_the_archive_setup_built(tmp_path: Path) -> None:
+    """The embedded engine's session (no Delta extension) maps the same archive."""
+    lines = loaded_classes(
+        tmp_path,
+        "spark = build_session(SparkSettings(master='local[1]', conf=conf, delta_jars=False))\n"
+        "assert spark.range(5).count() == 5\n",
+    )
+    assert_from_archive(lines, "org.apache.spark.sql", 1000)
+    assert not [line for line in lines if " org.apache.spark.sql.delta." in line]
+
+
+def test_a_native_delta_driver_loads_delta_spark_from_the_archive(tmp_path: Path) -> None:
+    table = str(tmp_path / "t")
+    lines = loaded_classes(
+        tmp_path,
+        "spark = build_session(SparkSettings(master='local[1]', conf=conf))\n"
+        "native = open_engine(spark, 'native')\n"
+        f"native.create_table({table!r}, spark.range(5).schema)\n"
+        f"native.append({table!r}, spark.range(5))\n"
+        f"assert native.read({table!r}).count() == 5\n",
+    )
+    assert_from_archive(lines, "org.apache.spark.sql", 1000)
+    assert_from_archive(lines, "org.apache.spark.sql.delta", 500)
