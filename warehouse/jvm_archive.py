@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 ARCHIVE_ENV = "ENRICH_JVM_ARCHIVE"
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
 ARCHIVE_DIR = Path(__file__).resolve().parent.parent / "var" / "jvm"
 # Options by which the caller already decided class data sharing for the driver.
 CDS_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
@@ -54,14 +55,26 @@ def archive_path() -> Path | None:
     return ARCHIVE_DIR / f"spark-driver-{_pyspark_version()}.jsa"
 
 
+def class_path_record(archive: Path) -> Path:
+    """The file beside ``archive`` holding the driver class path it was trained with."""
+    return archive.with_name(archive.name + ".classpath")
+
+
 def with_class_archive(conf: Mapping[str, str], archive: Path | None) -> dict[str, str]:
-    """``conf`` with the driver mapping ``archive`` at start, when the file exists and the
-    driver's Java options do not already choose a CDS setting of their own."""
+    """``conf`` with the driver mapping ``archive`` at start, when the file exists, the
+    driver's Java options do not already choose a CDS setting of their own, and the driver's
+    class path (``spark.driver.extraClassPath``) is the one the archive was trained with: a
+    JVM given an archive of another class path ignores it and prints a warning on every
+    start (a session without delta-spark's jars, ``ENRICH_DELTA_JARS=``)."""
     merged = dict(conf)
     if archive is None or not archive.is_file():
         return merged
     options = merged.get(DRIVER_OPTIONS, "")
     if any(option in options for option in CDS_OPTIONS):
+        return merged
+    record = class_path_record(archive)
+    if record.is_file() and record.read_text() != merged.get(DRIVER_CLASS_PATH, ""):
+        logger.debug("class archive %s: trained with another driver class path", archive)
         return merged
     merged[DRIVER_OPTIONS] = f"{options} -XX:SharedArchiveFile={archive}".strip()
     return merged
@@ -72,6 +85,7 @@ def build(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
+    class_path_record(partial).unlink(missing_ok=True)
     env = {**os.environ, ARCHIVE_ENV: ""}  # the training JVM must not map an older archive
     env.pop("SPARK_REMOTE", None)
     done = subprocess.run(
@@ -81,11 +95,12 @@ def build(target: Path) -> None:
         text=True,
         check=False,
     )
-    if done.returncode != 0 or not partial.is_file():
+    if done.returncode != 0 or not partial.is_file() or not class_path_record(partial).is_file():
         raise RuntimeError(
             f"expected the training run to write {partial}; it exited {done.returncode}: "
             f"{done.stderr[-2000:]}"
         )
+    class_path_record(partial).replace(class_path_record(target))
     partial.replace(target)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from warehouse.jvm_archive import DRIVER_OPTIONS
+from warehouse.jvm_archive import DRIVER_CLASS_PATH, DRIVER_OPTIONS, class_path_record
 
 
 def train(dump: Path) -> None:
@@ -33,6 +33,8 @@ def train(dump: Path) -> None:
     # fetched them), then Spark's.
     settings = SparkSettings(app_name="jvm-archive", master="local[2]", conf=conf)
     spark = build_session(settings)
+    # The class path the archive is valid for; only drivers with the same one map it.
+    class_path_record(dump).write_text(spark.sparkContext.getConf().get(DRIVER_CLASS_PATH, ""))
     with tempfile.TemporaryDirectory() as folder:
         left = spark.range(2000).withColumn("k", F.col("id") % 97)
         right = spark.createDataFrame(pa.table({"k": list(range(97)), "v": [1.5] * 97}))

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import ConfigError, SparkServerError
 from warehouse.code_archive import ship_project_code
-from warehouse.jvm_archive import archive_path, with_class_archive
+from warehouse.jvm_archive import DRIVER_CLASS_PATH, archive_path, with_class_archive
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,6 @@ CODE_DIR_ENV = "ENRICH_CODE_DIR"
 DEFAULT_DELTA_JARS_DIR = Path(__file__).resolve().parent.parent / "var" / "jars"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
-DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
 DELTA_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.extensions": DELTA_EXTENSION,
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

@@ -11,8 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from warehouse.jvm_archive import DRIVER_OPTIONS, archive_path, with_class_archive
-from warehouse.spark import DRIVER_CLASS_PATH, delta_jars, session_conf
+from warehouse.jvm_archive import (
+    DRIVER_CLASS_PATH,
+    DRIVER_OPTIONS,
+    archive_path,
+    class_path_record,
+    with_class_archive,
+)
+from warehouse.spark import delta_jars, session_conf
 
 
 def test_the_archive_joins_the_drivers_options_only_when_it_exists(tmp_path: Path) -> None:
@@ -25,6 +31,22 @@ def test_the_archive_joins_the_drivers_options_only_when_it_exists(tmp_path: Pat
     assert kept[DRIVER_OPTIONS] == f"-Dfoo=1 -XX:SharedArchiveFile={archive}"
     for own in ("-Xshare:off", "-XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/y"):
         assert with_class_archive({DRIVER_OPTIONS: own}, archive) == {DRIVER_OPTIONS: own}
+
+
+def test_the_archive_is_mapped_only_with_the_class_path_it_was_trained_with(
+    tmp_path: Path,
+) -> None:
+    archive = tmp_path / "a.jsa"
+    archive.write_bytes(b"\0")
+    class_path_record(archive).write_text("/j/delta.jar:/j/storage.jar")
+    same = {DRIVER_CLASS_PATH: "/j/delta.jar:/j/storage.jar"}
+    assert with_class_archive(same, archive)[DRIVER_OPTIONS].endswith(f"={archive}")
+    for other in ({}, {DRIVER_CLASS_PATH: "/j/delta.jar"}):
+        assert DRIVER_OPTIONS not in with_class_archive(other, archive)
+    # The archive setup built records its class path: every session's maps it.
+    built = archive_path()
+    assert built is not None and class_path_record(built).is_file()
+    assert DRIVER_OPTIONS in session_conf({}, "local[2]", with_delta=False)
 
 
 def test_session_settings_leave_delta_spark_off_when_asked() -> None:
