@@ -140,12 +140,21 @@ class SsbjHarness:
                 "deleted",
             )
 
-    def arrive(self, tuples: Sequence[tuple[int, Any]]) -> None:
-        """Append stream tuples (id, key) to bronze, as ingestion would."""
+    def arrive(self, tuples: Sequence[tuple[int, Any]], at: dt.datetime | None = None) -> None:
+        """Append stream tuples (id, key) to bronze, as ingestion would: event times
+        ``BASE_TIME`` plus the id in seconds, or ``at`` plus the id in milliseconds."""
         self.batch_no += 1
         schema = bronze_schema(self.config.streams["s"])
         rows = [
-            (i, k, BASE_TIME + dt.timedelta(seconds=i), f"file{self.batch_no}", self.batch_no)
+            (
+                i,
+                k,
+                BASE_TIME + dt.timedelta(seconds=i)
+                if at is None
+                else at + dt.timedelta(milliseconds=i),
+                f"file{self.batch_no}",
+                self.batch_no,
+            )
             for i, k in tuples
         ]
         self.engine.append(

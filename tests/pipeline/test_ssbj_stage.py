@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import tempfile
 from pathlib import Path
@@ -181,13 +182,16 @@ def test_a_run_with_nothing_to_do_takes_no_step_and_the_cache_catches_up_after(
     assert_same_multiset(h.output(), h.oracle("inner"))
 
 
-def test_master_overwritten_without_change_feed_refreshes_the_cache(
-    spark: SparkSession, tmp_path: Path
+@pytest.mark.parametrize("change", ["overwrite", "append"])
+def test_master_changed_without_change_feed_refreshes_the_cache(
+    spark: SparkSession, tmp_path: Path, change: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A full refresh of a master without a change feed: the stage keeps joining.
+    """A master without a change feed changes under the stage: the stage keeps joining.
 
-    Keys 1, 6 and 7 (no rows yet) are cached before the refresh; the refresh changes the
-    rows of keys 1 and 5, drops key 6 and adds key 7. Tuples pinned before the refresh
+    Keys 1, 6 and 7 (no rows yet) are cached before the change. ``overwrite``, another
+    writer's full refresh, changes the rows of keys 1 and 5, drops key 6 and adds key 7: the
+    cache reads the tracked values again. ``append`` adds rows of keys 1 and 7: the cache
+    takes them from the added files' rows (no reload). Tuples pinned before the change
     join the old rows, later ones the new rows, cache hits included.
     """
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
@@ -205,11 +209,52 @@ def test_master_overwritten_without_change_feed_refreshes_the_cache(
 
     arrive_and_run(6)  # past the phase-out: keys 1, 6 and 7 (no rows) are in the cache
     assert h.cached_keys() == {1, 6, 7}
-    h.refresh_master([(1, 0, 100.0), (1, 1, 101.0), *[(5, s, 50.0) for s in range(3)], (7, 0, 7.0)])
-    arrive_and_run(2)
+    if change == "overwrite":
+        h.refresh_master(
+            [(1, 0, 100.0), (1, 1, 101.0), *[(5, s, 50.0) for s in range(3)], (7, 0, 7.0)]
+        )
+    else:
+        added = [(1, 1, 11.0), (7, 0, 7.0), (7, 1, 7.5)]
+        h.engine.append(h.master, spark.createDataFrame(added, h.master_schema))
+    with caplog.at_level(logging.INFO, logger="pipeline.ssbj_stage"):
+        arrive_and_run(2)
     h.drain()
     assert_same_multiset(h.output(), h.oracle("inner"))
     assert h.metric_sum("cache_hits") > 0
+    reloaded = "without a change feed" in caplog.text
+    assert reloaded == (change == "overwrite"), caplog.text
+    if change == "append":
+        assert {(1, 1, 11.0), (7, 0, 7.0), (7, 1, 7.5)} <= {r[:3] for r in h.cache_rows()}
+
+
+def test_cache_entries_without_hits_are_evicted_in_a_run_and_the_output_stays_exact(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Algorithm 1's eviction (lines 42-49) inside pipeline runs: with k = 2 and E = 4 the
+    cache fills at step 4 (the phase-out of cycle 3) and the eviction pass runs at step 6
+    (the start of cycle 4). Keys 1, 6 and 7 stop arriving once they are cached, so they have
+    no hits by then and leave the cache; key 1's later tuples are answered from the disk
+    phase, and every tuple still meets each of its matches once (DuckDB oracle)."""
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", operator={"eviction_cycles": 4})
+    h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)
+    next_id = 0
+
+    def arrive_and_run(keys: list[int]) -> None:
+        nonlocal next_id
+        h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
+        next_id += len(keys)
+        h.run()
+
+    for _ in range(4):  # steps 0-3: keys 1, 6 and 7 are counted and marked
+        arrive_and_run([1, 1, 1, 5, 6, 7])
+    for _ in range(2):  # steps 4-5: cached, and not asked for
+        arrive_and_run([5, 900])
+    assert h.cached_keys() == {1, 6, 7}
+    arrive_and_run([5, 900])  # step 6: the eviction pass
+    assert not h.cached_keys() & {1, 6, 7}
+    arrive_and_run([1, 1, 6])  # from the disk phase again
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle("left"))
 
 
 def test_meshjoin_mode_never_caches(spark: SparkSession, tmp_path: Path) -> None:
@@ -352,17 +397,24 @@ def test_a_key_sketch_bounds_the_counters_and_the_output_stays_exact(
 
 
 @pytest.mark.parametrize(
-    ("method", "split"), [("greedyfit", None), ("safit", None), ("greedyfit", 1.0)]
+    ("method", "split", "ways"),
+    [
+        ("greedyfit", None, None),
+        ("safit", None, None),
+        ("greedyfit", 1.0, None),
+        ("greedyfit", 1.0, 2),
+    ],
 )
 def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
-    spark: SparkSession, tmp_path: Path, method: str, split: float | None
+    spark: SparkSession, tmp_path: Path, method: str, split: float | None, ways: int | None
 ) -> None:
     """FastJoin's migration in the operator: with Theta = 1 the monitor moves keys after
     almost every step, keys whose tuples wait in H_S (k = 2) or whose rows sit in H_R, across
     a master update. With ``split`` the hottest keys are also split over several buckets
     (replicas answer their share from copies of the cache and the partition). Every tuple
     still meets each of its matches once (DuckDB oracle, whole multiset), and keys did move
-    with stored rows (and were split)."""
+    with stored rows (and were split). With ``ways`` = 2 (STA's two choices) a split key
+    spreads over its owner and one replica, never more."""
     previous = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "4")  # 4 key buckets
     try:
@@ -372,11 +424,13 @@ def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
             "rebalance_threshold": 1.0,
             "rebalance_keys": 3,
             "split_hot_keys": split,
+            "split_ways": ways,
         }
         h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", operator=operator)
         h.load_master([(k, s, float(10 * k + s)) for k in range(1, 13) for s in range(k % 3)], 2)
         domain = [*range(1, 13), 900]
         next_id = 0
+        replicas: list[int] = []  # each split key's replica count, after every run
         # the cache fills at step 4 (phase-out, k = 2): runs after it meet replicas' copies
         for run in range(8 if split else 6):
             keys = zipf_keys(rng, domain, 1.5, 12)
@@ -385,6 +439,8 @@ def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
             if run == 2:
                 h.update_master([(1, 0, -5.0), (4, 9, 3.5)], [(2, 0)])
             h.run()
+            routing = (h.store.operator_state("enrich") or {}).get("routing") or {}
+            replicas += [len(r) for _, r in routing.get("split", [])]
         h.drain()
         moved = [m for m in h.store.metrics() if m.stage == "enrich" and m.name == "moved_keys"]
         assert sum(m.value for m in moved if m.value) > 0, "no key moved: the test proves nothing"
@@ -395,5 +451,8 @@ def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
         assert (max(splits) > 0) == (split is not None)
         if split is not None:
             assert h.metric_sum("cache_hits") > 0  # replicas answered from their copies
+            assert replicas, "no key was split: the test proves nothing"
+        if ways is not None:
+            assert max(replicas) == ways - 1, replicas
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous or "2")

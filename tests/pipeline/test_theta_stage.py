@@ -39,7 +39,12 @@ BASE = dt.datetime(2024, 1, 1)
 
 class ThetaHarness:
     def __init__(
-        self, spark: SparkSession, root: Path, task_memory: int, scheme: str = "adsp"
+        self,
+        spark: SparkSession,
+        root: Path,
+        task_memory: int,
+        scheme: str = "adsp",
+        operator: dict[str, Any] | None = None,
     ) -> None:
         self.spark = spark
         self.config = parse_config(
@@ -57,7 +62,8 @@ class ThetaHarness:
                         },
                         "join": "left",
                         "output": "out",
-                        "operator": {"scheme": scheme, "task_memory_bytes": task_memory},
+                        "operator": {"scheme": scheme, "task_memory_bytes": task_memory}
+                        | (operator or {}),
                     }
                 ],
             }
@@ -192,4 +198,22 @@ def test_layout_is_kept_reused_migrated_and_rebuilt(spark: SparkSession, tmp_pat
     assert fourth["layout_built"] == 1.0
     assert_layout_is_the_plans_routing(h)
 
+    assert_same_multiset(h.output(), h.oracle())
+
+
+def test_auto_chooses_adsp_through_the_runner_for_a_hot_bin_and_stays_exact(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``scheme: auto`` with broadcasting off and a band whose hot bin holds most of the
+    batch: the driver samples both inputs, picks A-DSP and joins exactly (DuckDB oracle)."""
+    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        # sample_above_bytes 0: inputs this small would bin on their size estimate alone.
+        h = ThetaHarness(spark, tmp_path, 64 * 1024 * 1024, "auto", {"sample_above_bytes": 0})
+        h.load_master([(k, float(6 * k)) for k in range(10)])
+        extra = h.run([7.0] * 155 + [float(i) for i in range(5)])
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
+    assert extra.get("theta_scheme_adsp") == 1.0, extra
     assert_same_multiset(h.output(), h.oracle())

@@ -37,7 +37,6 @@ import json
 import logging
 import os
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -103,6 +102,7 @@ from warehouse.delta.schema import (
     spark_to_arrow,
 )
 from warehouse.delta.table_paths import data_file_location, table_root
+from warehouse.delta.version_cache import VersionCache
 
 logger = logging.getLogger(__name__)
 
@@ -146,13 +146,10 @@ class EmbeddedDeltaEngine:
         self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
         self.table_properties: Mapping[str, str] = dict(table_properties or {})
         self.clock: PhaseClock | None = None
-        # Snapshots by (root, version), each with the stamp of its commit file: a version
-        # of a table never changes, so the log is read and decoded once per version (an
-        # SSBJ step asks for the same pinned versions several times). The stamp catches a
-        # table deleted and created again at the same path.
-        self._snapshots: OrderedDict[tuple[str, int], tuple[tuple[int, int, int], Snapshot]] = (
-            OrderedDict()
-        )
+        # Snapshots by (root, version): a version of a table never changes, so the log is
+        # read and decoded once per version (an SSBJ step asks for the same pinned versions
+        # several times); see warehouse.delta.version_cache.
+        self._snapshots: VersionCache[Snapshot] = VersionCache(_SNAPSHOTS_KEPT)
 
     # ------------------------------------------------------------------ table handles
 
@@ -206,34 +203,15 @@ class EmbeddedDeltaEngine:
     ) -> Snapshot:
         root = table_root(path)
         if version is not None and timestamp is None:
-            known = self._known_snapshot(root, version)
+            known = self._snapshots.get(root, version)
             if known is not None:
                 return known
         table = self._open(root, version)
         if timestamp is not None:
             table.load_as_version(timestamp)
         snapshot = self._snapshot_of(root, table)
-        self._remember_snapshot(root, snapshot)
+        self._snapshots.put(root, snapshot.version, snapshot)
         return snapshot
-
-    def _known_snapshot(self, root: str, version: int) -> Snapshot | None:
-        entry = self._snapshots.get((root, version))
-        if entry is None:
-            return None
-        stamp, snapshot = entry
-        if _commit_stamp(root, version) != stamp:
-            del self._snapshots[(root, version)]
-            return None
-        self._snapshots.move_to_end((root, version))
-        return snapshot
-
-    def _remember_snapshot(self, root: str, snapshot: Snapshot) -> None:
-        stamp = _commit_stamp(root, snapshot.version)
-        if stamp is None:
-            return
-        self._snapshots[(root, snapshot.version)] = (stamp, snapshot)
-        while len(self._snapshots) > _SNAPSHOTS_KEPT:
-            self._snapshots.popitem(last=False)
 
     def _snapshot_of(self, root: str, table: DeltaTable) -> Snapshot:
         metadata = table.metadata()
@@ -1176,18 +1154,6 @@ def _added_file(
         stats=delta_stats_json(footer),
     )
     return add, footer.num_rows
-
-
-def _commit_stamp(root: str, version: int) -> tuple[int, int, int] | None:
-    """Inode, size and mtime of a version's commit file on a local file system; None for
-    an object store or a commit file log retention removed (such snapshots are not kept)."""
-    if "://" in root:
-        return None
-    try:
-        stat = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
-    except OSError:
-        return None
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:

@@ -37,8 +37,9 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -93,6 +94,7 @@ from warehouse.delta.commit_protocol import (
     tagged_metadata,
 )
 from warehouse.delta.file_stats import column_bounds
+from warehouse.delta.log_replay import replay
 from warehouse.delta.partition_paths import delta_partition_literal
 from warehouse.delta.schema import (
     require_merge_source,
@@ -101,6 +103,7 @@ from warehouse.delta.schema import (
     require_same_schema,
 )
 from warehouse.delta.table_paths import data_file_location, table_root
+from warehouse.delta.version_cache import VersionCache
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +121,8 @@ _PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 # commit; vacuum keeps this much more.
 PIN_MARGIN_HOURS = 1.0
 _SNAPSHOT_CACHE_SIZE = 64
+# Most commits a snapshot is replayed over; beyond them delta-spark's checkpoint is cheaper.
+_REPLAYED_COMMITS = 64
 _CONFLICTS: tuple[type[Exception], ...] = (
     DeltaConcurrentModificationException,
     ConcurrentWriteException,
@@ -137,6 +142,7 @@ class _Pinned:
 
     snapshot: Snapshot
     raw_paths: Mapping[str, str]
+    physical: Mapping[str, str]  # each column's physical name (column mapping)
 
 
 class NativeDeltaEngine:
@@ -172,6 +178,10 @@ class NativeDeltaEngine:
         self.clock: PhaseClock | None = None
         # Snapshots are immutable per (table, table id, version): built once each.
         self._pinned: OrderedDict[tuple[str, str, int], _Pinned] = OrderedDict()
+        # The same snapshots of local tables by (root, version), checked against their
+        # commit file instead of the log: a pinned version is served without the JVM, and
+        # a new version is replayed from an earlier one (warehouse.delta.log_replay).
+        self._by_version: VersionCache[_Pinned] = VersionCache(_SNAPSHOT_CACHE_SIZE)
 
     # ------------------------------------------------------------------ JVM access
 
@@ -238,7 +248,7 @@ class NativeDeltaEngine:
         """Create the table, or accept an existing one with the same schema and partitioning."""
         root = table_root(path)
         if self.exists(root):
-            return require_same_definition(self.snapshot(root), schema, partition_by)
+            return require_same_definition(self._definition(root), schema, partition_by)
         require_partition_columns(root, schema, partition_by)
         builder = self._tables.create(self._spark).location(root).addColumns(schema)
         if partition_by:
@@ -249,7 +259,7 @@ class NativeDeltaEngine:
             builder.execute()
         except _JVM_ERRORS as e:
             if self.exists(root):  # another process created it meanwhile
-                return require_same_definition(self.snapshot(root), schema, partition_by)
+                return require_same_definition(self._definition(root), schema, partition_by)
             raise DeltaTableError(f"cannot create Delta table {root}: {_message(e)}") from e
         logger.info("created Delta table %s partitioned by %s", root, list(partition_by))
         return 0
@@ -262,14 +272,23 @@ class NativeDeltaEngine:
         root = table_root(path)
         if timestamp is not None:
             version = self._version_at(root, timestamp)
+        if version is not None:
+            known = self._by_version.get(root, version)
+            if known is not None:
+                return known.snapshot
         return self._pin(root, self._jsnapshot(root, version)).snapshot
 
-    def _pin(self, root: str, jsnap: Any) -> _Pinned:
-        key = (root, str(jsnap.metadata().id()), int(jsnap.version()))
-        pinned = self._pinned.get(key)
-        if pinned is not None:
-            self._pinned.move_to_end(key)
-            return pinned
+    def _definition(self, root: str) -> Snapshot:
+        """The latest version's schema, partitioning and properties, without its files (no
+        Spark job): what accepting an existing table checks."""
+        jsnap = self._jsnapshot(root)
+        schema, partitions, _, properties = self._metadata(jsnap)
+        return Snapshot(root, int(jsnap.version()), schema, partitions, (), properties)
+
+    def _metadata(
+        self, jsnap: Any
+    ) -> tuple[StructType, tuple[str, ...], dict[str, str], dict[str, str]]:
+        """A snapshot's logical schema, partition columns, physical names and properties."""
         metadata = jsnap.metadata()
         stored = StructType.fromJson(json.loads(jsnap.schema().json()))
         schema = _logical_schema(stored)
@@ -284,6 +303,55 @@ class NativeDeltaEngine:
                 metadata.configuration()
             ).items()
         }
+        return schema, partitions, physical, properties
+
+    def _pin(self, root: str, jsnap: Any) -> _Pinned:
+        version = int(jsnap.version())
+        key = (root, str(jsnap.metadata().id()), version)
+        pinned = self._pinned.get(key)
+        if pinned is not None:
+            self._pinned.move_to_end(key)
+            return pinned
+        pinned = self._replayed(root, version) or self._built(root, jsnap)
+        self._pinned[key] = pinned
+        while len(self._pinned) > _SNAPSHOT_CACHE_SIZE:
+            self._pinned.popitem(last=False)
+        self._by_version.put(root, version, pinned)
+        return pinned
+
+    def _replayed(self, root: str, version: int) -> _Pinned | None:
+        """``version`` from the newest earlier version this engine built and the commits
+        in between, read as files (no JVM); None where the replay does not apply."""
+        base = self._by_version.latest_before(root, version)
+        if base is None or version - base[0] > _REPLAYED_COMMITS:
+            return None
+        base_version, pinned = base
+        commits = []
+        for between in range(base_version + 1, version + 1):
+            try:
+                commits.append(Path(root, "_delta_log", f"{between:020d}.json").read_text())
+            except OSError:
+                return None
+        earlier = pinned.snapshot
+        files = replay(
+            root,
+            {pinned.raw_paths[f.path]: f for f in earlier.files},
+            commits,
+            earlier.schema,
+            earlier.partition_columns,
+            pinned.physical,
+        )
+        if files is None:
+            return None
+        return _Pinned(
+            replace(earlier, version=version, files=tuple(files.values())),
+            {f.path: raw for raw, f in files.items()},
+            pinned.physical,
+        )
+
+    def _built(self, root: str, jsnap: Any) -> _Pinned:
+        """A snapshot from delta-spark's state of the version (one Spark job)."""
+        schema, partitions, physical, properties = self._metadata(jsnap)
         adds = self._frame(jsnap.allFiles().toDF())
         live = adds.select(
             F.col("path"),
@@ -316,7 +384,7 @@ class NativeDeltaEngine:
                     bounds=_file_bounds(schema, physical, row["stats"]),
                 )
             )
-        pinned = _Pinned(
+        return _Pinned(
             Snapshot(
                 table_path=root,
                 version=int(jsnap.version()),
@@ -326,11 +394,8 @@ class NativeDeltaEngine:
                 properties=properties,
             ),
             raw_paths,
+            physical,
         )
-        self._pinned[key] = pinned
-        while len(self._pinned) > _SNAPSHOT_CACHE_SIZE:
-            self._pinned.popitem(last=False)
-        return pinned
 
     def _version_at(self, root: str, timestamp: datetime) -> int:
         """The latest version committed at or before ``timestamp``."""

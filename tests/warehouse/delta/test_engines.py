@@ -463,13 +463,12 @@ def test_append_rows_appends_driver_rows_once(engine: DeltaEngine, tmp_path: Pat
         engine.append_rows(path, [(*AWKWARD_ROWS[0], 1)], other)
 
 
-def test_embedded_snapshot_of_a_version_is_read_once_and_a_new_table_at_the_path_is_seen(
-    spark: SparkSession, tmp_path: Path
+def test_snapshot_of_a_version_is_read_once_and_a_new_table_at_the_path_is_seen(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
     """A version's snapshot is kept (its log is not read again), the latest version is
     always looked up (another writer's commit is seen), and a table deleted and created
     again at the same path is read afresh, not served from what was kept."""
-    engine = EmbeddedDeltaEngine(spark)
     path = str(tmp_path / "t")
     engine.create_table(path, SCHEMA)
     engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
@@ -480,6 +479,9 @@ def test_embedded_snapshot_of_a_version_is_read_once_and_a_new_table_at_the_path
     row = {"id": [3], "label": ["c"], "day": [None], "at": [None], "amount": [3.0]}
     write_deltalake(path, pa.table(row).cast(schema), mode="append")
     assert engine.snapshot(path).version == 2  # another writer's commit
+    assert_same_multiset(
+        engine.read_files(engine.snapshot(path)), [*LABELS, (3, "c", None, None, 3.0)]
+    )
 
     shutil.rmtree(path)
     other = T.StructType([T.StructField("name", T.StringType())])

@@ -1,0 +1,73 @@
+"""What an engine built for one version of a table, kept while that version's commit file is
+the one it was built from.
+
+A Delta version never changes once committed, so anything derived from it (its file list,
+statistics, schema) can be built once per process. The one way the same path and version
+can name other data is a table deleted and created again at that path: the cache keys each
+entry by the commit file's identity (inode, size, mtime) and drops an entry whose commit
+file is not that file any more. Only local paths are kept: on an object store the check
+would be a request per look-up, and such entries are simply built again.
+
+Invariant: :meth:`VersionCache.get` returns a value only if it was :meth:`put` for the same
+table root and version while that version's commit file had the identity it has now.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+Value = TypeVar("Value")
+CommitStamp = tuple[int, int, int]
+
+
+def commit_stamp(root: str, version: int) -> CommitStamp | None:
+    """Inode, size and mtime of a version's commit file on a local file system; None for
+    an object store or a commit file that log retention removed (nothing is cached then)."""
+    if "://" in root:
+        return None
+    try:
+        stat = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+class VersionCache(Generic[Value]):
+    """At most ``capacity`` values by (table root, version), least recently used dropped."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"a version cache holds at least one entry; capacity {capacity}")
+        self._capacity = capacity
+        self._entries: OrderedDict[tuple[str, int], tuple[CommitStamp, Value]] = OrderedDict()
+
+    def get(self, root: str, version: int) -> Value | None:
+        entry = self._entries.get((root, version))
+        if entry is None:
+            return None
+        stamp, value = entry
+        if commit_stamp(root, version) != stamp:
+            del self._entries[(root, version)]
+            return None
+        self._entries.move_to_end((root, version))
+        return value
+
+    def put(self, root: str, version: int, value: Value) -> None:
+        stamp = commit_stamp(root, version)
+        if stamp is None:
+            return
+        self._entries[(root, version)] = (stamp, value)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def latest_before(self, root: str, version: int) -> tuple[int, Value] | None:
+        """The newest still-valid entry of ``root`` below ``version``, for building the
+        version from it and the commits in between."""
+        below = sorted((v for r, v in self._entries if r == root and v < version), reverse=True)
+        for candidate in below:
+            value = self.get(root, candidate)
+            if value is not None:
+                return candidate, value
+        return None
