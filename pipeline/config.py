@@ -248,6 +248,30 @@ class MasterConfig(Strict):
     columns: list[Identifier] = Field(min_length=1)
 
 
+class LateMaster(Strict):
+    """``operator.late_master``: how long a tuple without a master row waits for one."""
+
+    wait: str = Field(
+        description=(
+            "a tuple whose key has no master row at its step waits this long (30s, 15m, 2h, "
+            "1d), probed against the master of every later step; answered from the first "
+            "version that has its key, or, at expiry, emitted unmatched (left join) or "
+            "dropped (inner join)"
+        )
+    )
+
+    @field_validator("wait")
+    @classmethod
+    def _positive(cls, value: str) -> str:
+        if parse_duration(value).total_seconds() <= 0:
+            raise ValueError(f"expected a wait longer than zero, got {value!r}")
+        return value
+
+    @property
+    def wait_delta(self) -> timedelta:
+        return parse_duration(self.wait)
+
+
 class SsbjParams(Strict):
     """Parameters of the SSBJ / MESHJOIN operator (see joins.ssbj)."""
 
@@ -361,6 +385,14 @@ class SsbjParams(Strict):
         ge=16,
         description="counters per row of the sketch's count-min layer (error ~ e/width)",
     )
+    late_master: LateMaster | None = Field(
+        default=None,
+        description=(
+            "wait for master rows that arrive after the tuples that need them (the "
+            "late-arriving dimension); kept by the plain join: mode baseline, or auto, which "
+            "then picks it (pipeline/late_master.py)"
+        ),
+    )
     sketch_depth: int = Field(
         default=4,
         ge=1,
@@ -370,6 +402,12 @@ class SsbjParams(Strict):
 
     @model_validator(mode="after")
     def _options_that_need_others(self) -> SsbjParams:
+        if self.late_master is not None and self.mode in ("ssbj", "meshjoin"):
+            raise ValueError(
+                f"late_master: the plain join waits for late master rows; mode {self.mode!r} "
+                "does not yet (use mode: baseline, or auto, which picks the plain join for a "
+                "stage with late_master)"
+            )
         if self.key_counts == "sketch" and self.mode not in ("ssbj", "auto"):
             raise ValueError(
                 f"key_counts: sketch bounds the counters of SSBJ's cache; mode {self.mode!r} "

@@ -79,6 +79,13 @@ class StageDrivers:
         known = self._choices.get(stage.name)
         if known is not None:
             return known
+        if stage.operator.late_master is not None:
+            choice = EquiChoice(
+                "baseline", "operator.late_master is set, and the plain join keeps late tuples"
+            )
+            logger.info("stage %s: auto chose %s: %s", stage.name, choice.mode, choice.reason)
+            self._choices[stage.name] = choice
+            return choice
         master_path = self.inputs.master_path(stage)
         if not self.engine.exists(master_path):
             # Nothing to weigh yet (and nothing to join): not remembered, asked again later.

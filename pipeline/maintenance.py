@@ -50,9 +50,9 @@ from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
-# The operator state tables a stage may own: SSBJ's, and the A-DSP layout
-# (ThetaDriver.theta_layout).
-OPERATOR_TABLES = (*SSBJ_TABLES, "layout")
+# The operator state tables a stage may own: SSBJ's, the A-DSP layout
+# (ThetaDriver.theta_layout) and the tuples waiting for late master rows (pipeline.late_table).
+OPERATOR_TABLES = (*SSBJ_TABLES, "layout", "late")
 MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
 # Tables read by the rows added after a pinned version (stage inputs, audited batches, the
 # changes of a master without the change data feed), not only as whole pinned versions.

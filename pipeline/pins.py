@@ -46,6 +46,11 @@ def stage_holder(stage: str) -> str:
     return f"stage.{stage}"
 
 
+def late_holder(stage: str) -> str:
+    """The holder of the late table version a step of ``stage`` reads (pipeline.late_master)."""
+    return f"late.{stage}"
+
+
 def adsp_holder(stage: str) -> str:
     return f"adsp.{stage}"
 

@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -32,12 +32,22 @@ from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
 from joins.theta_join import resolve_scheme, scheme_join_flagged
 from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
 from pipeline.emission import equi_input_accounting, theta_input_accounting
+from pipeline.late_master import (
+    answered,
+    max_age_steps,
+    plan_late_step,
+    probe_rows,
+    still_waiting,
+)
+from pipeline.late_master import counts as late_counts
+from pipeline.late_table import LATE_COLUMNS, LATE_STEP, late_table
 from pipeline.layout import WarehouseLayout
-from pipeline.pins import input_versions, stage_holder, union_pins
+from pipeline.pins import input_versions, late_holder, stage_holder, union_pins
 from pipeline.row_bytes import MeasuredRowBytes
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.theta_stage import AdspLayoutStage
+from quality.audit_views import pending_ages
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.api import BACKFILL, count_live_rows_added, operation
 from warehouse.state_store import StateStore
@@ -98,7 +108,7 @@ class StatelessDriver(ABC, Generic[StageT]):
         assert plan.planned_input_version is not None and plan.planned_master_version is not None
         step = offset.step_seq + 1
         report = StageReport(stage.name, step=step, master_version=plan.planned_master_version)
-        if plan.planned_input_version <= offset.input_version:
+        if plan.planned_input_version <= offset.input_version and not self.has_waiting():
             self.store.set_offset(stage.name, offset.input_version, offset.step_seq)
             self.store.set_pins(holder, union_pins({input_path: [offset.input_version]}))
             logger.info("stage %s: no new input since version %d", stage.name, offset.input_version)
@@ -138,8 +148,13 @@ class StatelessDriver(ABC, Generic[StageT]):
         return report
 
     def drain(self, run_id: str) -> StageReport:
-        """Nothing is held back between steps: a drain is one step."""
+        """Nothing is held back between steps: a drain is one step (tuples waiting for late
+        master rows wait on: their wait is a promise in time, not in steps)."""
         return self.step(run_id)
+
+    def has_waiting(self) -> bool:
+        """Whether tuples wait for a step even without new input (late master rows)."""
+        return False
 
     def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
         return self.replace_interval(start, end)[0]
@@ -324,7 +339,111 @@ class StatelessDriver(ABC, Generic[StageT]):
 
 
 class EquiBaselineDriver(StatelessDriver[EquiStage]):
-    """An equi stage in ``baseline`` mode: Spark joins each batch to the master snapshot."""
+    """An equi stage in ``baseline`` mode: Spark joins each batch to the master snapshot.
+
+    With ``operator.late_master``, tuples without a master row wait in the stage's late
+    table for later master versions (:mod:`pipeline.late_master`); the audit sees them as
+    the stage's pending tuples."""
+
+    @property
+    def late_path(self) -> str:
+        return late_table(self.layout, self.stage.name)
+
+    def _wait(self) -> timedelta:
+        late = self.stage.operator.late_master
+        return late.wait_delta if late is not None else timedelta(0)
+
+    def _keeps_late(self) -> bool:
+        return self.stage.operator.late_master is not None or self.engine.exists(self.late_path)
+
+    def has_waiting(self) -> bool:
+        if not self.engine.exists(self.late_path):
+            return False
+        records = self.engine.snapshot(self.late_path).num_records
+        return records is None or records > 0
+
+    def pending_table(self) -> str | None:
+        return self.late_path if self._keeps_late() else None
+
+    def pending_version(self) -> int | None:
+        if not self.engine.exists(self.late_path):
+            return None
+        return self.engine.snapshot(self.late_path).version
+
+    def pending_at(self, version: int) -> DataFrame:
+        return self.engine.read(self.late_path, version=version).drop(*LATE_COLUMNS)
+
+    def pending_ages(self, id_column: str) -> DataFrame | None:
+        if not self.engine.exists(self.late_path):
+            return None
+        next_step = self.store.offset(self.stage.name).step_seq + 1
+        bound = max_age_steps(self._wait(), self.inputs.config.schedule.interval_delta)
+        return pending_ages(
+            self.engine.read(self.late_path), id_column, LATE_STEP, next_step, bound
+        )
+
+    def _late_join_and_write(
+        self, rows: DataFrame, master: Snapshot, report: StageReport, txn: AppTransaction
+    ) -> None:
+        """A step with tuples that may wait: the new and the waiting tuples against
+        ``master``; answered rows appended, the still-waiting ones the late table's next
+        content (module :mod:`pipeline.late_master`)."""
+        stage, wait = self.stage, self._wait()
+        exists = self.engine.exists(self.late_path)
+        plan = plan_late_step(
+            self.store,
+            stage.name,
+            txn.version,
+            self.engine.snapshot(self.late_path).version if exists else None,
+            datetime.now(UTC),
+        )
+        holder = late_holder(stage.name)
+        if plan.late_version is not None:
+            self.store.set_pins(holder, {self.late_path: [plan.late_version]})
+        late = (
+            self.engine.read(self.late_path, version=plan.late_version)
+            if plan.late_version is not None
+            else None
+        )
+        probe = probe_rows(rows, late, plan)
+        joined = self.join(probe, master).cache()
+        try:
+            counted = late_counts(joined, plan, wait)
+            self._write_output(
+                baseline.finish(answered(joined, plan, wait), stage.join), txn, report
+            )
+            crash_point("late.after_output")
+            waiting = still_waiting(joined, plan, wait, probe.columns)
+            self.engine.create_table(self.late_path, waiting.schema)
+            outcome = self.engine.overwrite(
+                self.late_path, waiting, AppTransaction(f"late.{stage.name}", txn.version)
+            )
+        finally:
+            joined.unpersist()
+        self.store.set_pins(holder, {self.late_path: [outcome.table_version]})
+        # The conservation view counts the step's new tuples: matched now, expired now
+        # (wait zero) or waiting; answers to earlier tuples are extra output rows.
+        report.tuples_in = counted["new"]
+        report.tuples_matched = counted["new_matched"]
+        report.tuples_unmatched = counted["new_expired"]
+        report.tuples_pending = counted["new_waiting"]
+        report.output_rows = counted["match_rows"] + (
+            counted["expired"] if stage.join == "left" else 0
+        )
+        report.extra["late_waiting"] = counted["waiting"]
+        report.extra["late_answered"] = counted["late_answered"]
+        report.extra["late_expired"] = counted["late_expired"]
+        logger.info(
+            "stage %s step %d: %d tuple(s) wait for late master rows (up to %s), %d waiting "
+            "tuple(s) answered from master v%d, %d expired",
+            stage.name,
+            txn.version,
+            counted["waiting"],
+            stage.operator.late_master.wait if stage.operator.late_master else "0s",
+            counted["late_answered"],
+            master.version,
+            counted["late_expired"],
+        )
 
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
         stream, master_rows = self._stream_and_master(rows, master)
@@ -346,8 +465,12 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         Nothing else reads the stream, so it is observed as it enters the join (the tuples
         in) and the flagged join as it leaves it, before the inner join's filter (rows of
         matches, and the unmatched tuples, each of which a flagged join emits once). A
-        matched tuple is one that is not unmatched.
+        matched tuple is one that is not unmatched. A stage with tuples that may wait for
+        late master rows joins them too (:meth:`_late_join_and_write`).
         """
+        if self._keeps_late():
+            self._late_join_and_write(rows, master, report, txn)
+            return
         # Unique names: a retry of the step in this session observes afresh.
         tag = f"{txn.app_id}.{txn.version}.{uuid.uuid4().hex[:8]}"
         stream_in, joined_out = Observation(f"{tag}.in"), Observation(f"{tag}.out")

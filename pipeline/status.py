@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from pipeline.config import PipelineConfig
+from pipeline.late_table import LATE_SINCE, late_table
 from pipeline.layout import WarehouseLayout
 from warehouse.state_store import (
     DUPLICATE,
@@ -31,6 +33,16 @@ def table_version(path: str) -> int | None:
     return DeltaTable(path).version()
 
 
+def late_tuples(path: str) -> dict[str, Any]:
+    """Tuples waiting for late master rows (``operator.late_master``): how many, and since
+    when the oldest waits; nothing for a stage without a late table."""
+    if not DeltaTable.is_deltatable(path):
+        return {}
+    table = DeltaTable(path).to_pyarrow_table(columns=[LATE_SINCE])
+    since = pc.min(table.column(LATE_SINCE)).as_py() if table.num_rows else None
+    return {"late_master_waiting": table.num_rows, "late_master_oldest_since": since}
+
+
 def pipeline_status(
     config: PipelineConfig, store: StateStore, runs_shown: int = 5
 ) -> dict[str, Any]:
@@ -48,6 +60,7 @@ def pipeline_status(
             "versions_behind": max(0, latest - offset.input_version),
             "steps": offset.step_seq,
             "output": layout.staged(stage.output),
+            **late_tuples(late_table(layout, stage.name)),
         }
     streams = {}
     for name in config.streams:

@@ -84,6 +84,8 @@ def quality_harness(
     steps: int = 2,
     warn_only: bool = False,
     suites: Sequence[str] = ("out_suite",),
+    mode: str = "ssbj",
+    operator: dict[str, Any] | None = None,
 ) -> SsbjHarness:
     expectations = root / "expectations"
     expectations.mkdir(parents=True, exist_ok=True)
@@ -98,7 +100,7 @@ def quality_harness(
             }
         },
     }
-    h = SsbjHarness(spark, root, "ssbj", 2, steps, "left", extra_config=extra)
+    h = SsbjHarness(spark, root, mode, 2, steps, "left", extra_config=extra, operator=operator)
     if not h.engine.exists(h.master):
         h.load_master(MASTER, files=2)
     # Continue a copied pipeline's arrivals instead of re-sending its batches.
@@ -214,6 +216,8 @@ def quarantined_second_batch(
     root: Path,
     warn_only: bool = False,
     suites: Sequence[str] = ("out_suite",),
+    mode: str = "ssbj",
+    operator: dict[str, Any] | None = None,
 ) -> SsbjHarness:
     """A copy of ``base`` whose second batch (run r2) has out-of-range prices."""
     copy_pipeline(base, root)

@@ -1,0 +1,147 @@
+"""Tuples that wait for master rows arriving after them (``operator.late_master``).
+
+In a warehouse a dimension row often lands after the facts that need it (an order for a
+customer whose row arrives minutes later). A tuple pinned to a master version without its
+key would be dropped by an inner join or emitted unmatched by a left join, and never looked
+at again. With ``late_master: {wait: ...}`` such a tuple waits instead, in the stage's late
+table ``_operators/<stage>/late``: its input row plus ``_late_since`` (the time of the step
+that first found no row) and ``_late_step`` (that step).
+
+Every step of the stage probes the late table's tuples with its new tuples against the
+step's master version (one flagged join):
+
+- a matched tuple is answered from that version (the first probed version that has its key,
+  recorded in the output's version column), and leaves the late table;
+- an unmatched tuple whose wait expired (``_late_since <= step time - wait``) is emitted
+  unmatched (left join) or dropped (inner join), as the plain join would have done at once;
+- every other unmatched tuple is the late table's new content (one overwrite).
+
+Without ``late_master`` (the config dropped it while tuples waited), the wait is zero: every
+waiting tuple expires at the next step, so nothing is left behind.
+
+Exactly once: the step's time and the late table version it reads (:class:`LatePlan`) are
+saved in the state store before anything is written and reused by a rerun of the same step,
+so a crash anywhere reruns to the same split; the output append and the late table's
+overwrite carry the step's app transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from joins.columns import MATCHED, ROW_ID
+from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, LATE_STEP
+from warehouse.state_store import StateStore
+
+__all__ = ["LATE_COLUMNS", "LATE_SINCE", "LATE_STEP", "LatePlan"]
+
+
+@dataclass(frozen=True)
+class LatePlan:
+    """What a step of a stage with late tuples reads: fixed before it writes anything."""
+
+    step: int
+    at: datetime  # the step's time (UTC): waits are measured to it
+    late_version: int | None  # the late table's version it reads; None: no table yet
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "at": self.at.isoformat(), "late_version": self.late_version}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LatePlan:
+        version = data.get("late_version")
+        return cls(
+            int(data["step"]),
+            datetime.fromisoformat(str(data["at"])),
+            None if version is None else int(version),
+        )
+
+
+def state_key(stage: str) -> str:
+    """The state store's key of a stage's late plan."""
+    return f"late.{stage}"
+
+
+def plan_late_step(
+    store: StateStore, stage: str, step: int, late_version: int | None, now: datetime
+) -> LatePlan:
+    """The plan of ``step``: the one saved for it by an earlier attempt, else a new one at
+    ``now`` reading ``late_version``, saved before the step writes anything."""
+    saved = (store.operator_state(state_key(stage)) or {}).get("plan")
+    if saved is not None and int(saved["step"]) == step:
+        return LatePlan.from_dict(saved)
+    plan = LatePlan(step, now.astimezone(UTC), late_version)
+    store.save_operator_state(state_key(stage), {"plan": plan.to_dict()})
+    return plan
+
+
+def probe_rows(new_rows: DataFrame, late: DataFrame | None, plan: LatePlan) -> DataFrame:
+    """The step's new tuples, stamped as entering now, with the waiting ones."""
+    stamped = new_rows.withColumn(LATE_SINCE, F.lit(plan.at).cast(T.TimestampType())).withColumn(
+        LATE_STEP, F.lit(plan.step).cast(T.LongType())
+    )
+    return stamped if late is None else stamped.unionByName(late)
+
+
+def expired(plan: LatePlan, wait: timedelta) -> Column:
+    """Tuples whose wait is over at the step's time."""
+    return F.col(LATE_SINCE) <= F.lit(plan.at - wait).cast(T.TimestampType())
+
+
+def answered(joined: DataFrame, plan: LatePlan, wait: timedelta) -> DataFrame:
+    """Rows of a flagged join the step emits: matches, and unmatched tuples whose wait is
+    over (``baseline.finish`` keeps the latter for a left join only)."""
+    return joined.where(F.col(MATCHED) | expired(plan, wait)).drop(*LATE_COLUMNS)
+
+
+def still_waiting(
+    joined: DataFrame, plan: LatePlan, wait: timedelta, columns: list[str]
+) -> DataFrame:
+    """The late table's next content: unmatched tuples still within their wait (a flagged
+    join emits an unmatched tuple once), as the probe's ``columns``."""
+    return joined.where(~F.col(MATCHED) & ~expired(plan, wait)).select(*columns)
+
+
+def counts(joined: DataFrame, plan: LatePlan, wait: timedelta) -> dict[str, int]:
+    """A step's counts over its flagged join (one job).
+
+    Of the step's new tuples (the conservation view, ``pipeline.conservation``): ``new``,
+    ``new_matched``, ``new_expired`` (unmatched, wait zero) and ``new_waiting``. Over all
+    probed tuples: ``match_rows``, ``expired`` and ``waiting``; of the tuples that waited
+    before this step: ``late_answered`` and ``late_expired``."""
+    new = F.col(LATE_STEP) == F.lit(plan.step)
+    matched, over = F.col(MATCHED), expired(plan, wait)
+    unmatched_over, unmatched_waiting = ~matched & over, ~matched & ~over
+
+    def tuples(condition: Column) -> Column:
+        return F.count_distinct(F.when(condition, F.col(ROW_ID)))
+
+    def rows(condition: Column) -> Column:
+        return F.sum(condition.cast("long"))
+
+    row = joined.agg(
+        tuples(new).alias("new"),
+        tuples(new & matched).alias("new_matched"),
+        rows(new & unmatched_over).alias("new_expired"),
+        rows(new & unmatched_waiting).alias("new_waiting"),
+        rows(matched).alias("match_rows"),
+        rows(unmatched_over).alias("expired"),
+        rows(unmatched_waiting).alias("waiting"),
+        tuples(~new & matched).alias("late_answered"),
+        rows(~new & unmatched_over).alias("late_expired"),
+    ).first()
+    assert row is not None
+    return {name: int(row[name] or 0) for name in row.asDict()}
+
+
+def max_age_steps(wait: timedelta, interval: timedelta) -> int:
+    """The most scheduled steps a tuple can wait: its wait in intervals, plus the step it
+    entered at (the audit's bound on ``age_steps``)."""
+    return math.ceil(wait / interval) + 1
