@@ -11,22 +11,22 @@ rows yet.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import duckdb
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
+from common.faults import CRASH_ENV_VAR
 from pipeline.config import SsbjParams
 from pipeline.late_table import late_table
-from pipeline.runner import PipelineRunner
 from pipeline.stateless_driver import EquiBaselineDriver
-from pipeline.status import pipeline_status
+from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
 from tests.pipeline.audit_harness import (
     arrive_and_run,
@@ -36,86 +36,10 @@ from tests.pipeline.audit_harness import (
     quality_harness,
     validate,
 )
+from tests.pipeline.late_harness import LateHarness, run_late_scenario
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
 
 MASTER = [(1, 0, 1.0), (1, 1, 1.5), (2, 0, 2.0)]
-
-
-class LateHarness(SsbjHarness):
-    """The SSBJ harness's tiny pipeline with a plain join that waits for late master rows;
-    it records each step's master version and each tuple's entry step."""
-
-    def __init__(self, spark: SparkSession, root: Path, how: str, wait: str | None) -> None:
-        operator = {"late_master": {"wait": wait}} if wait else {}
-        super().__init__(spark, root, "baseline", 1, 1, how, operator=operator)
-        self.root, self.how = root, how
-        self.steps: list[int] = []  # master version of each step
-        self.entries: dict[int, tuple[int, int]] = {}  # id -> (key, entry step)
-        self.expired_at: dict[int, int] = {}  # id -> the step its wait expired at
-
-    def arrive(self, tuples: Any, at: Any = None) -> None:
-        super().arrive(tuples, at)
-        for i, k in tuples:
-            self.entries[i] = (k, len(self.steps))
-
-    def step(self, expire: bool = False) -> None:
-        """One run; with ``expire``, every tuple still waiting expires at this step."""
-        if expire:
-            for i in self.entries:
-                self.expired_at.setdefault(i, len(self.steps))
-        self.steps.append(self.engine.snapshot(self.master).version)
-        self.runner.run_stage_step(self.config.stage("enrich"), f"run{len(self.steps)}")
-
-    def reconfigure(self, wait: str | None) -> None:
-        operator = {"late_master": {"wait": wait}} if wait else {}
-        self.config = config_for(self.root, "baseline", 1, 1, self.how, operator=operator)
-        self.runner = PipelineRunner(self.config, self.spark, self.engine, self.store)
-
-    def late_oracle(self) -> list[tuple[Any, ...]]:
-        con = duckdb.connect()
-        versions = sorted(set(self.steps))
-        masters = []
-        for v in versions:
-            rows = DeltaTable(self.master, version=v).to_pyarrow_table()
-            masters.append(rows.append_column("version", pa.array([v] * rows.num_rows, pa.int64())))
-        con.register("masters", pa.concat_tables(masters))
-        con.register(
-            "steps", pa.table({"step": list(range(len(self.steps))), "version": self.steps})
-        )
-        ids = sorted(self.entries)
-        last = len(self.steps) - 1
-        con.register(
-            "tuples",
-            pa.table(
-                {
-                    "id": ids,
-                    "k": [self.entries[i][0] for i in ids],
-                    "entry": [self.entries[i][1] for i in ids],
-                    "until": [self.expired_at.get(i, last) for i in ids],
-                    "expires": [i in self.expired_at for i in ids],
-                }
-            ),
-        )
-        hits = """
-            SELECT t.id, min(s.step) AS step FROM tuples t
-            JOIN steps s ON s.step BETWEEN t.entry AND t.until
-            JOIN masters m ON m.version = s.version AND m.mk = t.k
-            GROUP BY t.id"""
-        rows = con.execute(
-            f"""SELECT t.id, t.k, m.mk, m.supplier, m.price, m.version
-            FROM tuples t JOIN ({hits}) h ON h.id = t.id JOIN steps s ON s.step = h.step
-            JOIN masters m ON m.version = s.version AND m.mk = t.k"""
-        ).fetchall()
-        if self.how == "left":
-            rows += con.execute(
-                f"""SELECT t.id, t.k, NULL, NULL, NULL, NULL FROM tuples t
-                WHERE t.expires AND t.id NOT IN (SELECT id FROM ({hits}))"""
-            ).fetchall()
-        return rows
-
-    def waiting(self) -> int:
-        stage = pipeline_status(self.config, self.store)["stages"]["enrich"]
-        return int(stage.get("late_master_waiting", 0))
 
 
 def add_master_rows(h: LateHarness, rows: list[tuple[int, int, float]]) -> None:
@@ -213,3 +137,32 @@ def test_the_audit_counts_waiting_tuples_as_pending_and_publishes_each_answer_on
         h.run("r3")
     with pytest.raises(ValidationFailedError, match="row conservation: a tuple vanished"):
         validate(h, "r3")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "late.after_output:2",  # step 2: answers appended, the late table not rewritten
+        "stage.after_output_commit:2",  # step 2: both written, the step not recorded done
+    ],
+)
+def test_a_step_killed_between_its_commits_reruns_to_the_uninterrupted_result(
+    spark: SparkSession, tmp_path: Path, crash_at: str
+) -> None:
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.pipeline.late_harness", str(tmp_path / "killed")],
+        cwd=REPO_ROOT,
+        env={**os.environ, CRASH_ENV_VAR: crash_at},
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+    resumed = LateHarness(spark, tmp_path / "killed", "left", "1h")
+    run_late_scenario(resumed)
+    reference = LateHarness(spark, tmp_path / "reference", "left", "1h")
+    run_late_scenario(reference)
+    assert reference.waiting() == resumed.waiting() == 1  # key 5 never lands
+    assert_same_multiset(resumed.output(), reference.output())
+    assert_same_multiset(reference.output(), reference.late_oracle())

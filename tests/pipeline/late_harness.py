@@ -1,0 +1,123 @@
+"""The SSBJ harness's tiny pipeline with a plain join that waits for late master rows
+(``operator.late_master``), its DuckDB oracle, and a resumable scenario for crash tests
+(``python -m tests.pipeline.late_harness <dir>`` runs it in a child process)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from pipeline.runner import PipelineRunner
+from pipeline.status import pipeline_status
+from tests.pipeline.ssbj_harness import SsbjHarness, config_for
+
+
+class LateHarness(SsbjHarness):
+    """The SSBJ harness's tiny pipeline with a plain join that waits for late master rows;
+    it records each step's master version and each tuple's entry step."""
+
+    def __init__(self, spark: SparkSession, root: Path, how: str, wait: str | None) -> None:
+        operator = {"late_master": {"wait": wait}} if wait else {}
+        super().__init__(spark, root, "baseline", 1, 1, how, operator=operator)
+        self.root, self.how = root, how
+        self.steps: list[int] = []  # master version of each step
+        self.entries: dict[int, tuple[int, int]] = {}  # id -> (key, entry step)
+        self.expired_at: dict[int, int] = {}  # id -> the step its wait expired at
+
+    def arrive(self, tuples: Any, at: Any = None) -> None:
+        super().arrive(tuples, at)
+        for i, k in tuples:
+            self.entries[i] = (k, len(self.steps))
+
+    def step(self, expire: bool = False) -> None:
+        """One run; with ``expire``, every tuple still waiting expires at this step."""
+        if expire:
+            for i in self.entries:
+                self.expired_at.setdefault(i, len(self.steps))
+        self.steps.append(self.engine.snapshot(self.master).version)
+        self.runner.run_stage_step(self.config.stage("enrich"), f"run{len(self.steps)}")
+
+    def reconfigure(self, wait: str | None) -> None:
+        operator = {"late_master": {"wait": wait}} if wait else {}
+        self.config = config_for(self.root, "baseline", 1, 1, self.how, operator=operator)
+        self.runner = PipelineRunner(self.config, self.spark, self.engine, self.store)
+
+    def late_oracle(self) -> list[tuple[Any, ...]]:
+        con = duckdb.connect()
+        versions = sorted(set(self.steps))
+        masters = []
+        for v in versions:
+            rows = DeltaTable(self.master, version=v).to_pyarrow_table()
+            masters.append(rows.append_column("version", pa.array([v] * rows.num_rows, pa.int64())))
+        con.register("masters", pa.concat_tables(masters))
+        con.register(
+            "steps", pa.table({"step": list(range(len(self.steps))), "version": self.steps})
+        )
+        ids = sorted(self.entries)
+        last = len(self.steps) - 1
+        con.register(
+            "tuples",
+            pa.table(
+                {
+                    "id": ids,
+                    "k": [self.entries[i][0] for i in ids],
+                    "entry": [self.entries[i][1] for i in ids],
+                    "until": [self.expired_at.get(i, last) for i in ids],
+                    "expires": [i in self.expired_at for i in ids],
+                }
+            ),
+        )
+        hits = """
+            SELECT t.id, min(s.step) AS step FROM tuples t
+            JOIN steps s ON s.step BETWEEN t.entry AND t.until
+            JOIN masters m ON m.version = s.version AND m.mk = t.k
+            GROUP BY t.id"""
+        rows = con.execute(
+            f"""SELECT t.id, t.k, m.mk, m.supplier, m.price, m.version
+            FROM tuples t JOIN ({hits}) h ON h.id = t.id JOIN steps s ON s.step = h.step
+            JOIN masters m ON m.version = s.version AND m.mk = t.k"""
+        ).fetchall()
+        if self.how == "left":
+            rows += con.execute(
+                f"""SELECT t.id, t.k, NULL, NULL, NULL, NULL FROM tuples t
+                WHERE t.expires AND t.id NOT IN (SELECT id FROM ({hits}))"""
+            ).fetchall()
+        return rows
+
+    def waiting(self) -> int:
+        stage = pipeline_status(self.config, self.store)["stages"]["enrich"]
+        return int(stage.get("late_master_waiting", 0))
+
+
+def run_late_scenario(h: LateHarness) -> None:
+    """Three runs, a master row landing between them for tuples that wait: resumable (a
+    run whose step completed, and a master change that landed, are not done again)."""
+    if not h.engine.exists(h.master):
+        h.load_master([(1, 0, 1.0), (1, 1, 1.5), (2, 0, 2.0)], files=1)  # v1
+    batches = [[(0, 1), (1, 3), (2, 4)], [(3, 3), (4, 2)], [(5, 4), (6, 5)]]
+    landing = [[(3, 0, 3.0), (3, 1, 3.5)], [(4, 0, 4.0)], []]
+    for run, batch in enumerate(batches):
+        h.arrive(batch)
+        if h.store.offset("enrich").step_seq <= run:
+            h.step()
+        if landing[run] and h.engine.snapshot(h.master).version < 2 + run:
+            h.update_master(landing[run], [])
+
+
+def main(argv: list[str]) -> int:
+    from tests.helpers import TEST_SPARK_CONF
+    from warehouse.spark import SparkSettings, build_session
+
+    spark = build_session(SparkSettings(master="local[1]", conf=TEST_SPARK_CONF))
+    run_late_scenario(LateHarness(spark, Path(argv[0]), "left", "1h"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
