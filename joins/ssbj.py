@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -308,17 +311,29 @@ class WideTable:
         )
         return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
 
+    def _output_columns(self) -> list[tuple[str, str]]:
+        """(step result column, output column) of every column of the stage's output."""
+        stream = [c for c in self.stream_schema.fieldNames() if c != INPUT_VERSION]
+        return [
+            *[(stream_field(c), c) for c in stream],
+            *[(master_field(c), c) for c in self.spec.master_columns],
+            (VERSION, self.spec.version),
+        ]
+
     def enriched(self, result: DataFrame) -> DataFrame:
         """The step's output rows, laid out as the stage's output table."""
-        stream = [c for c in self.stream_schema.fieldNames() if c != INPUT_VERSION]
         return result.where(F.col(ROLE) == OUT).selectExpr(
-            *[f"{quoted_identifier(stream_field(c))} AS {quoted_identifier(c)}" for c in stream],
             *[
-                f"{quoted_identifier(master_field(c))} AS {quoted_identifier(c)}"
-                for c in self.spec.master_columns
-            ],
-            f"{quoted_identifier(VERSION)} AS {quoted_identifier(self.spec.version)}",
+                f"{quoted_identifier(field)} AS {quoted_identifier(name)}"
+                for field, name in self._output_columns()
+            ]
         )
+
+    def enriched_arrow(self, result: pa.Table) -> pa.Table:
+        """:meth:`enriched` of a step result collected as Arrow."""
+        rows = result.filter(pc.equal(result.column(ROLE), OUT))
+        columns = self._output_columns()
+        return pa.table([rows.column(f) for f, _ in columns], names=[n for _, n in columns])
 
 
 def _cast(expression: str, field: T.StructField) -> str:
@@ -396,11 +411,26 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
     return union
 
 
+_LOAD_COLUMNS = (BUCKET, KEY_HASH, STORED, PROBES, SKETCH)
+_SUMMARY_COLUMNS = (ROLE, METRIC, VALUE, BUCKET, KEY_HASH, STORED, PROBES, SKETCH)
+
+
 def state_of(result: DataFrame) -> DataFrame:
     """The new operator state in a step's result (without the load columns)."""
-    return result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(
-        BUCKET, KEY_HASH, STORED, PROBES, SKETCH
-    )
+    return result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(*_LOAD_COLUMNS)
+
+
+def state_of_arrow(result: pa.Table) -> pa.Table:
+    """:func:`state_of` of a step result collected as Arrow."""
+    kept = result.filter(pc.is_in(result.column(ROLE), pa.array(list(STATE_ROLES))))
+    return kept.drop_columns(list(_LOAD_COLUMNS))
+
+
+def summary_rows_arrow(result: pa.Table) -> list[tuple[Any, ...]]:
+    """:func:`summary_of`'s rows from a step result collected as Arrow."""
+    roles = pa.array([METRIC_ROLE, KEY_LOAD, KEY_SKETCH])
+    kept = result.filter(pc.is_in(result.column(ROLE), roles)).select(list(_SUMMARY_COLUMNS))
+    return [tuple(row.values()) for row in kept.to_pylist()]
 
 
 def bucket_loads(
@@ -433,7 +463,7 @@ def summary_of(result: DataFrame) -> DataFrame:
     shuffle), role ``key_load`` rows are loads (``joins.ssbj_buckets.key_loads``, read by
     :func:`bucket_loads`), role ``key_sketch`` rows the buckets' key sketches."""
     return result.where(F.col(ROLE).isin(METRIC_ROLE, KEY_LOAD, KEY_SKETCH)).select(
-        ROLE, METRIC, VALUE, BUCKET, KEY_HASH, STORED, PROBES, SKETCH
+        *_SUMMARY_COLUMNS
     )
 
 

@@ -300,6 +300,16 @@ class SsbjParams(Strict):
             "step's batch (reading 1/k of it saves little on a master not far larger)"
         ),
     )
+    collect_rows: int = Field(
+        default=1_000_000,
+        ge=0,
+        description=(
+            "a step whose result (the state, its new tuples' rows) is expected under this "
+            "many rows computes it in one Spark job collected as Arrow, and writes the output "
+            "and the state from the driver (no persist, no write jobs); a larger one, or any "
+            "with 0, keeps its result in Spark and writes it with Spark jobs"
+        ),
+    )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")
     steps_per_run: int = Field(default=1, ge=1)
     switch_factor: float = Field(default=1.0, gt=0, description="s_f of the cache inequality")

@@ -651,7 +651,10 @@ class SsbjStage:
             shape,
             semi_join=semi_join,
         )
-        counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
+        if self._collects(state, asking):
+            counts, loads, sketches = self._collect_and_write(wide, result, routing, step, report)
+        else:
+            counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
         self._rebalance(state, routing, loads, report)
         self._count_keys(state, position, shape, saved_sketch, sketches, report)
@@ -751,6 +754,66 @@ class SsbjStage:
             )
         return int(state.get("pending_rows", 0)) + new
 
+    def _collects(self, state: dict[str, Any], asking: int) -> bool:
+        """Whether this step's result is expected to stay under ``operator.collect_rows``:
+        the state the last step left (H_S, H_R, the counters) and its new and waiting tuples
+        with room for several rows of matches each."""
+        expected = (
+            int(state.get("pending_rows", 0))
+            + int(state.get("cache_rows", 0))
+            + int(state.get("counter_rows", 0))
+            + 4 * asking
+        )
+        return expected < self.params.collect_rows
+
+    def _collect_and_write(
+        self,
+        wide: ssbj.WideTable,
+        step_result: DataFrame,
+        routing: KeyRouting,
+        step: int,
+        report: SsbjStepReport,
+    ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
+        """The step in one Spark job, its result collected as Arrow; then the output and the
+        state written from the driver (the embedded engine writes them without a job)."""
+        result = step_result.toArrow()
+        counts, loads, sketches = self._summary(ssbj.summary_rows_arrow(result), routing)
+        outcome = self.engine.append_arrow(
+            self.output_path,
+            wide.enriched_arrow(result),
+            AppTransaction(f"stage.{self.stage.name}", step + 1),
+            partition_by=(INTERVAL_START,),
+        )
+        if outcome.committed:
+            report.output_version = outcome.table_version
+        crash_point("ssbj.after_output")
+        self.engine.create_table(self.state_path, wide.schema)
+        self.engine.overwrite_arrow(
+            self.state_path,
+            ssbj.state_of_arrow(result),
+            AppTransaction(f"ssbj.{self.stage.name}.state", step),
+        )
+        crash_point("ssbj.before_complete")
+        return counts, loads, sketches
+
+    @staticmethod
+    def _summary(
+        rows: Iterable[tuple[Any, ...]], routing: KeyRouting
+    ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
+        """The step's counts (summed over buckets), the buckets' loads and key sketches from
+        its summary rows (``joins.ssbj.summary_of``)."""
+        counts: Counter[str] = Counter()
+        load_rows = []
+        sketches = []
+        for role, name, value, label, key_hash, stored, probes, sketch in rows:
+            if role == METRIC_ROLE:
+                counts[name] += int(value)
+            elif role == KEY_LOAD:
+                load_rows.append((label, key_hash, stored, probes))
+            elif role == KEY_SKETCH:
+                sketches.append(ASketch.from_dict(json.loads(bytes(sketch))))
+        return counts, ssbj.bucket_loads(load_rows, routing.buckets), sketches
+
     def _run_and_write(
         self,
         wide: ssbj.WideTable,
@@ -766,19 +829,9 @@ class SsbjStage:
         read it back, so the data is read and joined once whatever the writes' plans."""
         result = step_result.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts: Counter[str] = Counter()
-            load_rows = []
-            sketches = []
-            for role, name, value, label, key_hash, stored, probes, sketch in ssbj.summary_of(
-                result
-            ).collect():
-                if role == METRIC_ROLE:
-                    counts[name] += int(value)
-                elif role == KEY_LOAD:
-                    load_rows.append((label, key_hash, stored, probes))
-                elif role == KEY_SKETCH:
-                    sketches.append(ASketch.from_dict(json.loads(bytes(sketch))))
-            loads = ssbj.bucket_loads(load_rows, routing.buckets)
+            counts, loads, sketches = self._summary(
+                (tuple(row) for row in ssbj.summary_of(result).collect()), routing
+            )
             output = wide.enriched(result)
             outcome = self.engine.append(
                 self.output_path,
@@ -963,6 +1016,7 @@ class SsbjStage:
         state["switch_version"] = reads.next_switch_version(state["switch_version"], version)
         state["pending_rows"] = report.pending_rows
         state["cache_rows"] = report.cache_rows
+        state["counter_rows"] = report.counter_rows
         state["next_step"] = step + 1
         state["plan"] = None
         if report.tuples_in:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -144,6 +145,30 @@ class DefectEngine:
         if path == self._path:
             data = self._defect(data)
         return self._inner.overwrite(path, data, txn)
+
+    def append_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        if path == self._path:
+            return self.append(path, _frame(data), txn, partition_by)
+        return self._inner.append_arrow(path, data, txn, partition_by)
+
+    def overwrite_arrow(
+        self, path: str, data: pa.Table, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        if path == self._path:
+            return self.overwrite(path, _frame(data), txn)
+        return self._inner.overwrite_arrow(path, data, txn)
+
+
+def _frame(data: pa.Table) -> DataFrame:
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    return spark.createDataFrame(data)
 
 
 @contextmanager

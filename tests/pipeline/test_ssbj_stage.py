@@ -87,10 +87,14 @@ def test_stage_equals_oracle_on_the_native_engine(spark: SparkSession, tmp_path:
     assert_same_multiset(h.output(), h.oracle("left"))
 
 
+@pytest.mark.parametrize("collect_rows", [1_000_000, 0], ids=["arrow", "spark"])
 def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, collect_rows: int
 ) -> None:
-    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
+    """``arrow``: each step's result is collected and written from the driver (the default
+    for small steps); ``spark``: it stays in Spark, persisted, and Spark jobs write it."""
+    operator = {"collect_rows": collect_rows}
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner", operator=operator)
     # key 1: one master row, three tuples per run (cheaper in the cache);
     # key 5: six master rows, one tuple per run (cheaper pending in H_S)
     h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)

@@ -248,6 +248,23 @@ class DeltaEngine(Protocol):
         """Atomically replace the whole table's rows with ``data``."""
         ...
 
+    def append_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """:meth:`append` of rows the driver holds as Arrow (columns by name, of the table's
+        types or castable to them). An engine that can writes them without a Spark job."""
+        ...
+
+    def overwrite_arrow(
+        self, path: str, data: pa.Table, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        """:meth:`overwrite` with rows the driver holds as Arrow (see :meth:`append_arrow`)."""
+        ...
+
     def delete_partitions(
         self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
     ) -> CommitOutcome:

@@ -41,8 +41,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -89,6 +91,7 @@ from warehouse.delta.commit_protocol import (
 from warehouse.delta.features import require_readable
 from warehouse.delta.file_stats import column_bounds, delta_stats_json
 from warehouse.delta.partition_paths import (
+    HIVE_NULL,
     delta_partition_literal,
     normalised_location,
     partition_values_from_path,
@@ -598,7 +601,7 @@ class EmbeddedDeltaEngine:
     def _write(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         where: Sequence[PartitionFilter] | None,
         txn: AppTransaction | None,
         operation: str = "append",
@@ -606,25 +609,27 @@ class EmbeddedDeltaEngine:
         """Check the schema, skip a landed transaction, write Parquet, commit Add actions.
 
         ``operation`` other than ``append`` replaces the files ``where`` selects (all files
-        when ``where`` is None) with the data's, under the replace concurrency check.
+        when ``where`` is None) with the data's, under the replace concurrency check. Spark
+        writes a DataFrame's files, pyarrow an Arrow table's.
         """
         root = table_root(path)
         table = self._open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
-        require_same_schema(root, schema, data.schema)
+        data_schema = arrow_to_spark(data.schema) if isinstance(data, pa.Table) else data.schema
+        require_same_schema(root, schema, data_schema)
         commit_id = self._new_commit_id()
         skipped = self._skip_if_committed(root, table, txn)
         if skipped:
             return skipped
         partitions = list(table.metadata().partition_columns)
         if operation == "append":
-            written = self._write_files(root, data.select(*schema.fieldNames()), partitions)
+            written = self._write_data(root, data, schema, partitions)
             return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
         filters = _delta_filters(where) if where else None
         # The files the replace removes, as of the version it was asked against: taken before
         # the Parquet write, so a concurrent change during the write is caught at commit.
         replaced = self._files_in_scope(root, table, filters)
-        written = self._write_files(root, data.select(*schema.fieldNames()), partitions)
+        written = self._write_data(root, data, schema, partitions)
         return self._commit_replacing(
             root,
             table,
@@ -702,6 +707,24 @@ class EmbeddedDeltaEngine:
         self, path: str, data: DataFrame, txn: AppTransaction | None = None
     ) -> CommitOutcome:
         """Replace every row; conflicts with any file change after the table was opened."""
+        return self._write(path, data, None, txn, "overwrite")
+
+    def append_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """Writes the rows with pyarrow on the driver (a file per partition): no Spark job."""
+        if partition_by is not None:
+            self.create_table(path, arrow_to_spark(data.schema), partition_by)
+        return self._write(path, data, None, txn)
+
+    def overwrite_arrow(
+        self, path: str, data: pa.Table, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        """:meth:`overwrite` of Arrow rows, written with pyarrow on the driver."""
         return self._write(path, data, None, txn, "overwrite")
 
     def merge(
@@ -852,6 +875,41 @@ class EmbeddedDeltaEngine:
         # (a lost lease) leaves only untracked files, which vacuum removes.
         if self.commit_guard is not None:
             self.commit_guard()
+
+    def _write_data(
+        self, root: str, data: DataFrame | pa.Table, schema: StructType, partitions: list[str]
+    ) -> _Written:
+        if isinstance(data, pa.Table):
+            arrow = data.select(schema.fieldNames()).cast(spark_to_arrow(schema))
+            return self._write_arrow_files(root, arrow, partitions)
+        return self._write_files(root, data.select(*schema.fieldNames()), partitions)
+
+    def _write_arrow_files(self, root: str, data: pa.Table, partitions: list[str]) -> _Written:
+        """One Parquet file per partition of ``data``, under a fresh folder of the table
+        (Hive directories as Spark names them), each with its Add action."""
+        prefix = uuid.uuid4().hex[:20]
+        filesystem, base = _filesystem_of(f"{root.rstrip('/')}/{prefix}")
+        now_ms = int(datetime.now().timestamp() * 1000)
+        added = []
+        with optional_phase(self.clock, "write"):
+            for values, rows in _partition_groups(data, partitions):
+                literal = {c: delta_partition_literal(v) for c, v in values.items()}
+                directory = "/".join(
+                    f"{quote(c, safe='')}={HIVE_NULL if v is None else quote(v, safe='')}"
+                    for c, v in literal.items()
+                )
+                name = f"part-{uuid.uuid4()}.parquet"
+                relative = f"{directory}/{name}" if directory else name
+                located = f"{base}/{relative}"
+                filesystem.create_dir(os.path.dirname(located), recursive=True)
+                with filesystem.open_output_stream(located) as handle:
+                    pq.write_table(rows.drop_columns(partitions), handle, coerce_timestamps="us")
+                size = int(filesystem.get_file_info(located).size or 0)
+                added.append(
+                    _added_file(filesystem, located, f"{prefix}/{relative}", size, literal, now_ms)
+                )
+        logger.debug("wrote %d file(s) under %s/%s", len(added), root, prefix)
+        return _Written.of(added)
 
     def _write_files(self, root: str, data: DataFrame, partitions: list[str]) -> _Written:
         prefix = uuid.uuid4().hex[:20]
@@ -1154,6 +1212,32 @@ def _added_file(
         stats=delta_stats_json(footer),
     )
     return add, footer.num_rows
+
+
+def _partition_groups(
+    data: pa.Table, partitions: Sequence[str]
+) -> list[tuple[dict[str, Any], pa.Table]]:
+    """``data``'s rows by their values of ``partitions`` (one group, no values, when the
+    table is not partitioned); no group for no rows."""
+    if data.num_rows == 0:
+        return []
+    if not partitions:
+        return [({}, data)]
+    groups = []
+    for key in data.group_by(list(partitions)).aggregate([]).to_pylist():
+        mask = None
+        for column, value in key.items():
+            term = (
+                pc.is_null(data.column(column))
+                if value is None
+                else pc.fill_null(
+                    pc.equal(data.column(column), pa.scalar(value, data.schema.field(column).type)),
+                    False,
+                )
+            )
+            mask = term if mask is None else pc.and_(mask, term)
+        groups.append((key, data.filter(mask)))
+    return groups
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:

@@ -680,6 +680,22 @@ class NativeDeltaEngine:
             lambda meta: self._writer(frame, txn, meta).mode("append").save(root),
         )
 
+    def append_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        txn: AppTransaction | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> CommitOutcome:
+        """:meth:`append` of Arrow rows (delta-spark writes them: one Spark job)."""
+        return self.append(path, self._spark.createDataFrame(data), txn, partition_by)
+
+    def overwrite_arrow(
+        self, path: str, data: pa.Table, txn: AppTransaction | None = None
+    ) -> CommitOutcome:
+        """:meth:`overwrite` of Arrow rows (delta-spark writes them: one Spark job)."""
+        return self.overwrite(path, self._spark.createDataFrame(data), txn)
+
     def replace(
         self,
         path: str,

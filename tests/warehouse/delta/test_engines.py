@@ -449,6 +449,41 @@ def test_append_rows_added_appends_exactly_those_rows_once(
     assert_same_multiset(engine.read(target), naive(AWKWARD_ROWS[5:]))
 
 
+@pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
+def test_arrow_rows_append_and_overwrite_once_like_a_dataframe(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
+) -> None:
+    """Arrow rows the driver holds land as a DataFrame's would: the same rows, partition
+    values and statistics as the same rows appended from Spark, once per app transaction,
+    and an overwrite replaces everything."""
+    by_arrow, by_frame = str(tmp_path / "arrow"), str(tmp_path / "frame")
+    rows = spark.createDataFrame(AWKWARD_ROWS, SCHEMA)
+    first = engine.append_arrow(by_arrow, rows.toArrow(), AppTransaction("t", 1), partition_by)
+    assert first.committed and first.rows_added == len(AWKWARD_ROWS)
+    assert not engine.append_arrow(by_arrow, rows.toArrow(), AppTransaction("t", 1)).committed
+    engine.append(by_frame, rows, partition_by=partition_by)
+    assert_same_multiset(engine.read(by_arrow), naive(AWKWARD_ROWS))
+
+    def partitions(path: str) -> dict[str, int]:
+        """Rows per partition (as the log types their values), from the files' statistics."""
+        rows: dict[str, int] = {}
+        for f in engine.snapshot(path).files:
+            key = str(sorted(f.partition_values.items()))
+            rows[key] = rows.get(key, 0) + (f.num_records or 0)
+        return rows
+
+    assert engine.snapshot(by_arrow).partition_columns == partition_by
+    assert partitions(by_arrow) == partitions(by_frame)
+    ids = {r[0] for r in AWKWARD_ROWS}
+    for f in engine.snapshot(by_arrow).files:  # statistics were written for every file
+        assert f.bounds["id"][0] in ids and f.bounds["id"][1] in ids, f
+    replacement = spark.createDataFrame(LABELS, SCHEMA).toArrow()
+    assert engine.overwrite_arrow(by_arrow, replacement, AppTransaction("t", 2)).committed
+    assert_same_multiset(engine.read(by_arrow), LABELS)
+    assert engine.overwrite_arrow(by_arrow, replacement.slice(0, 0)).committed
+    assert engine.read(by_arrow).count() == 0
+
+
 def test_append_rows_appends_driver_rows_once(engine: DeltaEngine, tmp_path: Path) -> None:
     path = str(tmp_path / "results")
     engine.create_table(path, SCHEMA)
