@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from common.errors import ConfigError
 from joins.equi_choice import EquiChoice, EquiSizes, choose_equi_mode
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.late_table import late_table
 from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj_stage import held_back
 from pipeline.stage_driver import StageDriver
@@ -72,17 +73,42 @@ class StageDrivers:
         kind = driver_kind(stage)
         if kind not in ("ssbj", "auto"):
             self._refuse_held_tuples(stage, kind)
+        if kind == "ssbj":
+            self._refuse_late_tuples(stage)
         return self._factories[kind](stage)
+
+    def _late_waiting(self, stage: AnyStage) -> int:
+        """Tuples of ``stage`` that wait for late master rows (``pipeline.late_master``)."""
+        path = late_table(self.inputs.layout, stage.name)
+        if not self.engine.exists(path):
+            return 0
+        records = self.engine.snapshot(path).num_records
+        return 1 if records is None else records
+
+    def _refuse_late_tuples(self, stage: AnyStage) -> None:
+        """SSBJ keeps no late tuples: moving a stage to it while some wait would strand them."""
+        waiting = self._late_waiting(stage)
+        if waiting:
+            raise ConfigError(
+                f"stages.{stage.name}: the config now runs it with SSBJ, but {waiting} "
+                "tuple(s) wait in its late table for master rows; set operator.mode back to "
+                "baseline (with or without late_master: without it they expire at the next "
+                "step) and run it once, then change it (nothing was read or written)"
+            )
 
     def choice(self, stage: EquiStage) -> EquiChoice:
         """``auto``'s join for ``stage``, decided at the first ask of this registry."""
         known = self._choices.get(stage.name)
         if known is not None:
             return known
-        if stage.operator.late_master is not None:
-            choice = EquiChoice(
-                "baseline", "operator.late_master is set, and the plain join keeps late tuples"
+        waiting = self._late_waiting(stage)
+        if stage.operator.late_master is not None or waiting:
+            reason = (
+                "operator.late_master is set, and the plain join keeps late tuples"
+                if stage.operator.late_master is not None
+                else f"{waiting} tuple(s) still wait in its late table (they expire next step)"
             )
+            choice = EquiChoice("baseline", reason)
             logger.info("stage %s: auto chose %s: %s", stage.name, choice.mode, choice.reason)
             self._choices[stage.name] = choice
             return choice

@@ -38,6 +38,7 @@ from pyspark.sql import types as T
 
 from joins.columns import MATCHED, ROW_ID
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, LATE_STEP
+from quality.audit_views import AGE_STEPS, MAX_AGE_STEPS, TUPLE_ID
 from warehouse.state_store import StateStore
 
 __all__ = ["LATE_COLUMNS", "LATE_SINCE", "LATE_STEP", "LatePlan"]
@@ -80,6 +81,13 @@ def plan_late_step(
     plan = LatePlan(step, now.astimezone(UTC), late_version)
     store.save_operator_state(state_key(stage), {"plan": plan.to_dict()})
     return plan
+
+
+def open_late_step(store: StateStore, stage: str) -> int | None:
+    """The step of the saved late plan: a step that planned to read the late table (it is
+    done only once the stage's offset records it)."""
+    saved = (store.operator_state(state_key(stage)) or {}).get("plan")
+    return None if saved is None else int(saved["step"])
 
 
 def probe_rows(new_rows: DataFrame, late: DataFrame | None, plan: LatePlan) -> DataFrame:
@@ -141,7 +149,17 @@ def counts(joined: DataFrame, plan: LatePlan, wait: timedelta) -> dict[str, int]
     return {name: int(row[name] or 0) for name in row.asDict()}
 
 
-def max_age_steps(wait: timedelta, interval: timedelta) -> int:
-    """The most scheduled steps a tuple can wait: its wait in intervals, plus the step it
-    entered at (the audit's bound on ``age_steps``)."""
-    return math.ceil(wait / interval) + 1
+def waiting_ages(
+    late: DataFrame, id_column: str, wait: timedelta, interval: timedelta, now: datetime
+) -> DataFrame:
+    """The audit's ``audit_pending`` rows of the waiting tuples, in schedule intervals: how
+    long each has waited by ``now``, against its wait plus the interval a step may take to
+    come (``quality.audit_views``). Time, not steps: extra runs (a drain, a manual run)
+    make extra steps, not a longer wait."""
+    seconds = interval.total_seconds()
+    waited = F.lit(now).cast(T.TimestampType()).cast("double") - F.col(LATE_SINCE).cast("double")
+    return late.select(
+        F.col(id_column).alias(TUPLE_ID),
+        F.floor(waited / seconds).cast(T.LongType()).alias(AGE_STEPS),
+        F.lit(math.ceil(wait / interval) + 1).cast(T.LongType()).alias(MAX_AGE_STEPS),
+    )

@@ -50,7 +50,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+import pyarrow as pa
+from py4j.protocol import Py4JError
 from pyspark import StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -99,6 +102,8 @@ SEMI_JOIN_ROWS_PER_TUPLE = 10
 # The operator-state layout this driver writes; state without it is from a release that
 # kept H_S, H_R and the counters in separate tables.
 STATE_LAYOUT = 2
+# What a failed collect of a step's result raises (through py4j, converted or not).
+_COLLECT_ERRORS: tuple[type[Exception], ...] = (PySparkException, Py4JError)
 
 
 @dataclass
@@ -651,8 +656,9 @@ class SsbjStage:
             shape,
             semi_join=semi_join,
         )
-        if self._collects(state, asking):
-            counts, loads, sketches = self._collect_and_write(wide, result, routing, step, report)
+        collected = self._collect(result) if self._collects(state, asking) else None
+        if collected is not None:
+            counts, loads, sketches = self._write_collected(wide, collected, routing, step, report)
         else:
             counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
@@ -766,17 +772,30 @@ class SsbjStage:
         )
         return expected < self.params.collect_rows
 
-    def _collect_and_write(
+    def _collect(self, step_result: DataFrame) -> pa.Table | None:
+        """The step's result as Arrow (its one Spark job), or None when the driver cannot
+        take it (more rows of matches than expected: ``spark.driver.maxResultSize``, say);
+        the step then keeps its result in Spark."""
+        try:
+            return step_result.toArrow()
+        except _COLLECT_ERRORS as e:
+            logger.warning(
+                "ssbj %s: collecting the step's result failed (%s); it stays in Spark this step",
+                self.stage.name,
+                str(e).splitlines()[0][:300],
+            )
+            return None
+
+    def _write_collected(
         self,
         wide: ssbj.WideTable,
-        step_result: DataFrame,
+        result: pa.Table,
         routing: KeyRouting,
         step: int,
         report: SsbjStepReport,
     ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
-        """The step in one Spark job, its result collected as Arrow; then the output and the
-        state written from the driver (the embedded engine writes them without a job)."""
-        result = step_result.toArrow()
+        """The output and the state of a step whose result was collected, written from the
+        driver (the embedded engine writes them without a Spark job)."""
         counts, loads, sketches = self._summary(ssbj.summary_rows_arrow(result), routing)
         outcome = self.engine.append_arrow(
             self.output_path,

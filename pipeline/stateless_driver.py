@@ -34,20 +34,20 @@ from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
 from pipeline.emission import equi_input_accounting, theta_input_accounting
 from pipeline.late_master import (
     answered,
-    max_age_steps,
+    open_late_step,
     plan_late_step,
     probe_rows,
     still_waiting,
+    waiting_ages,
 )
 from pipeline.late_master import counts as late_counts
-from pipeline.late_table import LATE_COLUMNS, LATE_STEP, late_table
+from pipeline.late_table import LATE_COLUMNS, late_table
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, late_holder, stage_holder, union_pins
 from pipeline.row_bytes import MeasuredRowBytes
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.theta_stage import AdspLayoutStage
-from quality.audit_views import pending_ages
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.api import BACKFILL, count_live_rows_added, operation
 from warehouse.state_store import StateStore
@@ -156,6 +156,10 @@ class StatelessDriver(ABC, Generic[StageT]):
         """Whether tuples wait for a step even without new input (late master rows)."""
         return False
 
+    def backfilled(self, rows: DataFrame) -> DataFrame:
+        """The input rows of an interval a backfill re-joins (all of them, here)."""
+        return rows
+
     def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
         return self.replace_interval(start, end)[0]
 
@@ -172,7 +176,7 @@ class StatelessDriver(ABC, Generic[StageT]):
         rows = self.inputs.with_interval(stage, self.engine.read_files(input_snapshot)).where(
             (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
         )
-        joined = self.join(rows, master).cache()
+        joined = self.join(self.backfilled(rows), master).cache()
         try:
             report = StageReport(stage.name, master_version=master.version)
             self._count(joined, report)
@@ -357,6 +361,12 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         return self.stage.operator.late_master is not None or self.engine.exists(self.late_path)
 
     def has_waiting(self) -> bool:
+        """Tuples wait, or a step planned for them is not recorded done: a rerun after a
+        crash must finish that step (its writes are skipped, its offset recorded) even if
+        it emptied the late table, or the next step would reuse its number."""
+        next_step = self.store.offset(self.stage.name).step_seq + 1
+        if open_late_step(self.store, self.stage.name) == next_step:
+            return True
         if not self.engine.exists(self.late_path):
             return False
         records = self.engine.snapshot(self.late_path).num_records
@@ -364,6 +374,19 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
 
     def pending_table(self) -> str | None:
         return self.late_path if self._keeps_late() else None
+
+    def backfilled(self, rows: DataFrame) -> DataFrame:
+        """Without the tuples that wait for late master rows: the live steps still answer
+        them, once (re-joined here too, a left join would emit them unmatched now and
+        answered later). Matched on every input column, null-safely."""
+        if not self.engine.exists(self.late_path):
+            return rows
+        waiting = self.engine.read(self.late_path).drop(*LATE_COLUMNS)
+        same = [rows[c].eqNullSafe(waiting[c]) for c in waiting.columns]
+        condition = same[0]
+        for term in same[1:]:
+            condition = condition & term
+        return rows.join(waiting, condition, "left_anti")
 
     def pending_version(self) -> int | None:
         if not self.engine.exists(self.late_path):
@@ -376,10 +399,12 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
     def pending_ages(self, id_column: str) -> DataFrame | None:
         if not self.engine.exists(self.late_path):
             return None
-        next_step = self.store.offset(self.stage.name).step_seq + 1
-        bound = max_age_steps(self._wait(), self.inputs.config.schedule.interval_delta)
-        return pending_ages(
-            self.engine.read(self.late_path), id_column, LATE_STEP, next_step, bound
+        return waiting_ages(
+            self.engine.read(self.late_path),
+            id_column,
+            self._wait(),
+            self.inputs.config.schedule.interval_delta,
+            datetime.now(UTC),
         )
 
     def _late_join_and_write(
@@ -420,7 +445,10 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             )
         finally:
             joined.unpersist()
-        self.store.set_pins(holder, {self.late_path: [outcome.table_version]})
+        # The version this step read stays pinned beside the new one until the next step's
+        # plan: a rerun of this step (a crash before its offset is recorded) reads it again.
+        kept = [v for v in (plan.late_version, outcome.table_version) if v is not None]
+        self.store.set_pins(holder, {self.late_path: kept})
         # The conservation view counts the step's new tuples: matched now, expired now
         # (wait zero) or waiting; answers to earlier tuples are extra output rows.
         report.tuples_in = counted["new"]

@@ -96,14 +96,17 @@ class LateHarness(SsbjHarness):
 
 
 def run_late_scenario(h: LateHarness) -> None:
-    """Three runs, a master row landing between them for tuples that wait: resumable (a
-    run whose step completed, and a master change that landed, are not done again)."""
+    """Five runs, master rows landing between them for tuples that wait; the fourth run
+    has no new input (it answers the last waiting tuple and empties the late table).
+    Resumable: a run whose step completed, and a master change that landed, are not done
+    again."""
     if not h.engine.exists(h.master):
         h.load_master([(1, 0, 1.0), (1, 1, 1.5), (2, 0, 2.0)], files=1)  # v1
-    batches = [[(0, 1), (1, 3), (2, 4)], [(3, 3), (4, 2)], [(5, 4), (6, 5)]]
-    landing = [[(3, 0, 3.0), (3, 1, 3.5)], [(4, 0, 4.0)], []]
+    batches = [[(0, 1), (1, 3), (2, 4)], [(3, 3), (4, 2)], [(5, 4), (6, 5)], [], [(7, 1)]]
+    landing = [[(3, 0, 3.0), (3, 1, 3.5)], [(4, 0, 4.0)], [(5, 0, 5.0)], [], []]
     for run, batch in enumerate(batches):
-        h.arrive(batch)
+        if batch:
+            h.arrive(batch)
         if h.store.offset("enrich").step_seq <= run:
             h.step()
         if landing[run] and h.engine.snapshot(h.master).version < 2 + run:

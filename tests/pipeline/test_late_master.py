@@ -10,6 +10,7 @@ rows yet.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import signal
@@ -23,8 +24,10 @@ from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
 from common.faults import CRASH_ENV_VAR
+from pipeline.backfill import rejoin_interval
 from pipeline.config import SsbjParams
 from pipeline.late_table import late_table
+from pipeline.runner import PipelineRunner
 from pipeline.stateless_driver import EquiBaselineDriver
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
@@ -37,7 +40,7 @@ from tests.pipeline.audit_harness import (
     validate,
 )
 from tests.pipeline.late_harness import LateHarness, run_late_scenario
-from tests.pipeline.ssbj_harness import SsbjHarness, config_for
+from tests.pipeline.ssbj_harness import BASE_TIME, SsbjHarness, config_for
 
 MASTER = [(1, 0, 1.0), (1, 1, 1.5), (2, 0, 2.0)]
 
@@ -145,6 +148,8 @@ def test_the_audit_counts_waiting_tuples_as_pending_and_publishes_each_answer_on
     [
         "late.after_output:2",  # step 2: answers appended, the late table not rewritten
         "stage.after_output_commit:2",  # step 2: both written, the step not recorded done
+        # step 4, no new input: it emptied the late table, and is not recorded done
+        "stage.after_output_commit:4",
     ],
 )
 def test_a_step_killed_between_its_commits_reruns_to_the_uninterrupted_result(
@@ -163,6 +168,42 @@ def test_a_step_killed_between_its_commits_reruns_to_the_uninterrupted_result(
     run_late_scenario(resumed)
     reference = LateHarness(spark, tmp_path / "reference", "left", "1h")
     run_late_scenario(reference)
-    assert reference.waiting() == resumed.waiting() == 1  # key 5 never lands
+    assert reference.waiting() == resumed.waiting() == 0
     assert_same_multiset(resumed.output(), reference.output())
     assert_same_multiset(reference.output(), reference.late_oracle())
+
+
+def test_a_backfill_leaves_waiting_tuples_to_the_live_steps(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A backfill re-joins the interval without the tuples that still wait: a left join
+    would otherwise emit them unmatched now and answered later."""
+    h = LateHarness(spark, tmp_path, "left", "1h")
+    h.load_master(MASTER, files=1)
+    h.arrive([(0, 1), (1, 9), (2, 2)])
+    h.step()
+    start = BASE_TIME.replace(tzinfo=dt.UTC)
+    rejoin_interval(h.runner, start, start + dt.timedelta(hours=1), "backfill")
+    assert sorted(r[0] for r in h.output()) == [0, 0, 2]  # tuple 1 waits, not emitted
+    add_master_rows(h, [(9, 0, 9.0)])
+    h.step()
+    assert_same_multiset(h.output(), h.late_oracle())
+    assert h.waiting() == 0
+
+
+def test_leaving_the_plain_join_while_tuples_wait_is_refused(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = LateHarness(spark, tmp_path, "left", "1h")
+    h.load_master(MASTER, files=1)
+    h.arrive([(0, 9)])
+    h.step()
+    ssbj = config_for(tmp_path, "ssbj", 2, 1, "left")
+    runner = PipelineRunner(ssbj, spark, h.engine, h.store)
+    with pytest.raises(ConfigError, match=r"stages\.enrich: .*1 tuple\(s\) wait in its late table"):
+        runner.driver(ssbj.stage("enrich"))
+    auto = config_for(tmp_path, "auto", 2, 1, "left", operator={"ssbj_above_bytes": 0})
+    runner = PipelineRunner(auto, spark, h.engine, h.store)
+    with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
+        assert type(runner.driver(auto.stage("enrich"))) is EquiBaselineDriver
+    assert "still wait in its late table" in caplog.text

@@ -6,16 +6,20 @@ import logging
 import random
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from cache.inequality import should_switch_into_cache
 from common.errors import JoinError
 from joins import ssbj
 from joins.asketch import ASketch, SketchShape
+from joins.ssbj_buckets import BUCKET
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness
 
@@ -258,6 +262,35 @@ def test_cache_entries_without_hits_are_evicted_in_a_run_and_the_output_stays_ex
     assert not h.cached_keys() & {1, 6, 7}
     arrive_and_run([1, 1, 6])  # from the disk phase again
     h.drain()
+    assert_same_multiset(h.output(), h.oracle("left"))
+
+
+def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exact(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A collect that fails (as one over ``spark.driver.maxResultSize`` does) falls back to
+    the step that keeps its result in Spark; nothing is written twice or lost."""
+
+    collect = ClassicDataFrame.toArrow
+
+    def too_big(self: ClassicDataFrame) -> Any:
+        if BUCKET in self.columns:  # a step's result; other collects (row sizes) go through
+            raise PySparkException(message="serialized results bigger than maxResultSize")
+        return collect(self)
+
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
+    h.load_master([(1, 0, 1.0), (2, 0, 2.0), (2, 1, 2.5)], files=1)
+    monkeypatch.setattr(ClassicDataFrame, "toArrow", too_big)
+    with caplog.at_level(logging.WARNING, logger="pipeline.ssbj_stage"):
+        for run in range(3):
+            h.arrive([(run * 3, 1), (run * 3 + 1, 2), (run * 3 + 2, 9)])
+            h.run()
+        h.drain()
+    assert "it stays in Spark this step" in caplog.text
+    monkeypatch.undo()
     assert_same_multiset(h.output(), h.oracle("left"))
 
 

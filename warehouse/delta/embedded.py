@@ -44,7 +44,6 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -885,8 +884,9 @@ class EmbeddedDeltaEngine:
         return self._write_files(root, data.select(*schema.fieldNames()), partitions)
 
     def _write_arrow_files(self, root: str, data: pa.Table, partitions: list[str]) -> _Written:
-        """One Parquet file per partition of ``data``, under a fresh folder of the table
-        (Hive directories as Spark names them), each with its Add action."""
+        """One Parquet file per partition of ``data``, under a fresh folder of the table in
+        ``col=value`` directories (values percent-escaped; the log, not the path, holds the
+        partition values), each with its Add action."""
         prefix = uuid.uuid4().hex[:20]
         filesystem, base = _filesystem_of(f"{root.rstrip('/')}/{prefix}")
         now_ms = int(datetime.now().timestamp() * 1000)
@@ -1218,25 +1218,22 @@ def _partition_groups(
     data: pa.Table, partitions: Sequence[str]
 ) -> list[tuple[dict[str, Any], pa.Table]]:
     """``data``'s rows by their values of ``partitions`` (one group, no values, when the
-    table is not partitioned); no group for no rows."""
+    table is not partitioned); no group for no rows. Each row lands in exactly one group:
+    the groups are Arrow's own (by value bits, so NaN is one group), and each takes its rows
+    by position."""
     if data.num_rows == 0:
         return []
     if not partitions:
         return [({}, data)]
+    position = "__row_position"
+    indexed = data.select(list(partitions)).append_column(
+        position, pa.array(range(data.num_rows), pa.int64())
+    )
+    grouped = indexed.group_by(list(partitions)).aggregate([(position, "list")])
     groups = []
-    for key in data.group_by(list(partitions)).aggregate([]).to_pylist():
-        mask = None
-        for column, value in key.items():
-            term = (
-                pc.is_null(data.column(column))
-                if value is None
-                else pc.fill_null(
-                    pc.equal(data.column(column), pa.scalar(value, data.schema.field(column).type)),
-                    False,
-                )
-            )
-            mask = term if mask is None else pc.and_(mask, term)
-        groups.append((key, data.filter(mask)))
+    for key in grouped.to_pylist():
+        rows = key.pop(f"{position}_list")
+        groups.append((key, data.take(pa.array(rows, pa.int64()))))
     return groups
 
 

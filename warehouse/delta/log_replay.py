@@ -24,6 +24,7 @@ commit given, with the partition values and statistics the full build reads from
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
@@ -47,6 +48,8 @@ from warehouse.delta.table_paths import data_file_location
 # Actions that leave the set of live files as it is.
 _NEUTRAL_ACTIONS = frozenset({"txn", "commitInfo", "cdc", "domainMetadata"})
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+_INTEGER_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 class _UnmodelledError(Exception):
@@ -125,8 +128,12 @@ def _partition_value(text: str | None, data_type: DataType) -> Any:
         return None
     if isinstance(data_type, StringType):
         return text
-    if isinstance(data_type, _INTEGRAL) and text.lstrip("-").isdigit():
-        return int(text)
+    if isinstance(data_type, _INTEGRAL) and _INTEGER.fullmatch(text):
+        value = int(text)
+        bits = _INTEGER_BITS[type(data_type)]
+        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return value
+        raise _UnmodelledError(f"{data_type.simpleString()} partition value {text!r}")
     if isinstance(data_type, BooleanType) and text in ("true", "false"):
         return text == "true"
     if isinstance(data_type, DateType) and len(text) == 10:

@@ -329,7 +329,9 @@ class NativeDeltaEngine:
         commits = []
         for between in range(base_version + 1, version + 1):
             try:
-                commits.append(Path(root, "_delta_log", f"{between:020d}.json").read_text())
+                commits.append(
+                    Path(root, "_delta_log", f"{between:020d}.json").read_text(encoding="utf-8")
+                )
             except OSError:
                 return None
         earlier = pinned.snapshot
