@@ -11,6 +11,8 @@ on a table, by any holder, to ``vacuum`` as ``keep_versions``. Holders:
                    versions it reads
 ``stage.<stage>``  the consumed input version; from a baseline or theta step's plan until
                    the step is done also its planned master version and input versions
+``late.<stage>``   the late table version a step of a stage with ``operator.late_master``
+                   reads, and after the step the version it wrote (``pipeline.late_master``)
 ``adsp.<stage>``   the master version an A-DSP stage's persisted layout was built from, and
                    the layout version the state records
 ``audit.<table>``  the last audited output (silver) version and the pending-table version
