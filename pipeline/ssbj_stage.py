@@ -82,7 +82,7 @@ from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
-from warehouse.delta import AppTransaction, DeltaEngine, Snapshot
+from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, Snapshot
 from warehouse.delta.api import CHANGE_TYPE
 from warehouse.state_store import StateStore
 
@@ -797,23 +797,36 @@ class SsbjStage:
         """The output and the state of a step whose result was collected, written from the
         driver (the embedded engine writes them without a Spark job)."""
         counts, loads, sketches = self._summary(ssbj.summary_rows_arrow(result), routing)
-        outcome = self.engine.append_arrow(
-            self.output_path,
-            wide.enriched_arrow(result),
-            AppTransaction(f"stage.{self.stage.name}", step + 1),
-            partition_by=(INTERVAL_START,),
+        self._commit_step(
+            wide,
+            lambda txn: self.engine.append_arrow(
+                self.output_path, wide.enriched_arrow(result), txn, (INTERVAL_START,)
+            ),
+            lambda txn: self.engine.overwrite_arrow(
+                self.state_path, ssbj.state_of_arrow(result), txn
+            ),
+            step,
+            report,
         )
+        return counts, loads, sketches
+
+    def _commit_step(
+        self,
+        wide: ssbj.WideTable,
+        append_output: Callable[[AppTransaction], CommitOutcome],
+        overwrite_state: Callable[[AppTransaction], CommitOutcome],
+        step: int,
+        report: SsbjStepReport,
+    ) -> None:
+        """The step's two commits, in this order, each with the step's app transaction: a
+        rerun after a crash between them skips the one that landed."""
+        outcome = append_output(AppTransaction(f"stage.{self.stage.name}", step + 1))
         if outcome.committed:
             report.output_version = outcome.table_version
         crash_point("ssbj.after_output")
         self.engine.create_table(self.state_path, wide.schema)
-        self.engine.overwrite_arrow(
-            self.state_path,
-            ssbj.state_of_arrow(result),
-            AppTransaction(f"ssbj.{self.stage.name}.state", step),
-        )
+        overwrite_state(AppTransaction(f"ssbj.{self.stage.name}.state", step))
         crash_point("ssbj.before_complete")
-        return counts, loads, sketches
 
     @staticmethod
     def _summary(
@@ -851,23 +864,15 @@ class SsbjStage:
             counts, loads, sketches = self._summary(
                 (tuple(row) for row in ssbj.summary_of(result).collect()), routing
             )
-            output = wide.enriched(result)
-            outcome = self.engine.append(
-                self.output_path,
-                output,
-                AppTransaction(f"stage.{self.stage.name}", step + 1),
-                partition_by=(INTERVAL_START,),
+            self._commit_step(
+                wide,
+                lambda txn: self.engine.append(
+                    self.output_path, wide.enriched(result), txn, (INTERVAL_START,)
+                ),
+                lambda txn: self.engine.overwrite(self.state_path, ssbj.state_of(result), txn),
+                step,
+                report,
             )
-            if outcome.committed:
-                report.output_version = outcome.table_version
-            crash_point("ssbj.after_output")
-            self.engine.create_table(self.state_path, wide.schema)
-            self.engine.overwrite(
-                self.state_path,
-                ssbj.state_of(result),
-                AppTransaction(f"ssbj.{self.stage.name}.state", step),
-            )
-            crash_point("ssbj.before_complete")
         finally:
             result.unpersist()
         return counts, loads, sketches

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -86,3 +88,19 @@ def assert_imports_none_of(code: str, packages: Iterable[str], cwd: Path) -> Non
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def kill_harness_at(module: str, folder: Path, crash_at: str, cwd: Path) -> None:
+    """Run ``python -m <module> <folder>`` with the crash point ``crash_at`` armed
+    (``common.faults``) and check that it was killed there, not that it ended otherwise."""
+    from common.faults import CRASH_ENV_VAR
+
+    killed = subprocess.run(
+        [sys.executable, "-m", module, str(folder)],
+        cwd=cwd,
+        env={**os.environ, CRASH_ENV_VAR: crash_at},
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,12 +11,11 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import BackfillIncompleteError, ValidationFailedError
-from common.faults import CRASH_ENV_VAR
 from joins.ssbj import pending_tuples
 from pipeline.audit import FAILED_EXPECTATIONS, RUN_ID
 from pipeline.backfill import rejoin_interval
 from tests.conftest import REPO_ROOT
-from tests.helpers import assert_same_multiset, row_multiset
+from tests.helpers import assert_same_multiset, kill_harness_at, row_multiset
 from tests.pipeline.audit_harness import (
     FIRST_BATCH,
     SECOND_BATCH,
@@ -183,15 +178,7 @@ def test_a_tuple_pending_at_the_last_audit_must_still_be_emitted(
 def test_crash_between_validation_and_publish_publishes_once(
     spark: SparkSession, tmp_path: Path, crash_at: str
 ) -> None:
-    killed = subprocess.run(
-        [sys.executable, "-m", "tests.pipeline.audit_harness", str(tmp_path)],
-        cwd=REPO_ROOT,
-        env={**os.environ, CRASH_ENV_VAR: crash_at},
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+    kill_harness_at("tests.pipeline.audit_harness", tmp_path, crash_at, REPO_ROOT)
 
     # Not a retry of r1: the next interval stages more rows first, then validates. The
     # interrupted batch is published once, then the new one (never r1's rows twice).

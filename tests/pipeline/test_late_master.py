@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,14 +19,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
-from common.faults import CRASH_ENV_VAR
 from pipeline.backfill import rejoin_interval
 from pipeline.config import SsbjParams
 from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
 from pipeline.stateless_driver import EquiBaselineDriver
 from tests.conftest import REPO_ROOT
-from tests.helpers import assert_same_multiset
+from tests.helpers import assert_same_multiset, kill_harness_at
 from tests.pipeline.audit_harness import (
     arrive_and_run,
     defect_in,
@@ -155,15 +150,7 @@ def test_the_audit_counts_waiting_tuples_as_pending_and_publishes_each_answer_on
 def test_a_step_killed_between_its_commits_reruns_to_the_uninterrupted_result(
     spark: SparkSession, tmp_path: Path, crash_at: str
 ) -> None:
-    killed = subprocess.run(
-        [sys.executable, "-m", "tests.pipeline.late_harness", str(tmp_path / "killed")],
-        cwd=REPO_ROOT,
-        env={**os.environ, CRASH_ENV_VAR: crash_at},
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+    kill_harness_at("tests.pipeline.late_harness", tmp_path / "killed", crash_at, REPO_ROOT)
     resumed = LateHarness(spark, tmp_path / "killed", "left", "1h")
     run_late_scenario(resumed)
     reference = LateHarness(spark, tmp_path / "reference", "left", "1h")

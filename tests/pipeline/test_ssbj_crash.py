@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from common.faults import CRASH_ENV_VAR
 from tests.conftest import REPO_ROOT
-from tests.helpers import assert_same_multiset
+from tests.helpers import assert_same_multiset, kill_harness_at
 from tests.pipeline.ssbj_harness import SsbjHarness, run_scenario
 
 pytestmark = pytest.mark.slow
@@ -42,16 +37,7 @@ def reference(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_killed_step_reruns_to_the_uninterrupted_result(
     spark: SparkSession, tmp_path: Path, reference: SsbjHarness, crash_at: str
 ) -> None:
-    env = {**os.environ, CRASH_ENV_VAR: crash_at}
-    killed = subprocess.run(
-        [sys.executable, "-m", "tests.pipeline.ssbj_harness", str(tmp_path)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
+    kill_harness_at("tests.pipeline.ssbj_harness", tmp_path, crash_at, REPO_ROOT)
 
     resumed = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
     run_scenario(resumed)
