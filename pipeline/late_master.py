@@ -51,17 +51,24 @@ class LatePlan:
     step: int
     at: datetime  # the step's time (UTC): waits are measured to it
     late_version: int | None  # the late table's version it reads; None: no table yet
+    master_version: int | None = None  # the master version it probes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "at": self.at.isoformat(), "late_version": self.late_version}
+        return {
+            "step": self.step,
+            "at": self.at.isoformat(),
+            "late_version": self.late_version,
+            "master_version": self.master_version,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LatePlan:
-        version = data.get("late_version")
+        version, master = data.get("late_version"), data.get("master_version")
         return cls(
             int(data["step"]),
             datetime.fromisoformat(str(data["at"])),
             None if version is None else int(version),
+            None if master is None else int(master),
         )
 
 
@@ -71,23 +78,58 @@ def state_key(stage: str) -> str:
 
 
 def plan_late_step(
-    store: StateStore, stage: str, step: int, late_version: int | None, now: datetime
+    store: StateStore,
+    stage: str,
+    step: int,
+    late_version: int | None,
+    master_version: int,
+    now: datetime,
 ) -> LatePlan:
     """The plan of ``step``: the one saved for it by an earlier attempt, else a new one at
-    ``now`` reading ``late_version``, saved before the step writes anything."""
-    saved = (store.operator_state(state_key(stage)) or {}).get("plan")
-    if saved is not None and int(saved["step"]) == step:
-        return LatePlan.from_dict(saved)
-    plan = LatePlan(step, now.astimezone(UTC), late_version)
+    ``now`` reading ``late_version`` against ``master_version``, saved before the step
+    writes anything."""
+    saved = saved_plan(store, stage)
+    if saved is not None and saved.step == step:
+        return saved
+    plan = LatePlan(step, now.astimezone(UTC), late_version, master_version)
     store.save_operator_state(state_key(stage), {"plan": plan.to_dict()})
     return plan
 
 
-def open_late_step(store: StateStore, stage: str) -> int | None:
-    """The step of the saved late plan: a step that planned to read the late table (it is
-    done only once the stage's offset records it)."""
+def saved_plan(store: StateStore, stage: str) -> LatePlan | None:
+    """The last late plan saved for ``stage``: of the step that last read the late table
+    (done once the stage's offset records it)."""
     saved = (store.operator_state(state_key(stage)) or {}).get("plan")
-    return None if saved is None else int(saved["step"])
+    return None if saved is None else LatePlan.from_dict(saved)
+
+
+def oldest_waiting(store: StateStore, stage: str) -> datetime | None:
+    """When the longest-waiting tuple entered, as the last step recorded it (None: unknown,
+    or nothing waited)."""
+    micros = (store.operator_state(state_key(stage)) or {}).get("oldest_waiting_us")
+    return None if micros is None else datetime.fromtimestamp(int(micros) / 1e6, UTC)
+
+
+def record_waiting(store: StateStore, stage: str, plan: LatePlan, oldest_us: int | None) -> None:
+    """Keep, beside the step's plan, when its longest-waiting tuple entered (``counts``)."""
+    store.save_operator_state(
+        state_key(stage), {"plan": plan.to_dict(), "oldest_waiting_us": oldest_us}
+    )
+
+
+def nothing_to_do(
+    plan: LatePlan | None,
+    master_version: int,
+    oldest: datetime | None,
+    wait: timedelta,
+    now: datetime,
+) -> bool:
+    """Whether a step without new input would change nothing for the waiting tuples: the
+    last one probed this master version already, and none of them (the ``oldest`` entered
+    first; None: unknown) has waited its wait by ``now``."""
+    if plan is None or plan.master_version != master_version or oldest is None:
+        return False
+    return oldest.astimezone(UTC) + wait > now.astimezone(UTC)
 
 
 def probe_rows(new_rows: DataFrame, late: DataFrame | None, plan: LatePlan) -> DataFrame:
@@ -118,7 +160,8 @@ def still_waiting(
 
 
 def counts(joined: DataFrame, plan: LatePlan, wait: timedelta) -> dict[str, int]:
-    """A step's counts over its flagged join (one job).
+    """A step's counts over its flagged join (one job), and ``oldest_us``: when the
+    longest-waiting tuple still waiting entered (microseconds since the epoch; None).
 
     Of the step's new tuples (the conservation view, ``pipeline.conservation``): ``new``,
     ``new_matched``, ``new_expired`` (unmatched, wait zero) and ``new_waiting``. Over all
@@ -144,9 +187,12 @@ def counts(joined: DataFrame, plan: LatePlan, wait: timedelta) -> dict[str, int]
         rows(unmatched_waiting).alias("waiting"),
         tuples(~new & matched).alias("late_answered"),
         rows(~new & unmatched_over).alias("late_expired"),
+        F.min(F.when(unmatched_waiting, F.unix_micros(F.col(LATE_SINCE)))).alias("oldest_us"),
     ).first()
     assert row is not None
-    return {name: int(row[name] or 0) for name in row.asDict()}
+    counted = {name: int(row[name] or 0) for name in row.asDict() if name != "oldest_us"}
+    counted["oldest_us"] = row["oldest_us"]  # None when nothing waits
+    return counted
 
 
 def waiting_ages(

@@ -34,9 +34,12 @@ from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
 from pipeline.emission import equi_input_accounting, theta_input_accounting
 from pipeline.late_master import (
     answered,
-    open_late_step,
+    nothing_to_do,
+    oldest_waiting,
     plan_late_step,
     probe_rows,
+    record_waiting,
+    saved_plan,
     still_waiting,
     waiting_ages,
 )
@@ -365,12 +368,19 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         crash must finish that step (its writes are skipped, its offset recorded) even if
         it emptied the late table, or the next step would reuse its number."""
         next_step = self.store.offset(self.stage.name).step_seq + 1
-        if open_late_step(self.store, self.stage.name) == next_step:
+        planned = saved_plan(self.store, self.stage.name)
+        if planned is not None and planned.step == next_step:
             return True
         if not self.engine.exists(self.late_path):
             return False
-        records = self.engine.snapshot(self.late_path).num_records
-        return records is None or records > 0
+        late = self.engine.snapshot(self.late_path)
+        if late.num_records == 0:
+            return False
+        # Without new input a step can only answer a waiting tuple from a newer master
+        # version, or expire one: otherwise it would rewrite the late table unchanged.
+        master = self.engine.snapshot(self.inputs.master_path(self.stage)).version
+        oldest = oldest_waiting(self.store, self.stage.name)
+        return not nothing_to_do(planned, master, oldest, self._wait(), datetime.now(UTC))
 
     def pending_table(self) -> str | None:
         return self.late_path if self._keeps_late() else None
@@ -420,6 +430,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             stage.name,
             txn.version,
             self.engine.snapshot(self.late_path).version if exists else None,
+            master.version,
             datetime.now(UTC),
         )
         holder = late_holder(stage.name)
@@ -445,6 +456,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             )
         finally:
             joined.unpersist()
+        record_waiting(self.store, stage.name, plan, counted["oldest_us"])
         # The version this step read stays pinned beside the new one until the next step's
         # plan: a rerun of this step (a crash before its offset is recorded) reads it again.
         kept = [v for v in (plan.late_version, outcome.table_version) if v is not None]

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
@@ -54,6 +55,10 @@ def test_tuples_wait_for_late_master_rows_and_take_the_first_version_with_their_
     h.step()  # keys 3 and 4 have no rows: they wait
     assert h.waiting() == 2
     assert_same_multiset(h.output(), h.late_oracle())
+    late = late_table(h.layout, "enrich")
+    versions = (DeltaTable(late).version(), DeltaTable(h.layout.staged("out")).version())
+    h.step()  # nothing new, the master as it was, no wait over: no step, no commit
+    assert (DeltaTable(late).version(), DeltaTable(h.layout.staged("out")).version()) == versions
 
     add_master_rows(h, [(3, 0, 3.0), (3, 1, 3.5), (1, 0, -1.0)])  # key 3 lands, key 1 changes
     h.arrive([(4, 3), (5, 5), (6, 1)])
