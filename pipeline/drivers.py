@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from common.errors import ConfigError
 from joins.equi_choice import EquiChoice, EquiSizes, choose_equi_mode
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.late_master import waiting_records
 from pipeline.late_table import late_table
 from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj_stage import held_back
@@ -79,10 +80,7 @@ class StageDrivers:
 
     def _late_waiting(self, stage: AnyStage) -> int:
         """Tuples of ``stage`` that wait for late master rows (``pipeline.late_master``)."""
-        path = late_table(self.inputs.layout, stage.name)
-        if not self.engine.exists(path):
-            return 0
-        records = self.engine.snapshot(path).num_records
+        records = waiting_records(self.engine, late_table(self.inputs.layout, stage.name))
         return 1 if records is None else records
 
     def _refuse_late_tuples(self, stage: AnyStage) -> None:

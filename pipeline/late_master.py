@@ -39,6 +39,7 @@ from pyspark.sql import types as T
 from joins.columns import MATCHED, ROW_ID
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, LATE_STEP
 from quality.audit_views import AGE_STEPS, MAX_AGE_STEPS, TUPLE_ID
+from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
 __all__ = ["LATE_COLUMNS", "LATE_SINCE", "LATE_STEP", "LatePlan"]
@@ -99,15 +100,26 @@ def plan_late_step(
 def saved_plan(store: StateStore, stage: str) -> LatePlan | None:
     """The last late plan saved for ``stage``: of the step that last read the late table
     (done once the stage's offset records it)."""
-    saved = (store.operator_state(state_key(stage)) or {}).get("plan")
-    return None if saved is None else LatePlan.from_dict(saved)
+    return saved_state(store, stage)[0]
 
 
-def oldest_waiting(store: StateStore, stage: str) -> datetime | None:
-    """When the longest-waiting tuple entered, as the last step recorded it (None: unknown,
-    or nothing waited)."""
-    micros = (store.operator_state(state_key(stage)) or {}).get("oldest_waiting_us")
-    return None if micros is None else datetime.fromtimestamp(int(micros) / 1e6, UTC)
+def saved_state(store: StateStore, stage: str) -> tuple[LatePlan | None, datetime | None]:
+    """The last saved late plan, and when the longest-waiting tuple entered as that step
+    recorded it (None: unknown, or nothing waited); one read of the state store."""
+    saved = store.operator_state(state_key(stage)) or {}
+    plan, micros = saved.get("plan"), saved.get("oldest_waiting_us")
+    return (
+        None if plan is None else LatePlan.from_dict(plan),
+        None if micros is None else datetime.fromtimestamp(int(micros) / 1e6, UTC),
+    )
+
+
+def waiting_records(engine: DeltaEngine, path: str) -> int | None:
+    """Tuples in the late table at ``path`` by its log (0 without a table; None when its
+    files carry no row counts)."""
+    if not engine.exists(path):
+        return 0
+    return engine.snapshot(path).num_records
 
 
 def record_waiting(store: StateStore, stage: str, plan: LatePlan, oldest_us: int | None) -> None:

@@ -35,13 +35,13 @@ from pipeline.emission import equi_input_accounting, theta_input_accounting
 from pipeline.late_master import (
     answered,
     nothing_to_do,
-    oldest_waiting,
     plan_late_step,
     probe_rows,
     record_waiting,
-    saved_plan,
+    saved_state,
     still_waiting,
     waiting_ages,
+    waiting_records,
 )
 from pipeline.late_master import counts as late_counts
 from pipeline.late_table import LATE_COLUMNS, late_table
@@ -368,18 +368,14 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         crash must finish that step (its writes are skipped, its offset recorded) even if
         it emptied the late table, or the next step would reuse its number."""
         next_step = self.store.offset(self.stage.name).step_seq + 1
-        planned = saved_plan(self.store, self.stage.name)
+        planned, oldest = saved_state(self.store, self.stage.name)
         if planned is not None and planned.step == next_step:
             return True
-        if not self.engine.exists(self.late_path):
-            return False
-        late = self.engine.snapshot(self.late_path)
-        if late.num_records == 0:
+        if waiting_records(self.engine, self.late_path) == 0:
             return False
         # Without new input a step can only answer a waiting tuple from a newer master
         # version, or expire one: otherwise it would rewrite the late table unchanged.
         master = self.engine.snapshot(self.inputs.master_path(self.stage)).version
-        oldest = oldest_waiting(self.store, self.stage.name)
         return not nothing_to_do(planned, master, oldest, self._wait(), datetime.now(UTC))
 
     def pending_table(self) -> str | None:
