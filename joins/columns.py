@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -26,6 +29,21 @@ def with_interval_start(frame: DataFrame, event_time: str, interval_seconds: int
     seconds = F.unix_seconds(F.col(event_time))
     start: Column = F.timestamp_seconds(F.floor(seconds / interval_seconds) * interval_seconds)
     return frame.withColumn(INTERVAL_START, start)
+
+
+def with_interval_start_arrow(table: pa.Table, event_time: str, interval_seconds: int) -> pa.Table:
+    """:func:`with_interval_start` of rows in the driver's memory: the same floor of the
+    event time's Unix seconds to a multiple of the interval (a null time gives a null
+    start), as ``timestamp[us, UTC]``."""
+    if INTERVAL_START in table.column_names:
+        return table
+    micros = pc.cast(table.column(event_time), pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    valid = pc.is_valid(micros).to_numpy(zero_copy_only=False)
+    values = micros.fill_null(0).to_numpy()
+    step = interval_seconds * 1_000_000
+    starts = np.floor_divide(values, step) * step  # floors below zero too, as Spark's floor
+    column = pa.array(starts, pa.int64(), mask=~valid).cast(pa.timestamp("us", tz="UTC"))
+    return table.append_column(INTERVAL_START, column)
 
 
 def require_disjoint(stream: DataFrame, master: DataFrame, stage: str) -> None:

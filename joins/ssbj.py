@@ -476,6 +476,17 @@ def pending_tuples(state: DataFrame) -> DataFrame:
     )
 
 
+def pending_tuples_arrow(state: pa.Table) -> pa.Table:
+    """:func:`pending_tuples` of a state table read into the driver."""
+    prefix = stream_field("")
+    stream = [c for c in state.column_names if c.startswith(prefix)]
+    rows = state.filter(pc.equal(state.column(ROLE), PENDING))
+    return pa.table(
+        [*[rows.column(c) for c in stream], rows.column(ENTRY_STEP)],
+        names=[*[c[len(prefix) :] for c in stream], ENTRY_STEP],
+    )
+
+
 def cache_entries(state: DataFrame, spec: JoinSpec) -> DataFrame:
     """H_R from a state table: master rows (their own names) and the empty-entry marker."""
     return state.where(F.col(ROLE) == CACHE).select(

@@ -42,12 +42,15 @@ with a clear error until the backfill is rerun to completion.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -65,8 +68,12 @@ from quality.audit_views import (
     PENDING_VIEW,
     PUBLISHED_VIEW,
     no_pending,
+    no_pending_arrow,
     no_published,
+    no_published_arrow,
+    oldest_interval_arrow,
     published_tuples,
+    published_tuples_arrow,
 )
 from quality.batch_engine import BatchEngine, InMemoryBatch, choose_batch_engine, queries_views
 from quality.config import QualityConfig
@@ -106,6 +113,16 @@ class TableAudit:
     rows: int = 0
     failures: list[str] = field(default_factory=list)
     outcomes: list[SuiteOutcome] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AuditViews:
+    """How to build a batch's audit views, for the engine that validates it: as Spark
+    frames (``spark``), or in the driver's memory (``arrow``, None where only the Spark
+    frames exist: their rows are then collected). Built only when a suite reads them."""
+
+    spark: Callable[[], dict[str, DataFrame]]
+    arrow: Callable[[], dict[str, pa.Table]] | None = None
 
 
 class AuditPublisher:
@@ -209,7 +226,6 @@ class AuditPublisher:
         driver = self.drivers.driver(stage)
         consumed = driver.consumed_version()
         staged = self._live_batch(silver, audited, latest)
-        input_rows = self.inputs.new_rows(stage, int(state["input_version"]), consumed)
         # Tuples that were still pending at the last audit are accounted for now: emitted
         # in this batch, published by an earlier one, or still pending.
         pending_before = state.get("pending_version")
@@ -229,24 +245,43 @@ class AuditPublisher:
                 driver.pending_table() or "a stage that keeps none",
             )
             pending_before = None
-        waiting = driver.pending_at(int(pending_before)) if pending_before is not None else None
-        pending = driver.pending_ages(self._id_column(table))
-        views = {
-            INPUT_VIEW: driver.input_accounting(input_rows, waiting, self._id_column(table)),
-            PENDING_VIEW: (
-                pending
-                if pending is not None
-                else no_pending(self.spark, self._id_type(table, input_rows))
-            ),
-            PUBLISHED_VIEW: self._published_view(table, input_rows, waiting),
-        }
+        id_column = self._id_column(table)
+        input_from = int(state["input_version"])
+
+        def spark_views() -> dict[str, DataFrame]:
+            input_rows = self.inputs.new_rows(stage, input_from, consumed)
+            waiting = driver.pending_at(int(pending_before)) if pending_before is not None else None
+            pending = driver.pending_ages(id_column)
+            return {
+                INPUT_VIEW: driver.input_accounting(input_rows, waiting, id_column),
+                PENDING_VIEW: (
+                    pending
+                    if pending is not None
+                    else no_pending(self.spark, self._id_type(table, input_rows))
+                ),
+                PUBLISHED_VIEW: self._published_view(table, input_rows, waiting),
+            }
+
+        def arrow_views() -> dict[str, pa.Table]:
+            tuples = self.inputs.new_rows_arrow(stage, input_from, consumed)
+            waiting = (
+                driver.pending_at_arrow(int(pending_before)) if pending_before is not None else None
+            )
+            pending = driver.pending_ages_arrow(id_column)
+            id_type = tuples.schema.field(id_column).type
+            return {
+                INPUT_VIEW: driver.input_accounting_arrow(tuples, waiting, id_column),
+                PENDING_VIEW: pending if pending is not None else no_pending_arrow(id_type),
+                PUBLISHED_VIEW: self._published_view_arrow(table, tuples, waiting),
+            }
+
         pending_now = driver.pending_version()
         return self._decide_and_commit(
             table,
             run_id,
             staged,
             (audited, latest),
-            views,
+            AuditViews(spark_views, arrow_views),
             failures,
             state,
             record={
@@ -314,13 +349,19 @@ class AuditPublisher:
                 in_interval
             )
             id_type = self._id_type(table, input_rows)
-            views = {
-                INPUT_VIEW: self.drivers.driver(stage).input_accounting(
-                    input_rows, None, self._id_column(table)
-                ),
-                PENDING_VIEW: no_pending(self.spark, id_type),
-                PUBLISHED_VIEW: no_published(self.spark, id_type),
-            }
+            accounting = self.drivers.driver(stage).input_accounting(
+                input_rows, None, self._id_column(table)
+            )
+            views = AuditViews(
+                functools.partial(
+                    dict,
+                    {
+                        INPUT_VIEW: accounting,
+                        PENDING_VIEW: no_pending(self.spark, id_type),
+                        PUBLISHED_VIEW: no_published(self.spark, id_type),
+                    },
+                )
+            )
             failures = []
             if stage.input in quarantined:
                 failures.append(f"upstream table {stage.input} was quarantined in this run")
@@ -358,7 +399,7 @@ class AuditPublisher:
         run_id: str,
         staged: DataFrame,
         batch: tuple[int, int],
-        views: dict[str, DataFrame],
+        views: AuditViews,
         failures: list[str],
         state: dict[str, Any],
         record: dict[str, Any],
@@ -388,14 +429,31 @@ class AuditPublisher:
         )
         if suites:
             logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
+        frames: dict[str, DataFrame] = {}
+        collected: dict[str, pa.Table] | None = None
         if not queries_views(expectations):
-            views = {}  # no suite reads them: neither registered nor collected
+            pass  # no suite reads the views: neither built nor registered
         elif engine.name == "spark":
             staged = staged.cache()
-            views = {name: view.cache() for name, view in views.items()}
+            frames = {name: view.cache() for name, view in views.spark().items()}
+        elif views.arrow is not None:
+            with optional_phase(self.engine.clock, "validate"):
+                collected = views.arrow()
+        else:
+            frames = views.spark()
         try:
             audit = self._decide(
-                table, run_id, staged, batch, views, failures, rows, suites, engine, interval
+                table,
+                run_id,
+                staged,
+                batch,
+                frames,
+                collected,
+                failures,
+                rows,
+                suites,
+                engine,
+                interval,
             )
             state["intent"] = {
                 "run_id": run_id,
@@ -414,7 +472,7 @@ class AuditPublisher:
             crash_point("audit.after_publish")
         finally:
             staged.unpersist()
-            for view in views.values():
+            for view in frames.values():
                 view.unpersist()
         self._record(table, state)
         return audit
@@ -579,6 +637,7 @@ class AuditPublisher:
         staged: DataFrame,
         batch: tuple[int, int],
         views: dict[str, DataFrame],
+        collected: dict[str, pa.Table] | None,
         failures: list[str],
         rows: int | None,
         suites: list[ExpectationSuite],
@@ -586,13 +645,14 @@ class AuditPublisher:
         interval: tuple[datetime, datetime] | None,
     ) -> TableAudit:
         """Run the suites over the staged batch on ``engine`` and write their results;
-        ``rows`` is the batch's row count if the log gave it."""
+        ``rows`` is the batch's row count if the log gave it; ``views`` the audit views as
+        Spark frames, or ``collected`` already in the driver's memory."""
         if rows is None:
             rows = staged.count()
         quality = self.config.quality.get(table)
         in_memory = None
         if engine.name == "pandas":
-            in_memory = self._collect(table, staged, batch, views, interval)
+            in_memory = self._collect(table, staged, batch, views, collected, interval)
         outcomes = self._run_suites(table, run_id, staged, views, suites, in_memory)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
         warn_only = quality is not None and quality.warn_only
@@ -634,10 +694,12 @@ class AuditPublisher:
         staged: DataFrame,
         batch: tuple[int, int],
         views: dict[str, DataFrame],
+        collected: dict[str, pa.Table] | None,
         interval: tuple[datetime, datetime] | None,
     ) -> InMemoryBatch:
-        """The batch in the driver, and the audit views its suites query (``views`` holds
-        only those: :meth:`_decide_and_commit`)."""
+        """The batch in the driver, and the audit views its suites query: ``collected``
+        when they were built in memory, else ``views`` collected (either holds only the
+        views a suite reads: :meth:`_decide_and_commit`)."""
         with optional_phase(self.engine.clock, "validate"):
             # A live batch is whole files of silver: read them in the driver, no Spark job.
             rows = (
@@ -647,7 +709,8 @@ class AuditPublisher:
                     self.engine, self.layout.staged(table), *batch
                 ).to_pandas()
             )
-            collected = {name: view.toArrow() for name, view in views.items()}
+            if collected is None:
+                collected = {name: view.toArrow() for name, view in views.items()}
         return InMemoryBatch(rows, staged, collected)
 
     def _run_suites(
@@ -767,6 +830,36 @@ class AuditPublisher:
         if not found:
             return no_published(self.spark, id_type)
         return found[0] if len(found) == 1 else found[0].unionByName(found[1]).distinct()
+
+    def _published_view_arrow(
+        self, table: str, tuples: pa.Table, waiting: pa.Table | None
+    ) -> pa.Table:
+        """:meth:`_published_view` in the driver's memory: the same files, read with only
+        the id and interval columns."""
+        id_column = self._id_column(table)
+        id_type = tuples.schema.field(id_column).type
+        asked = tuples.select([id_column, INTERVAL_START])
+        if waiting is not None:
+            asked = pa.concat_tables(
+                [asked, waiting.select([id_column, INTERVAL_START]).cast(asked.schema)]
+            )
+        oldest = oldest_interval_arrow([asked])
+        if oldest is None:
+            return no_published_arrow(id_type)
+        found = []
+        for path in (self.layout.published(table), self.layout.quarantined_output(table)):
+            if not self.engine.exists(path):
+                continue
+            snapshot = self.engine.snapshot(path)
+            files = [f for f in snapshot.files if f.may_hold_since(INTERVAL_START, oldest)]
+            if files:
+                columns = [c for c in (id_column, INTERVAL_START) if c in snapshot.schema.names]
+                rows = self.engine.read_arrow(snapshot, files, columns)
+                found.append(published_tuples_arrow(rows, asked, id_column, oldest))
+        if not found:
+            return no_published_arrow(id_type)
+        ids = pa.concat_tables(found)
+        return ids if len(found) == 1 else ids.group_by([ids.column_names[0]]).aggregate([])
 
     def _id_column(self, table: str) -> str:
         return self.config.streams[self.config.root_stream(table)].id_column

@@ -12,16 +12,25 @@ A tuple that was pending at the last audit of an inner equi join is accounted, n
 required: whether it has rows depends on the master version it is pinned to, which may
 differ from the latest one read here (a key added since would demand rows it never had).
 
-Each driver applies the rule of its join (``StageDriver.input_accounting``); the audit
-knows no join kind.
+Each driver applies the rule of its join (``StageDriver.input_accounting``, and
+``input_accounting_arrow`` for a batch validated in the driver's memory: the same rule over
+Arrow tables); the audit knows no join kind.
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from pipeline.config import EquiStage, ThetaStage
-from quality.audit_views import input_accounting
+from quality.audit_views import (
+    input_accounting,
+    input_accounting_arrow,
+    union_accounting_arrow,
+)
+from warehouse.delta import DeltaEngine
+from warehouse.delta.schema import spark_to_arrow
 
 
 def theta_input_accounting(
@@ -57,3 +66,61 @@ def _without_master(
     if waiting is not None:
         ids = ids.unionByName(waiting.select(id_column))
     return input_accounting(ids, id_column, must_emit_all=must_emit)
+
+
+def theta_input_accounting_arrow(
+    stage: ThetaStage, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+) -> pa.Table:
+    """:func:`theta_input_accounting` over Arrow tables."""
+    return _without_master_arrow(stage.join == "left", tuples, waiting, id_column)
+
+
+def equi_input_accounting_arrow(
+    stage: EquiStage,
+    master_keys: pa.Table | None,
+    tuples: pa.Table,
+    waiting: pa.Table | None,
+    id_column: str,
+) -> pa.Table:
+    """:func:`equi_input_accounting` over Arrow tables; ``master_keys`` holds the latest
+    master's join key columns (:func:`master_keys_arrow`; an inner join needs them)."""
+    if stage.join == "left":
+        return _without_master_arrow(True, tuples, waiting, id_column)
+    columns = [id_column, *stage.join_on]
+    flagged = input_accounting_arrow(
+        tuples.select(columns), id_column, False, master_keys, stage.join_on
+    )
+    if waiting is None:
+        return flagged
+    return union_accounting_arrow(
+        flagged, input_accounting_arrow(waiting.select(columns), id_column, must_emit_all=False)
+    )
+
+
+def master_keys_arrow(
+    stage: EquiStage, engine: DeltaEngine, master_path: str, tuples: pa.Table
+) -> pa.Table | None:
+    """The latest master's join key columns, for :func:`equi_input_accounting_arrow`: only
+    the rows whose first key is one ``tuples`` ask for (each file is filtered as it is read,
+    so a large master costs its key columns' scan, not their memory); None for a left join,
+    whose rule needs no master."""
+    if stage.join == "left":
+        return None
+    snapshot = engine.snapshot(master_path)
+    keys = list(stage.join_on.values())
+    first_stream, first_master = next(iter(stage.join_on.items()))
+    master_type = spark_to_arrow(snapshot.schema).field(first_master).type
+    try:
+        asked = pc.unique(tuples.column(first_stream).cast(master_type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # types that do not cast: read all
+        return engine.read_arrow(snapshot, columns=keys)
+    return engine.read_arrow(snapshot, columns=keys, where=pc.field(first_master).isin(asked))
+
+
+def _without_master_arrow(
+    must_emit: bool, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+) -> pa.Table:
+    ids = tuples.select([id_column])
+    if waiting is not None:
+        ids = pa.concat_tables([ids, waiting.select([id_column]).cast(ids.schema)])
+    return input_accounting_arrow(ids, id_column, must_emit_all=must_emit)

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -220,4 +223,23 @@ def waiting_ages(
         F.col(id_column).alias(TUPLE_ID),
         F.floor(waited / seconds).cast(T.LongType()).alias(AGE_STEPS),
         F.lit(math.ceil(wait / interval) + 1).cast(T.LongType()).alias(MAX_AGE_STEPS),
+    )
+
+
+def waiting_ages_arrow(
+    late: pa.Table, id_column: str, wait: timedelta, interval: timedelta, now: datetime
+) -> pa.Table:
+    """:func:`waiting_ages` of a late table read into the driver (``id_column`` and
+    ``_late_since``): the same floor of the seconds waited to whole intervals."""
+    since = pc.cast(late.column(LATE_SINCE), pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    valid = pc.is_valid(since).to_numpy(zero_copy_only=False)
+    now_us = int(now.timestamp() * 1_000_000)
+    waited = now_us - since.fill_null(0).to_numpy()
+    ages = np.floor_divide(waited, int(interval.total_seconds() * 1_000_000))
+    return pa.table(
+        {
+            TUPLE_ID: late.column(id_column),
+            AGE_STEPS: pa.array(ages, pa.int64(), mask=~valid),
+            MAX_AGE_STEPS: pa.array([math.ceil(wait / interval) + 1] * late.num_rows, pa.int64()),
+        }
     )

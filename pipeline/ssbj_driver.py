@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from joins.ssbj import ENTRY_STEP, pending_tuples
+from joins.ssbj import ENTRY_STEP, pending_tuples, pending_tuples_arrow
 from pipeline.config import EquiStage, PipelineConfig
-from pipeline.emission import equi_input_accounting
+from pipeline.emission import equi_input_accounting, equi_input_accounting_arrow, master_keys_arrow
 from pipeline.ssbj_stage import SsbjStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import EquiBaselineDriver
-from quality.audit_views import pending_ages
+from quality.audit_views import pending_ages, pending_ages_arrow
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
@@ -101,6 +102,30 @@ class SsbjDriver:
     ) -> DataFrame:
         master = self.engine.read(self.inputs.master_path(self._stage))
         return equi_input_accounting(self._stage, master, tuples, waiting, id_column)
+
+    def pending_at_arrow(self, version: int) -> pa.Table:
+        snapshot = self.engine.snapshot(self.operator.state_path, version)
+        return pending_tuples_arrow(self.engine.read_arrow(snapshot))
+
+    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
+        if not self.engine.exists(self.operator.state_path):
+            return None
+        state = self.engine.read_arrow(self.engine.snapshot(self.operator.state_path))
+        operator_state = self.store.operator_state(self._stage.name) or {}
+        return pending_ages_arrow(
+            pending_tuples_arrow(state),
+            id_column,
+            ENTRY_STEP,
+            int(operator_state.get("next_step", 0)),
+            self._stage.operator.partitions,
+        )
+
+    def input_accounting_arrow(
+        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+    ) -> pa.Table:
+        master = self.inputs.master_path(self._stage)
+        keys = master_keys_arrow(self._stage, self.engine, master, tuples)
+        return equi_input_accounting_arrow(self._stage, keys, tuples, waiting, id_column)
 
     def _run(self, run_id: str, drain: bool, steps: int | None = None) -> StageReport:
         stage = self._stage

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from pipeline.config import EquiStage, ThetaStage
@@ -91,6 +92,23 @@ class PendingAccount(Protocol):
         """``audit_input`` rows (``tuple_id``, ``must_emit``) for the input ``tuples`` that
         entered the stage and the ``waiting`` ones pending at the last audit: whether this
         stage's join must emit rows for each (``pipeline.emission``)."""
+        ...
+
+    # The same three for a batch the audit validates in the driver's memory: the rows as
+    # Arrow tables, read without Spark jobs where the engine can (``quality.audit_views``).
+
+    def pending_at_arrow(self, version: int) -> pa.Table:
+        """:meth:`pending_at` in the driver's memory."""
+        ...
+
+    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
+        """:meth:`pending_ages` in the driver's memory."""
+        ...
+
+    def input_accounting_arrow(
+        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+    ) -> pa.Table:
+        """:meth:`input_accounting` over Arrow tables."""
         ...
 
 

@@ -8,15 +8,16 @@ all read them the same way): rows of files added in (after, to] that are still l
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from common.errors import ConfigError
-from joins.columns import with_interval_start
+from joins.columns import with_interval_start, with_interval_start_arrow
 from joins.ssbj import INPUT_VERSION
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
 from warehouse.delta import COMMIT_VERSION, DeltaEngine, Snapshot
-from warehouse.delta.api import live_rows_added
+from warehouse.delta.api import live_rows_added, live_rows_added_arrow
 
 AnyStage = EquiStage | ThetaStage  # a stage of either kind (config.Stage is its parser)
 
@@ -47,6 +48,13 @@ class StageInputs:
             else rows.drop(COMMIT_VERSION)
         )
         return self.with_interval(stage, rows)
+
+    def new_rows_arrow(self, stage: AnyStage, after_version: int, to_version: int) -> pa.Table:
+        """:meth:`new_rows` in the driver's memory (for an audit of a small batch)."""
+        rows = live_rows_added_arrow(self.engine, self.input_path(stage), after_version, to_version)
+        root = self.config.root_stream(stage.input)
+        interval = int(self.config.schedule.interval_delta.total_seconds())
+        return with_interval_start_arrow(rows, self.config.streams[root].event_time, interval)
 
     def with_interval(self, stage: AnyStage, rows: DataFrame) -> DataFrame:
         """``rows`` of the stage's input stamped with the schedule interval they fall in."""

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,7 +32,13 @@ from joins import baseline
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
 from joins.theta_join import resolve_scheme, scheme_join_flagged
 from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
-from pipeline.emission import equi_input_accounting, theta_input_accounting
+from pipeline.emission import (
+    equi_input_accounting,
+    equi_input_accounting_arrow,
+    master_keys_arrow,
+    theta_input_accounting,
+    theta_input_accounting_arrow,
+)
 from pipeline.late_master import (
     answered,
     nothing_to_do,
@@ -41,10 +48,11 @@ from pipeline.late_master import (
     saved_state,
     still_waiting,
     waiting_ages,
+    waiting_ages_arrow,
     waiting_records,
 )
 from pipeline.late_master import counts as late_counts
-from pipeline.late_table import LATE_COLUMNS, late_table
+from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, late_holder, stage_holder, union_pins
 from pipeline.row_bytes import MeasuredRowBytes
@@ -209,11 +217,23 @@ class StatelessDriver(ABC, Generic[StageT]):
     def pending_ages(self, id_column: str) -> DataFrame | None:
         return None
 
+    def pending_at_arrow(self, version: int) -> pa.Table:
+        raise ValueError(f"stage {self._stage.name} keeps no pending tuples (asked for v{version})")
+
+    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
+        return None
+
     @abstractmethod
     def input_accounting(
         self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
     ) -> DataFrame:
         """Which tuples this stage's join must emit rows for (``pipeline.emission``)."""
+
+    @abstractmethod
+    def input_accounting_arrow(
+        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+    ) -> pa.Table:
+        """:meth:`input_accounting` over Arrow tables."""
 
     # ------------------------------------------------------------------ the join
 
@@ -413,6 +433,24 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             datetime.now(UTC),
         )
 
+    def pending_at_arrow(self, version: int) -> pa.Table:
+        snapshot = self.engine.snapshot(self.late_path, version)
+        return self.engine.read_arrow(snapshot).drop_columns(list(LATE_COLUMNS))
+
+    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
+        if not self.engine.exists(self.late_path):
+            return None
+        late = self.engine.read_arrow(
+            self.engine.snapshot(self.late_path), columns=[id_column, LATE_SINCE]
+        )
+        return waiting_ages_arrow(
+            late,
+            id_column,
+            self._wait(),
+            self.inputs.config.schedule.interval_delta,
+            datetime.now(UTC),
+        )
+
     def _late_join_and_write(
         self, rows: DataFrame, master: Snapshot, report: StageReport, txn: AppTransaction
     ) -> None:
@@ -536,6 +574,13 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         master = self.engine.read(self.inputs.master_path(self.stage))
         return equi_input_accounting(self.stage, master, tuples, waiting, id_column)
 
+    def input_accounting_arrow(
+        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+    ) -> pa.Table:
+        master = self.inputs.master_path(self.stage)
+        keys = master_keys_arrow(self.stage, self.engine, master, tuples)
+        return equi_input_accounting_arrow(self.stage, keys, tuples, waiting, id_column)
+
 
 class ThetaDriver(StatelessDriver[ThetaStage]):
     """A theta stage: A-DSP (or the scheme the config names) over each batch; with
@@ -548,6 +593,11 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
         self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
     ) -> DataFrame:
         return theta_input_accounting(self.stage, tuples, waiting, id_column)
+
+    def input_accounting_arrow(
+        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+    ) -> pa.Table:
+        return theta_input_accounting_arrow(self.stage, tuples, waiting, id_column)
 
     def join_step(
         self,

@@ -1,24 +1,37 @@
-"""Which input tuples must emit rows: each join kind's rule, and pending tuples accounted."""
+"""Which input tuples must emit rows: each join kind's rule, and pending tuples accounted.
+
+Each rule is checked on Spark frames and, over the same rows, on Arrow tables (the audit of
+a batch validated in the driver's memory): both must give the same flags."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from pipeline.config import ThetaStage
-from pipeline.emission import equi_input_accounting, theta_input_accounting
+from pipeline.emission import (
+    equi_input_accounting,
+    equi_input_accounting_arrow,
+    theta_input_accounting,
+    theta_input_accounting_arrow,
+)
 from tests.pipeline.ssbj_harness import config_for
 
 STREAM = T.StructType([T.StructField("id", T.LongType()), T.StructField("k", T.LongType())])
 MASTER = T.StructType([T.StructField("mk", T.LongType())])
 
 
-def flags(rows: DataFrame) -> dict[int, bool]:
-    collected = rows.collect()
+def flags(rows: DataFrame | pa.Table) -> dict[int, bool]:
+    collected = rows.to_pylist() if isinstance(rows, pa.Table) else rows.collect()
     assert len(collected) == len({r["tuple_id"] for r in collected}), "one row per tuple"
     return {r["tuple_id"]: r["must_emit"] for r in collected}
+
+
+def arrow(frame: DataFrame) -> pa.Table:
+    return frame.toArrow()
 
 
 def test_inner_equi_requires_exactly_the_tuples_whose_key_is_in_the_master(
@@ -31,6 +44,27 @@ def test_inner_equi_requires_exactly_the_tuples_whose_key_is_in_the_master(
     got = flags(equi_input_accounting(stage, master, tuples, waiting, "id"))  # type: ignore[arg-type]
     # A waiting tuple's master version may differ from the latest: accounted, not required.
     assert got == {1: True, 2: False, 3: True, 4: False, 5: False, 6: False}
+    in_memory = equi_input_accounting_arrow(
+        stage,  # type: ignore[arg-type]
+        arrow(master),
+        arrow(tuples),
+        arrow(waiting),
+        "id",
+    )
+    assert flags(in_memory) == got
+    assert in_memory.schema.field("tuple_id").type == pa.int64()
+
+
+def test_inner_equi_in_memory_compares_keys_of_other_integer_widths(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    stage = config_for(tmp_path, "ssbj", 2, 1, "inner").stage("enrich")
+    tuples = pa.table(
+        {"id": pa.array([1, 2, 1], pa.int64()), "k": pa.array([10, 20, 10], pa.int32())}
+    )
+    master = pa.table({"mk": pa.array([10, 30], pa.int64())})
+    got = equi_input_accounting_arrow(stage, master, tuples, None, "id")  # type: ignore[arg-type]
+    assert flags(got) == {1: True, 2: False}  # tuple 1 twice (two files): one row
 
 
 def test_left_joins_require_every_tuple_including_the_waiting_ones(
@@ -42,6 +76,8 @@ def test_left_joins_require_every_tuple_including_the_waiting_ones(
     waiting = spark.createDataFrame([(3, 10)], STREAM)
     got = flags(equi_input_accounting(stage, master, tuples, waiting, "id"))  # type: ignore[arg-type]
     assert got == {1: True, 2: True, 3: True}
+    in_memory = equi_input_accounting_arrow(stage, None, arrow(tuples), arrow(waiting), "id")  # type: ignore[arg-type]
+    assert flags(in_memory) == got
     theta = ThetaStage.model_validate(
         {
             "name": "t",
@@ -58,5 +94,14 @@ def test_left_joins_require_every_tuple_including_the_waiting_ones(
         2: True,
         3: True,
     }
+    assert flags(theta_input_accounting_arrow(theta, arrow(tuples), arrow(waiting), "id")) == {
+        1: True,
+        2: True,
+        3: True,
+    }
     inner = theta.model_copy(update={"join": "inner"})
     assert flags(theta_input_accounting(inner, tuples, None, "id")) == {1: False, 2: False}
+    assert flags(theta_input_accounting_arrow(inner, arrow(tuples), None, "id")) == {
+        1: False,
+        2: False,
+    }

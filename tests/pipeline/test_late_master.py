@@ -206,3 +206,22 @@ def test_leaving_the_plain_join_while_tuples_wait_is_refused(
     with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
         assert type(runner.driver(auto.stage("enrich"))) is EquiBaselineDriver
     assert "still wait in its late table" in caplog.text
+
+
+def test_waiting_ages_in_memory_equal_the_spark_ages(spark: SparkSession) -> None:
+    from pyspark.sql import types as T
+
+    from pipeline.late_master import waiting_ages, waiting_ages_arrow
+    from pipeline.late_table import LATE_SINCE
+
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+    schema = T.StructType(
+        [T.StructField("id", T.LongType()), T.StructField(LATE_SINCE, T.TimestampType())]
+    )
+    since = [now - dt.timedelta(minutes=m) for m in (0, 59, 60, 61, 185)]
+    late = spark.createDataFrame([(i, t) for i, t in enumerate(since)], schema)
+    wait, interval = dt.timedelta(hours=2), dt.timedelta(hours=1)
+    on_spark = sorted(tuple(r) for r in waiting_ages(late, "id", wait, interval, now).collect())
+    in_memory = waiting_ages_arrow(late.toArrow(), "id", wait, interval, now)
+    assert sorted(tuple(r.values()) for r in in_memory.to_pylist()) == on_spark
+    assert [r[1] for r in on_spark] == [0, 0, 1, 1, 3]

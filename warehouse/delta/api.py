@@ -28,6 +28,7 @@ from common.phase_clock import PhaseClock
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.compute as pc
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
@@ -216,6 +217,19 @@ class DeltaEngine(Protocol):
 
     def read_files(self, snapshot: Snapshot, files: Sequence[DataFile] | None = None) -> DataFrame:
         """Read ``files`` of ``snapshot`` (all of them by default) as one DataFrame."""
+        ...
+
+    def read_arrow(
+        self,
+        snapshot: Snapshot,
+        files: Sequence[DataFile] | None = None,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> pa.Table:
+        """The rows :meth:`read_files` reads (only ``columns``, in that order, all by
+        default) in the driver's memory as Arrow, only those ``where`` holds for (an Arrow
+        expression over ``columns``). For data the caller knows is small once filtered; an
+        engine that can reads the files without a Spark job, a file at a time."""
         ...
 
     def read(

@@ -44,6 +44,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -477,26 +478,18 @@ class EmbeddedDeltaEngine:
         """Reads the added files with pyarrow in the driver: no Spark job. Partition values
         come from the log, as :meth:`read_files` attaches them."""
         end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
-        schema = spark_to_arrow(end.schema)
-        parts = []
-        for file in (f for files in by_version.values() for f in files):
-            filesystem, located = _filesystem_of(file.path)
-            with filesystem.open_input_file(located) as handle:
-                data = pq.read_table(handle)
-            rows = data.num_rows
-            columns = []
-            for field in schema:
-                if field.name in end.partition_columns:
-                    value = file.partition_values.get(field.name)
-                    columns.append(pa.array([value] * rows, type=field.type))
-                elif field.name in data.column_names:
-                    columns.append(data.column(field.name).cast(field.type))
-                else:  # a column added to the table after this file was written
-                    columns.append(pa.nulls(rows, type=field.type))
-            parts.append(pa.table(columns, schema=schema))
-        if not parts:
-            return schema.empty_table()
-        return pa.concat_tables(parts)
+        return _arrow_of_files(end, [f for files in by_version.values() for f in files])
+
+    def read_arrow(
+        self,
+        snapshot: Snapshot,
+        files: Sequence[DataFile] | None = None,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> pa.Table:
+        """Reads the files with pyarrow in the driver (only ``columns``, each file filtered
+        by ``where`` as it is read): no Spark job."""
+        return _arrow_of_files(snapshot, snapshot.files if files is None else files, columns, where)
 
     def append_rows(
         self,
@@ -1235,6 +1228,49 @@ def _partition_groups(
         rows = key.pop(f"{position}_list")
         groups.append((key, data.take(pa.array(rows, pa.int64()))))
     return groups
+
+
+def _arrow_of_files(
+    snapshot: Snapshot,
+    files: Sequence[DataFile],
+    columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
+) -> pa.Table:
+    """The rows of ``files`` of ``snapshot`` (``columns`` of them, all by default, in that
+    order), with the snapshot's Arrow types; partition values come from the log, and a
+    column added to the table after a file was written reads as nulls there."""
+    full = spark_to_arrow(snapshot.schema)
+    names = list(full.names if columns is None else columns)
+    unknown = [c for c in names if c not in full.names]
+    if unknown:
+        raise DeltaTableError(
+            f"read of {snapshot.table_path} v{snapshot.version}: no column(s) {unknown}; "
+            f"it has {full.names}"
+        )
+    schema = pa.schema([full.field(c) for c in names])
+    stored = [c for c in names if c not in snapshot.partition_columns]
+    parts = []
+    for file in files:
+        filesystem, located = _filesystem_of(file.path)
+        with filesystem.open_input_file(located) as handle:
+            parquet = pq.ParquetFile(handle)
+            present = set(parquet.schema_arrow.names)
+            data = parquet.read(columns=[c for c in stored if c in present])
+            rows = parquet.metadata.num_rows
+        out = []
+        for field in schema:
+            if field.name in snapshot.partition_columns:
+                value = file.partition_values.get(field.name)
+                out.append(pa.array([value] * rows, type=field.type))
+            elif field.name in data.column_names:
+                out.append(data.column(field.name).cast(field.type))
+            else:  # a column added to the table after this file was written
+                out.append(pa.nulls(rows, type=field.type))
+        part = pa.table(out, schema=schema)
+        parts.append(part if where is None else part.filter(where))
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts)
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:

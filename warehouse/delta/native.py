@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from delta.exceptions.base import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -433,6 +434,19 @@ class NativeDeltaEngine:
         wanted = F.col("path").isin([raw_paths[f.path] for f in files])
         adds = jsnap.allFiles().filter(wanted._jc).collectAsList()
         return self._files_frame(root, jsnap, adds).select(*columns)
+
+    def read_arrow(
+        self,
+        snapshot: Snapshot,
+        files: Sequence[DataFile] | None = None,
+        columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
+    ) -> pa.Table:
+        """Through Spark (one job): delta-spark applies deletion vectors and column mapping;
+        ``where`` is applied to the collected rows."""
+        frame = self.read_files(snapshot, files)
+        table = frame.select(*(columns or frame.columns)).toArrow()
+        return table if where is None else table.filter(where)
 
     def _files_frame(self, root: str, jsnap: Any, adds: Any) -> DataFrame:
         """A DataFrame over exactly the AddFile actions ``adds`` (a Java list), read as of

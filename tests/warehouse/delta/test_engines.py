@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
@@ -416,6 +417,32 @@ def test_rows_added_are_the_live_rows_of_files_added_in_the_range(
     assert engine.rows_by_version(path, 0, 5) == [(1, 2), (2, 2), (3, 1), (4, 1), (5, 1)]
     assert engine.rows_by_version(path, 3, 4) == [(4, 1)]
     assert engine.rows_by_version(path, 5, 5) == []
+
+
+@pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
+def test_read_arrow_reads_what_read_files_reads(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
+) -> None:
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, partition_by)
+    engine.append(path, spark.createDataFrame(AWKWARD_ROWS[:4], SCHEMA))
+    engine.append(path, spark.createDataFrame(AWKWARD_ROWS[4:], SCHEMA))
+    snapshot = engine.snapshot(path)
+    whole = engine.read_arrow(snapshot)
+    assert whole.column_names == SCHEMA.fieldNames()
+    rows = naive([tuple(r.values()) for r in whole.to_pylist()])
+    assert_same_multiset(engine.read_files(snapshot), rows)
+    assert_same_multiset(rows, naive(AWKWARD_ROWS))
+    # some files, some columns in the asked order, filtered as read
+    first = [f for f in snapshot.files if f in engine.snapshot(path, 1).files]
+    asked = engine.read_arrow(snapshot, first, ["day", "id"], pc.field("id") > 1)
+    assert asked.column_names == ["day", "id"]
+    assert sorted(asked.to_pylist(), key=str) == sorted(
+        [{"day": r[2], "id": r[0]} for r in AWKWARD_ROWS[1:4]], key=str
+    )
+    assert engine.read_arrow(snapshot, []).num_rows == 0
+    with pytest.raises(Exception, match="nope"):
+        engine.read_arrow(snapshot, columns=["id", "nope"])
 
 
 @pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
