@@ -26,6 +26,7 @@ import contextlib
 import functools
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import duckdb
@@ -41,15 +42,26 @@ from common.errors import ConfigError
 # The name the batch has in a translated query (``{batch}`` in the suite's text).
 BATCH_RELATION = "__gx_batch"
 
+
+@dataclass
+class _Queries:
+    """The views of one validation and the rows each query returned over its batch: GX
+    asks for every SQL expectation's rows and then for their count, one query run twice
+    (the batch, a pandas frame, is kept with its results so that its id stays its own)."""
+
+    views: Mapping[str, pa.Table]
+    results: dict[tuple[str, int], tuple[Any, pa.Table]] = field(default_factory=dict)
+
+
 # The views of the validation in progress; set only inside :func:`views_for_queries`.
-_VIEWS: ContextVar[Mapping[str, pa.Table] | None] = ContextVar("in_memory_sql_views", default=None)
+_VIEWS: ContextVar[_Queries | None] = ContextVar("in_memory_sql_views", default=None)
 
 
 @contextlib.contextmanager
 def views_for_queries(views: Mapping[str, pa.Table]) -> Iterator[None]:
     """Make ``views`` (name -> rows) the relations a query may read beside ``{batch}``
-    while a validation runs in this context."""
-    token = _VIEWS.set(dict(views))
+    while a validation runs in this context; each query runs once per batch in it."""
+    token = _VIEWS.set(_Queries(dict(views)))
     try:
         yield
     finally:
@@ -107,7 +119,10 @@ def _query_rows(
     query = metric._format_query(
         metric._get_query_from_metric_value_kwargs(metric_value_kwargs), batch=BATCH_RELATION
     )
-    return run_query(query, batch, views)
+    key = (query, id(batch))
+    if key not in views.results:
+        views.results[key] = (batch, run_query(query, batch, views.views))
+    return views.results[key][1]
 
 
 class _InMemoryQueryMetric(QueryMetricProvider):

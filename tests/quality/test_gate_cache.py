@@ -6,11 +6,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
+import pytest
 
 from quality.gate import QualityGate
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
+
+# A gate's Spark datasource starts a Spark session when none runs: the suite's own session
+# (with the delta-spark jars) must come first, whichever test file this worker runs next.
+pytestmark = pytest.mark.usefixtures("spark")
 
 
 def runs_stored(project: Path) -> set[str]:
@@ -74,3 +79,42 @@ def test_a_suite_is_saved_again_only_when_it_changes_or_another_writer_saved_ove
     assert not gate.validate("t", ranged(6), batch, "r4").success
     assert other.validate("t", ranged(10), batch, "o2").success
     assert runs_stored(project) == {"r1", "r2", "r3", "r4", "o1", "o2"}
+
+
+def test_config_variables_are_dropped_only_when_the_project_defines_none(tmp_path: Path) -> None:
+    from great_expectations.core.config_provider import (
+        _ConfigurationVariablesConfigurationProvider,
+    )
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    suite = ExpectationSuite(
+        name="ids",
+        expectations=[{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}],
+    )
+    batch = pd.DataFrame({"id": [1, None]})
+
+    def provides_variables(gate: QualityGate) -> bool:
+        providers = gate._context.config_provider._providers  # type: ignore[attr-defined]
+        return _ConfigurationVariablesConfigurationProvider in providers
+
+    scaffolded = QualityGate(tmp_path / "plain")
+    config = (tmp_path / "plain" / "gx" / "great_expectations.yml").read_text()
+    assert "\nconfig_variables_file_path:\n" in config
+    assert not provides_variables(scaffolded)
+    outcome = scaffolded.validate("t", suite, batch, "run-1")  # GX still validates
+    assert not outcome.success and [e.describe() for e in outcome.failures]
+
+    # A project whose variables file defines a variable keeps it (and GX reads it).
+    kept = tmp_path / "kept"
+    QualityGate(kept)
+    config_file = kept / "gx" / "great_expectations.yml"
+    text = config_file.read_text().replace(
+        "config_variables_file_path:\n",
+        "config_variables_file_path: uncommitted/config_variables.yml\n",
+    )
+    config_file.write_text(text)
+    (kept / "gx" / "uncommitted" / "config_variables.yml").write_text("my_secret: s3cr3t\n")
+    reopened = QualityGate(kept)
+    assert provides_variables(reopened)
+    assert "config_variables_file_path: uncommitted/config_variables.yml" in config_file.read_text()
+    assert reopened._context.config_variables["my_secret"] == "s3cr3t"
