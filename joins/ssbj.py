@@ -20,7 +20,7 @@ master version column; unmatched rows of left joins carry nulls there, like the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,7 @@ from joins.ssbj_buckets import (
     stream_field,
 )
 from warehouse.delta.api import ADDED_CHANGES, REMOVED_CHANGES
+from warehouse.delta.schema import spark_to_arrow
 
 INPUT_VERSION = "_input_version"
 SCAN_PART = "_scan_part"
@@ -278,15 +279,28 @@ class WideTable:
     ) -> DataFrame:
         """One step of every bucket: enriched rows, new state, counters and loads, one pass.
 
+        The rows of :meth:`keyed_rows`, grouped by bucket, each group through
+        :func:`joins.ssbj_buckets.bucket_step` (:meth:`bucket_function`) in a Spark task."""
+        keyed = self.keyed_rows(inputs, partitions, routing, semi_join)
+        function = self.bucket_function(plan, deltas, routing, top_keys, tracked, sketch)
+        return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
+
+    def keyed_rows(
+        self,
+        inputs: Sequence[DataFrame],
+        partitions: Sequence[DataFrame],
+        routing: KeyRouting,
+        semi_join: bool = True,
+    ) -> DataFrame:
+        """A step's wide rows, each with its join value's hash and its bucket's label.
+
         ``partitions`` are the master partition rows (``partition_rows``). With
         ``semi_join``, only the rows whose join value a new tuple, a pending tuple or s_B
         asks for reach the buckets (a semi-join before the shuffle: the rest can match
         nothing this step, so a step ships the probed share of |R|/k, not all of it, for
         the price of one more job); without, every row does, and each bucket drops the
         rows it has no use for (``joins.ssbj_buckets``). Every row is placed by
-        ``routing``; each bucket reports its ``top_keys`` heaviest keys. With ``sketch``,
-        only the ``tracked`` key hashes are instrumented and each bucket reports an
-        ASketch of its new tuples (``joins.ssbj_buckets.bucket_step``)."""
+        ``routing`` (a split key's replicated rows once per bucket of the key)."""
         union = _union(inputs)
         values = self._join_values()
         names = [f"_join_value_{i}" for i in range(len(values))]
@@ -300,16 +314,39 @@ class WideTable:
         if routing.split:
             tuple_hash = F.xxhash64(*[F.col(c) for c in self.layout.stream_fields])
             labels = bucket_labels(F.col(KEY_HASH), F.col(ROLE), tuple_hash, routing)
-            keyed = keyed.withColumn(BUCKET, F.explode(labels))
-        else:
-            keyed = keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
+            return keyed.withColumn(BUCKET, F.explode(labels))
+        return keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
+
+    def bucket_function(
+        self,
+        plan: StepPlan,
+        deltas: BucketDeltas,
+        routing: KeyRouting,
+        top_keys: int = 16,
+        tracked: Sequence[int] | None = None,
+        sketch: SketchShape | None = None,
+    ) -> Callable[[pa.Table], pa.Table]:
+        """Algorithm 1 over one bucket's rows. Each bucket reports its ``top_keys`` heaviest
+        keys; with ``sketch``, only the ``tracked`` key hashes are instrumented and each
+        bucket reports an ASketch of its new tuples (``joins.ssbj_buckets.bucket_step``)."""
         label_of = task_labels(routing.buckets)
         owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
         ways = {h: 1 + len(replicas) for h, replicas in routing.split}
-        function = bucket_function(
-            self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways
-        )
-        return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
+        return bucket_function(self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways)
+
+    def step_in_driver(self, keyed: pa.Table, function: Callable[[pa.Table], pa.Table]) -> pa.Table:
+        """:meth:`step`'s result from :meth:`keyed_rows` collected into the driver: each
+        bucket's rows through ``function`` here, as the Spark tasks would run them (the
+        same groups, so the same result), with the step's Arrow schema."""
+        schema = spark_to_arrow(self.step_schema)
+        labels = keyed.column(BUCKET)
+        results = [
+            function(keyed.filter(pc.equal(labels, label)))
+            for label in pc.unique(labels).to_pylist()
+        ]
+        if not results:
+            return schema.empty_table()
+        return pa.concat_tables([r.select(schema.names).cast(schema) for r in results])
 
     def _output_columns(self) -> list[tuple[str, str]]:
         """(step result column, output column) of every column of the stage's output."""

@@ -645,21 +645,27 @@ class SsbjStage:
         shape = self._sketch_shape()
         saved_sketch = self._saved_sketch(state, shape)
         tracked = self._tracked(shape, saved_sketch)
-        result = wide.step(
-            inputs,
-            partitions,
-            step_plan,
-            deltas,
-            routing,
-            self.params.rebalance_keys,
-            tracked,
-            shape,
-            semi_join=semi_join,
+        function = wide.bucket_function(
+            step_plan, deltas, routing, self.params.rebalance_keys, tracked, shape
         )
-        collected = self._collect(result) if self._collects(state, asking) else None
+        collected = None
+        if self._collects(state, asking):
+            keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
+            collected = self._collect(wide, keyed, function)
         if collected is not None:
             counts, loads, sketches = self._write_collected(wide, collected, routing, step, report)
         else:
+            result = wide.step(
+                inputs,
+                partitions,
+                step_plan,
+                deltas,
+                routing,
+                self.params.rebalance_keys,
+                tracked,
+                shape,
+                semi_join=semi_join,
+            )
             counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
         self._rebalance(state, routing, loads, report)
@@ -772,19 +778,27 @@ class SsbjStage:
         )
         return expected < self.params.collect_rows
 
-    def _collect(self, step_result: DataFrame) -> pa.Table | None:
-        """The step's result as Arrow (its one Spark job), or None when the driver cannot
-        take it (more rows of matches than expected: ``spark.driver.maxResultSize``, say);
-        the step then keeps its result in Spark."""
+    def _collect(
+        self,
+        wide: ssbj.WideTable,
+        keyed: DataFrame,
+        function: Callable[[pa.Table], pa.Table],
+    ) -> pa.Table | None:
+        """The step's result computed in the driver: its keyed rows collected as Arrow (one
+        Spark job: the reads, the semi-join, the hashes and the buckets' labels), then each
+        bucket through ``function`` here (``WideTable.step_in_driver``). None when the
+        driver cannot take the rows (``spark.driver.maxResultSize``, say): the step then
+        runs in Spark tasks instead."""
         try:
-            return step_result.toArrow()
+            rows = keyed.toArrow()
         except _COLLECT_ERRORS as e:
             logger.warning(
-                "ssbj %s: collecting the step's result failed (%s); it stays in Spark this step",
+                "ssbj %s: collecting the step's rows failed (%s); it runs in Spark this step",
                 self.stage.name,
                 str(e).splitlines()[0][:300],
             )
             return None
+        return wide.step_in_driver(rows, function)
 
     def _write_collected(
         self,

@@ -271,13 +271,14 @@ def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exa
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A collect that fails (as one over ``spark.driver.maxResultSize`` does) falls back to
-    the step that keeps its result in Spark; nothing is written twice or lost."""
+    """A collect of a step's keyed rows that fails (as one over
+    ``spark.driver.maxResultSize`` does) falls back to the step that runs its buckets in
+    Spark tasks and keeps its result there; nothing is written twice or lost."""
 
     collect = ClassicDataFrame.toArrow
 
     def too_big(self: ClassicDataFrame) -> Any:
-        if BUCKET in self.columns:  # a step's result; other collects (row sizes) go through
+        if BUCKET in self.columns:  # a step's rows; other collects (row sizes) go through
             raise PySparkException(message="serialized results bigger than maxResultSize")
         return collect(self)
 
@@ -289,7 +290,7 @@ def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exa
             h.arrive([(run * 3, 1), (run * 3 + 1, 2), (run * 3 + 2, 9)])
             h.run()
         h.drain()
-    assert "it stays in Spark this step" in caplog.text
+    assert "it runs in Spark this step" in caplog.text
     monkeypatch.undo()
     assert_same_multiset(h.output(), h.oracle("left"))
 

@@ -152,13 +152,20 @@ def assert_layout_is_the_plans_routing(h: ThetaHarness) -> None:
     assert actual == expected
 
 
-@pytest.mark.parametrize("scheme", ["adsp", "spark", "binning"])
+@pytest.mark.parametrize(
+    ("scheme", "collect_rows"),
+    [("adsp", 1_000_000), ("spark", 1_000_000), ("binning", 1_000_000), ("spark", 0)],
+    ids=["adsp", "spark", "binning", "spark-written-by-spark"],
+)
 def test_a_step_counts_its_tuples_from_one_write(
-    spark: SparkSession, tmp_path: Path, scheme: str
+    spark: SparkSession, tmp_path: Path, scheme: str, collect_rows: int
 ) -> None:
-    # The step's counts come from the Delta log (tuples in) and the write's observation
-    # (rows of matches, unmatched tuples): checked against the rows written and DuckDB.
-    h = ThetaHarness(spark, tmp_path, 64 * 1024 * 1024, scheme)
+    # The step's counts come from the Delta log (tuples in) and the observation of its one
+    # job (rows of matches, unmatched tuples): checked against the rows written and DuckDB,
+    # for an output collected and written from the driver and for one Spark writes.
+    h = ThetaHarness(
+        spark, tmp_path, 64 * 1024 * 1024, scheme, operator={"collect_rows": collect_rows}
+    )
     h.load_master([(1, 0.0), (2, 1.0), (3, 10.0), (4, 10.5)])
     h.run([0.5, 10.0, 100.0, 200.0, 0.5])  # 2 + 2 + 0 + 0 + 2 matches
     assert h.counts == (5, 3, 2, 8)

@@ -189,6 +189,9 @@ class DeltaEngine(Protocol):
     """Operations the pipeline needs from a Delta table, whatever engine is underneath."""
 
     name: str
+    writes_arrow_in_driver: bool
+    """Whether :meth:`append_arrow` writes from the driver without a Spark job (the
+    embedded engine); otherwise it hands the rows back to Spark to write."""
     commit_guard: Callable[[], None] | None
     """Called right before every commit, after the data files are written. If it raises,
     nothing is committed and the error propagates (the lease fencing check goes here)."""
