@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import duckdb
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -281,7 +282,7 @@ class AuditPublisher:
             run_id,
             staged,
             (audited, latest),
-            AuditViews(spark_views, arrow_views),
+            AuditViews(spark_views, arrow_views if self.engine.arrow_in_driver else None),
             failures,
             state,
             record={
@@ -438,8 +439,8 @@ class AuditPublisher:
             frames = {name: view.cache() for name, view in views.spark().items()}
         elif views.arrow is not None:
             with optional_phase(self.engine.clock, "validate"):
-                collected = views.arrow()
-        else:
+                collected = self._arrow_views(table, views.arrow)
+        if engine.name == "pandas" and collected is None and queries_views(expectations):
             frames = views.spark()
         try:
             audit = self._decide(
@@ -629,6 +630,21 @@ class AuditPublisher:
         return published
 
     # ------------------------------------------------------------------ internals
+
+    def _arrow_views(
+        self, table: str, build: Callable[[], dict[str, pa.Table]]
+    ) -> dict[str, pa.Table] | None:
+        """The audit views built in the driver, or None when that failed (memory, say):
+        the Spark views are then built and collected instead."""
+        try:
+            return build()
+        except (pa.ArrowException, duckdb.Error, MemoryError) as e:
+            logger.warning(
+                "audit %s: building the audit views in memory failed (%s); Spark builds them",
+                table,
+                str(e).splitlines()[0][:300],
+            )
+            return None
 
     def _decide(
         self,

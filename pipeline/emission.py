@@ -100,21 +100,37 @@ def equi_input_accounting_arrow(
 def master_keys_arrow(
     stage: EquiStage, engine: DeltaEngine, master_path: str, tuples: pa.Table
 ) -> pa.Table | None:
-    """The latest master's join key columns, for :func:`equi_input_accounting_arrow`: only
-    the rows whose first key is one ``tuples`` ask for (each file is filtered as it is read,
-    so a large master costs its key columns' scan, not their memory); None for a left join,
-    whose rule needs no master."""
+    """The latest master's join key columns, for :func:`equi_input_accounting_arrow`; None
+    for a left join, whose rule needs no master.
+
+    Where the first key has the same kind on both sides (integers of any width, or one
+    type), only the master rows whose first key one of ``tuples`` asks for are kept, each
+    file filtered as it is read, and files whose log statistics put that key outside the
+    asked range are not read: a large master costs the scan of its candidate files' key
+    columns, not their memory. Keys of different kinds (an integer against a string, say)
+    compare as the join's SQL coerces them, so every key is read and DuckDB compares."""
     if stage.join == "left":
         return None
     snapshot = engine.snapshot(master_path)
     keys = list(stage.join_on.values())
     first_stream, first_master = next(iter(stage.join_on.items()))
     master_type = spark_to_arrow(snapshot.schema).field(first_master).type
-    try:
-        asked = pc.unique(tuples.column(first_stream).cast(master_type))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # types that do not cast: read all
+    stream_type = tuples.schema.field(first_stream).type
+    same_kind = stream_type == master_type or (
+        pa.types.is_integer(stream_type) and pa.types.is_integer(master_type)
+    )
+    if not same_kind:
         return engine.read_arrow(snapshot, columns=keys)
-    return engine.read_arrow(snapshot, columns=keys, where=pc.field(first_master).isin(asked))
+    try:
+        asked = pc.unique(tuples.column(first_stream).cast(master_type)).drop_null()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # out of the master's range
+        return engine.read_arrow(snapshot, columns=keys)
+    if len(asked) == 0:
+        return engine.read_arrow(snapshot, [], columns=keys)
+    bounds = pc.min_max(asked)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    files = [f for f in snapshot.files if f.may_hold(first_master, low, high)]
+    return engine.read_arrow(snapshot, files, keys, pc.field(first_master).isin(asked))
 
 
 def _without_master_arrow(

@@ -103,7 +103,7 @@ SEMI_JOIN_ROWS_PER_TUPLE = 10
 # kept H_S, H_R and the counters in separate tables.
 STATE_LAYOUT = 2
 # What a failed collect of a step's result raises (through py4j, converted or not).
-_COLLECT_ERRORS: tuple[type[Exception], ...] = (PySparkException, Py4JError)
+_COLLECT_ERRORS: tuple[type[Exception], ...] = (PySparkException, Py4JError, MemoryError)
 
 
 @dataclass
@@ -649,7 +649,7 @@ class SsbjStage:
             step_plan, deltas, routing, self.params.rebalance_keys, tracked, shape
         )
         collected = None
-        if self._collects(state, asking):
+        if self._collects(state, asking, report.master_rows_read):
             keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
             collected = self._collect(wide, keyed, function)
         if collected is not None:
@@ -766,14 +766,17 @@ class SsbjStage:
             )
         return int(state.get("pending_rows", 0)) + new
 
-    def _collects(self, state: dict[str, Any], asking: int) -> bool:
-        """Whether this step's result is expected to stay under ``operator.collect_rows``:
-        the state the last step left (H_S, H_R, the counters) and its new and waiting tuples
-        with room for several rows of matches each."""
+    def _collects(self, state: dict[str, Any], asking: int, master_rows: int) -> bool:
+        """Whether this step's rows and result are expected to stay under
+        ``operator.collect_rows``: the state the last step left (H_S, H_R, the counters),
+        the master rows it reads (the keyed rows the driver collects hold them, or the
+        share a semi-join keeps) and its new and waiting tuples with room for several rows
+        of matches each."""
         expected = (
             int(state.get("pending_rows", 0))
             + int(state.get("cache_rows", 0))
             + int(state.get("counter_rows", 0))
+            + master_rows
             + 4 * asking
         )
         return expected < self.params.collect_rows

@@ -365,7 +365,7 @@ class StatelessDriver(ABC, Generic[StageT]):
         step, an engine that writes Arrow through Spark anyway, an output this transaction
         already committed (the write is skipped with no job), or a collect that fails."""
         limit = self._stage.operator.collect_rows
-        if not self.engine.writes_arrow_in_driver or tuples_in is None or 4 * tuples_in >= limit:
+        if not self.engine.arrow_in_driver or tuples_in is None or 4 * tuples_in >= limit:
             return None
         landed = (
             self.engine.transaction_version(path, txn.app_id) if self.engine.exists(path) else None
@@ -374,7 +374,7 @@ class StatelessDriver(ABC, Generic[StageT]):
             return None
         try:
             return output.toArrow()
-        except (PySparkException, Py4JError) as e:
+        except (PySparkException, Py4JError, MemoryError) as e:
             logger.warning(
                 "stage %s: collecting the step's output failed (%s); Spark writes it",
                 self._stage.name,
@@ -595,7 +595,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
             F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
         )
-        self._write_output(baseline.finish(joined, self._stage.join), txn, report)
+        self._write_output(baseline.finish(joined, self._stage.join), txn, report, tuples_in)
         if not report.committed:
             # The commit landed before a crash, so no write job ran now and nothing was
             # observed: the rows are joined and counted again.

@@ -6,8 +6,10 @@ a batch validated in the driver's memory): both must give the same flags."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -15,10 +17,12 @@ from pipeline.config import ThetaStage
 from pipeline.emission import (
     equi_input_accounting,
     equi_input_accounting_arrow,
+    master_keys_arrow,
     theta_input_accounting,
     theta_input_accounting_arrow,
 )
 from tests.pipeline.ssbj_harness import config_for
+from warehouse.delta.embedded import EmbeddedDeltaEngine
 
 STREAM = T.StructType([T.StructField("id", T.LongType()), T.StructField("k", T.LongType())])
 MASTER = T.StructType([T.StructField("mk", T.LongType())])
@@ -105,3 +109,38 @@ def test_left_joins_require_every_tuple_including_the_waiting_ones(
         1: False,
         2: False,
     }
+
+
+@pytest.mark.parametrize(
+    ("stream_key", "master_key", "master_keys"),
+    [
+        (T.IntegerType(), T.LongType(), [(10,), (10,), (30,), (None,)]),  # filtered as read
+        (T.LongType(), T.StringType(), [("10",), ("030",), (None,)]),  # compared as SQL does
+    ],
+    ids=["integer-widths", "integer-against-string"],
+)
+def test_in_memory_master_keys_flag_what_the_spark_join_flags(
+    spark: SparkSession,
+    tmp_path: Path,
+    stream_key: T.DataType,
+    master_key: T.DataType,
+    master_keys: list[tuple[Any, ...]],
+) -> None:
+    """The audit of a small batch reads the master's keys with pyarrow (only the asked
+    ones where both sides are integers) and flags with DuckDB: the same flags as Spark's
+    join over the same Delta table, key types of two kinds included."""
+    stage = config_for(tmp_path, "ssbj", 2, 1, "inner").stage("enrich")
+    engine = EmbeddedDeltaEngine(spark)
+    path = str(tmp_path / "master")
+    schema = T.StructType([T.StructField("mk", master_key)])
+    engine.create_table(path, schema)
+    for rows in (master_keys[:1], master_keys[1:]):  # two files
+        engine.append(path, spark.createDataFrame(rows, schema))
+    stream = T.StructType([T.StructField("id", T.LongType()), T.StructField("k", stream_key)])
+    tuples = spark.createDataFrame([(1, 10), (2, 20), (3, 10), (4, None), (5, 30)], stream)
+    on_spark = flags(equi_input_accounting(stage, engine.read(path), tuples, None, "id"))  # type: ignore[arg-type]
+    keys = master_keys_arrow(stage, engine, path, tuples.toArrow())  # type: ignore[arg-type]
+    assert keys is not None
+    in_memory = equi_input_accounting_arrow(stage, keys, tuples.toArrow(), None, "id")  # type: ignore[arg-type]
+    assert flags(in_memory) == on_spark
+    assert on_spark[1] and not on_spark[2] and not on_spark[4]

@@ -158,7 +158,11 @@ def assert_layout_is_the_plans_routing(h: ThetaHarness) -> None:
     ids=["adsp", "spark", "binning", "spark-written-by-spark"],
 )
 def test_a_step_counts_its_tuples_from_one_write(
-    spark: SparkSession, tmp_path: Path, scheme: str, collect_rows: int
+    spark: SparkSession,
+    tmp_path: Path,
+    scheme: str,
+    collect_rows: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The step's counts come from the Delta log (tuples in) and the observation of its one
     # job (rows of matches, unmatched tuples): checked against the rows written and DuckDB,
@@ -166,6 +170,14 @@ def test_a_step_counts_its_tuples_from_one_write(
     h = ThetaHarness(
         spark, tmp_path, 64 * 1024 * 1024, scheme, operator={"collect_rows": collect_rows}
     )
+    from_driver: list[str] = []
+    append_arrow = EmbeddedDeltaEngine.append_arrow
+
+    def recorded(self: EmbeddedDeltaEngine, path: str, *args: Any, **kwargs: Any) -> Any:
+        from_driver.append(path)
+        return append_arrow(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddedDeltaEngine, "append_arrow", recorded)
     h.load_master([(1, 0.0), (2, 1.0), (3, 10.0), (4, 10.5)])
     h.run([0.5, 10.0, 100.0, 200.0, 0.5])  # 2 + 2 + 0 + 0 + 2 matches
     assert h.counts == (5, 3, 2, 8)
@@ -173,6 +185,8 @@ def test_a_step_counts_its_tuples_from_one_write(
     h.run([300.0])
     assert h.counts == (1, 0, 1, 1)
     assert_same_multiset(h.output(), h.oracle())
+    output = h.layout.staged(h.config.stage("band").output)
+    assert from_driver.count(output) == (2 if collect_rows else 0)
 
 
 def test_layout_is_kept_reused_migrated_and_rebuilt(spark: SparkSession, tmp_path: Path) -> None:

@@ -118,3 +118,18 @@ def test_config_variables_are_dropped_only_when_the_project_defines_none(tmp_pat
     assert provides_variables(reopened)
     assert "config_variables_file_path: uncommitted/config_variables.yml" in config_file.read_text()
     assert reopened._context.config_variables["my_secret"] == "s3cr3t"
+
+    # So does one naming a file of its own (the default file absent).
+    custom = tmp_path / "custom"
+    QualityGate(custom)
+    config_file = custom / "gx" / "great_expectations.yml"
+    config_file.write_text(
+        config_file.read_text().replace(
+            "config_variables_file_path:\n", "config_variables_file_path: conf/vars.yml\n"
+        )
+    )
+    (custom / "gx" / "uncommitted" / "config_variables.yml").unlink(missing_ok=True)
+    (custom / "gx" / "conf").mkdir()
+    (custom / "gx" / "conf" / "vars.yml").write_text("my_secret: s3cr3t\n")
+    assert provides_variables(QualityGate(custom))
+    assert "config_variables_file_path: conf/vars.yml" in config_file.read_text()

@@ -189,9 +189,11 @@ class DeltaEngine(Protocol):
     """Operations the pipeline needs from a Delta table, whatever engine is underneath."""
 
     name: str
-    writes_arrow_in_driver: bool
-    """Whether :meth:`append_arrow` writes from the driver without a Spark job (the
-    embedded engine); otherwise it hands the rows back to Spark to write."""
+    arrow_in_driver: bool
+    """Whether Arrow reads and writes (:meth:`read_arrow`, :meth:`rows_added_arrow`,
+    :meth:`append_arrow`, :meth:`overwrite_arrow`) run in the driver without a Spark job (the
+    embedded engine); otherwise they go through Spark, and a caller that reads or writes
+    Arrow only to avoid Spark jobs keeps to its Spark path instead."""
     commit_guard: Callable[[], None] | None
     """Called right before every commit, after the data files are written. If it raises,
     nothing is committed and the error propagates (the lease fencing check goes here)."""

@@ -131,7 +131,7 @@ class EmbeddedDeltaEngine:
     """Delta tables through delta-rs (log) and Spark (Parquet data)."""
 
     name = "embedded"
-    writes_arrow_in_driver = True
+    arrow_in_driver = True
 
     def __init__(
         self,

@@ -150,7 +150,7 @@ class NativeDeltaEngine:
     """Delta tables through the delta-spark JVM library."""
 
     name = "native"
-    writes_arrow_in_driver = False
+    arrow_in_driver = False
 
     def __init__(
         self,
