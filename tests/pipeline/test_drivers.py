@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -12,9 +11,8 @@ from common.errors import ConfigError
 from pipeline.drivers import driver_kind
 from pipeline.ssbj_driver import SsbjDriver
 from pipeline.stateless_driver import EquiBaselineDriver
-from tests.helpers import assert_same_multiset
+from tests.helpers import assert_same_multiset, record_driver_writes
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
-from warehouse.delta.embedded import EmbeddedDeltaEngine
 
 
 @pytest.mark.parametrize(
@@ -55,14 +53,7 @@ def test_a_small_plain_join_step_is_written_from_the_driver_and_stays_exact(
     """A plain-join step under a quarter of ``operator.collect_rows`` tuples collects its
     output in its one job and the embedded engine writes it with pyarrow; with 0, Spark
     writes it. Either way the output and the step's counts are the oracle's."""
-    from_driver: list[str] = []
-    append_arrow = EmbeddedDeltaEngine.append_arrow
-
-    def recorded(self: EmbeddedDeltaEngine, path: str, *args: Any, **kwargs: Any) -> Any:
-        from_driver.append(path)
-        return append_arrow(self, path, *args, **kwargs)
-
-    monkeypatch.setattr(EmbeddedDeltaEngine, "append_arrow", recorded)
+    from_driver = record_driver_writes(monkeypatch)
     h = SsbjHarness(
         spark, tmp_path, "baseline", 2, 1, "left", operator={"collect_rows": collect_rows}
     )

@@ -23,7 +23,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
 from pipeline.theta_stage import SLOTS, STATE_KEY
-from tests.helpers import assert_same_multiset, tiny_pipeline
+from tests.helpers import assert_same_multiset, record_driver_writes, tiny_pipeline
 from warehouse.delta import AppTransaction
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.state_store import StateStore
@@ -170,14 +170,7 @@ def test_a_step_counts_its_tuples_from_one_write(
     h = ThetaHarness(
         spark, tmp_path, 64 * 1024 * 1024, scheme, operator={"collect_rows": collect_rows}
     )
-    from_driver: list[str] = []
-    append_arrow = EmbeddedDeltaEngine.append_arrow
-
-    def recorded(self: EmbeddedDeltaEngine, path: str, *args: Any, **kwargs: Any) -> Any:
-        from_driver.append(path)
-        return append_arrow(self, path, *args, **kwargs)
-
-    monkeypatch.setattr(EmbeddedDeltaEngine, "append_arrow", recorded)
+    from_driver = record_driver_writes(monkeypatch)
     h.load_master([(1, 0.0), (2, 1.0), (3, 10.0), (4, 10.5)])
     h.run([0.5, 10.0, 100.0, 200.0, 0.5])  # 2 + 2 + 0 + 0 + 2 matches
     assert h.counts == (5, 3, 2, 8)
