@@ -146,9 +146,22 @@ class SecretMaskingFilter(logging.Filter):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
             record.exc_text = redact(record.exc_text)
+        if record.exc_info and record.exc_info[1] is not None:
+            # A formatter may render the exception itself instead of ``exc_text`` (PySpark's
+            # JSON formatter writes ``str(exception)``): it gets a stand-in whose text is
+            # masked, the type and traceback kept.
+            kind, error, trace = record.exc_info
+            text = str(error)
+            masked = redact(text)
+            if masked != text:
+                record.exc_info = (kind, MaskedError(masked), trace)
         if record.stack_info:
             record.stack_info = redact(record.stack_info)
         return True
+
+
+class MaskedError(Exception):
+    """Stands in for a logged exception whose message held a secret: the masked message."""
 
 
 def _redact_arg(value: Any) -> Any:

@@ -93,3 +93,30 @@ def test_enrich_installs_the_filter_on_its_log_handlers(
     assert any(isinstance(f, SecretMaskingFilter) for f in caplog.handler.filters)
     logging.getLogger("pipeline.runner").error("retry with %s", secret)
     assert secret not in caplog.text and "retry with ***" in caplog.text
+
+
+def test_an_exception_rendered_by_a_json_formatter_is_masked(tmp_path: Path) -> None:
+    """A formatter that writes the exception itself (PySpark's JSON formatter renders
+    ``str(exception)``, not the masked traceback text) shows the masked message."""
+    import io
+    import json
+
+    from pyspark.logger.logger import JSONFormatter
+
+    secret = fresh_secret()
+    register_secret(secret)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    install_secret_filter([handler])
+    json_logger = logging.getLogger(f"warehouse.test_secrets.json.{tmp_path.name}")
+    json_logger.addHandler(handler)
+    json_logger.propagate = False
+    try:
+        raise RuntimeError(f"refused for {secret}")
+    except RuntimeError:
+        json_logger.exception("open failed")
+    entry = json.loads(stream.getvalue().strip())
+    assert secret not in stream.getvalue()
+    assert entry["exception"]["class"] == "RuntimeError"
+    assert entry["exception"]["msg"] == "refused for ***"
