@@ -308,9 +308,7 @@ class SsbjParams(Strict):
             "many rows collects its keyed rows in one Spark job, runs its buckets in the "
             "driver and writes the output and the state from there (no persist, no write "
             "jobs); a larger one, or any with 0, runs its buckets in Spark tasks and writes "
-            "the result with Spark jobs. In baseline mode, a step of at most a quarter of "
-            "this many tuples collects its output and writes it from the driver (embedded "
-            "engine)"
+            "the result with Spark jobs"
         ),
     )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")
@@ -472,15 +470,6 @@ class ThetaParams(Strict):
         default=True,
         description="keep the master's routed layout between runs (adsp, square, dynamic, "
         "and auto when it picks adsp); each run then routes only its new stream rows",
-    )
-    collect_rows: int = Field(
-        default=1_000_000,
-        ge=0,
-        description=(
-            "a step of at most a quarter of this many tuples collects its joined rows as "
-            "Arrow in its one Spark job and writes them from the driver, where the engine "
-            "writes Arrow without Spark (the embedded engine); 0 always writes with Spark"
-        ),
     )
 
 

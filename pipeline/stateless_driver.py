@@ -24,8 +24,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 import pyarrow as pa
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -284,7 +282,7 @@ class StatelessDriver(ABC, Generic[StageT]):
                 F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
                 F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
             )
-            self._write_output(baseline.finish(joined, self._stage.join), txn, report, tuples_in)
+            self._write_output(baseline.finish(joined, self._stage.join), txn, report)
             if report.committed:
                 out = joined_out.get
                 unmatched, match_rows = int(out["unmatched"] or 0), int(out["match_rows"] or 0)
@@ -336,51 +334,12 @@ class StatelessDriver(ABC, Generic[StageT]):
         report.tuples_matched = tuples - unmatched
         report.output_rows = match_rows + (unmatched if self._stage.join == "left" else 0)
 
-    def _write_output(
-        self,
-        output: DataFrame,
-        txn: AppTransaction,
-        report: StageReport,
-        tuples_in: int | None = None,
-    ) -> None:
-        """Append the step's output; a small step's (``tuples_in`` known and under a quarter
-        of ``operator.collect_rows``) is collected as Arrow in the step's one Spark job and
-        written from the driver, where the engine writes Arrow without Spark: a Spark write
-        job cost more than the collect and a pyarrow write (0.58 s against 0.1 s for the
-        demo's 5k-tuple range stage, profiled)."""
+    def _write_output(self, output: DataFrame, txn: AppTransaction, report: StageReport) -> None:
         path = self.layout.staged(self._stage.output)
-        rows = self._collect_output(path, output, txn, tuples_in)
-        if rows is not None:
-            outcome = self.engine.append_arrow(path, rows, txn, (INTERVAL_START,))
-        else:
-            outcome = self.engine.append(path, output, txn, partition_by=(INTERVAL_START,))
+        outcome = self.engine.append(path, output, txn, partition_by=(INTERVAL_START,))
         report.committed = outcome.committed
         if outcome.committed:
             report.extra["output_version"] = outcome.table_version
-
-    def _collect_output(
-        self, path: str, output: DataFrame, txn: AppTransaction, tuples_in: int | None
-    ) -> pa.Table | None:
-        """The output rows as Arrow, or None where Spark writes them: a large or unsized
-        step, an engine that writes Arrow through Spark anyway, an output this transaction
-        already committed (the write is skipped with no job), or a collect that fails."""
-        limit = self._stage.operator.collect_rows
-        if not self.engine.arrow_in_driver or tuples_in is None or 4 * tuples_in >= limit:
-            return None
-        landed = (
-            self.engine.transaction_version(path, txn.app_id) if self.engine.exists(path) else None
-        )
-        if landed is not None and landed >= txn.version:
-            return None
-        try:
-            return output.toArrow()
-        except (PySparkException, Py4JError, MemoryError) as e:
-            logger.warning(
-                "stage %s: collecting the step's output failed (%s); Spark writes it",
-                self._stage.name,
-                str(e).splitlines()[0][:300],
-            )
-            return None
 
     def _master_as_of(self, path: str, moment: datetime) -> Snapshot:
         """The master version in force at ``moment``.
@@ -595,7 +554,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
             F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
         )
-        self._write_output(baseline.finish(joined, self._stage.join), txn, report, tuples_in)
+        self._write_output(baseline.finish(joined, self._stage.join), txn, report)
         if not report.committed:
             # The commit landed before a crash, so no write job ran now and nothing was
             # observed: the rows are joined and counted again.

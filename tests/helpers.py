@@ -104,19 +104,3 @@ def kill_harness_at(module: str, folder: Path, crash_at: str, cwd: Path) -> None
         check=False,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
-
-
-def record_driver_writes(monkeypatch: Any) -> list[str]:
-    """The paths the embedded engine appends Arrow rows to from the driver (with no Spark
-    job), in order, from now until ``monkeypatch`` is undone."""
-    from warehouse.delta.embedded import EmbeddedDeltaEngine
-
-    paths: list[str] = []
-    append_arrow = EmbeddedDeltaEngine.append_arrow
-
-    def recorded(self: EmbeddedDeltaEngine, path: str, *args: Any, **kwargs: Any) -> Any:
-        paths.append(path)
-        return append_arrow(self, path, *args, **kwargs)
-
-    monkeypatch.setattr(EmbeddedDeltaEngine, "append_arrow", recorded)
-    return paths

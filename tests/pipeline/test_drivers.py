@@ -11,7 +11,6 @@ from common.errors import ConfigError
 from pipeline.drivers import driver_kind
 from pipeline.ssbj_driver import SsbjDriver
 from pipeline.stateless_driver import EquiBaselineDriver
-from tests.helpers import assert_same_multiset, record_driver_writes
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
 
 
@@ -44,24 +43,3 @@ def test_leaving_ssbj_while_tuples_wait_is_refused_until_a_drain(
     ssbj.drain()
     assert isinstance(ssbj.runner.driver(ssbj.config.stage("enrich")), SsbjDriver)
     assert isinstance(baseline.runner.driver(stage), EquiBaselineDriver)
-
-
-@pytest.mark.parametrize("collect_rows", [1_000_000, 0], ids=["from-driver", "by-spark"])
-def test_a_small_plain_join_step_is_written_from_the_driver_and_stays_exact(
-    spark: SparkSession, tmp_path: Path, collect_rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A plain-join step under a quarter of ``operator.collect_rows`` tuples collects its
-    output in its one job and the embedded engine writes it with pyarrow; with 0, Spark
-    writes it. Either way the output and the step's counts are the oracle's."""
-    from_driver = record_driver_writes(monkeypatch)
-    h = SsbjHarness(
-        spark, tmp_path, "baseline", 2, 1, "left", operator={"collect_rows": collect_rows}
-    )
-    h.load_master([(1, 0, 1.0), (1, 1, 1.5), (2, 0, 2.0)], files=1)
-    h.arrive([(0, 1), (1, 2), (2, 9)])
-    report = h.runner.run_stage_step(h.config.stage("enrich"), "r1")
-    assert (report.tuples_in, report.tuples_unmatched, report.output_rows) == (3, 1, 4)
-    h.arrive([(3, 2)])
-    h.run()
-    assert_same_multiset(h.output(), h.oracle("left"))
-    assert from_driver.count(h.layout.staged("out")) == (2 if collect_rows else 0)
