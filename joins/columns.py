@@ -31,15 +31,20 @@ def with_interval_start(frame: DataFrame, event_time: str, interval_seconds: int
     return frame.withColumn(INTERVAL_START, start)
 
 
+def epoch_micros(times: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps as microseconds since the epoch (UTC) for integer arithmetic in numpy,
+    with a mask of the non-null ones (a null reads as 0 there)."""
+    micros = pc.cast(times, pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return micros.fill_null(0).to_numpy(), pc.is_valid(micros).to_numpy(zero_copy_only=False)
+
+
 def with_interval_start_arrow(table: pa.Table, event_time: str, interval_seconds: int) -> pa.Table:
     """:func:`with_interval_start` of rows in the driver's memory: the same floor of the
     event time's Unix seconds to a multiple of the interval (a null time gives a null
     start), as ``timestamp[us, UTC]``."""
     if INTERVAL_START in table.column_names:
         return table
-    micros = pc.cast(table.column(event_time), pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    valid = pc.is_valid(micros).to_numpy(zero_copy_only=False)
-    values = micros.fill_null(0).to_numpy()
+    values, valid = epoch_micros(table.column(event_time))
     step = interval_seconds * 1_000_000
     starts = np.floor_divide(values, step) * step  # floors below zero too, as Spark's floor
     column = pa.array(starts, pa.int64(), mask=~valid).cast(pa.timestamp("us", tz="UTC"))

@@ -265,24 +265,12 @@ class WideTable:
             ]
         )
 
-    def step(
-        self,
-        inputs: Sequence[DataFrame],
-        partitions: Sequence[DataFrame],
-        plan: StepPlan,
-        deltas: BucketDeltas,
-        routing: KeyRouting,
-        top_keys: int = 16,
-        tracked: Sequence[int] | None = None,
-        sketch: SketchShape | None = None,
-        semi_join: bool = True,
-    ) -> DataFrame:
+    def step(self, keyed: DataFrame, function: Callable[[pa.Table], pa.Table]) -> DataFrame:
         """One step of every bucket: enriched rows, new state, counters and loads, one pass.
 
-        The rows of :meth:`keyed_rows`, grouped by bucket, each group through
-        :func:`joins.ssbj_buckets.bucket_step` (:meth:`bucket_function`) in a Spark task."""
-        keyed = self.keyed_rows(inputs, partitions, routing, semi_join)
-        function = self.bucket_function(plan, deltas, routing, top_keys, tracked, sketch)
+        The rows of :meth:`keyed_rows`, grouped by bucket, each group through ``function``
+        (:meth:`bucket_function`) in a Spark task; :meth:`step_in_driver` runs the same
+        groups in the driver."""
         return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
 
     def keyed_rows(

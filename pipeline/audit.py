@@ -80,7 +80,7 @@ from quality.batch_engine import BatchEngine, InMemoryBatch, choose_batch_engine
 from quality.config import QualityConfig
 from quality.docs_queue import DocsQueue
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
-from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
+from warehouse.delta import AppTransaction, DataFile, DeltaEngine, PartitionFilter, Snapshot
 from warehouse.delta.api import (
     COMMIT_VERSION,
     append_live_rows_added,
@@ -430,18 +430,20 @@ class AuditPublisher:
         )
         if suites:
             logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
+        # Views are built only when a suite reads them: cached on Spark, or in the driver's
+        # memory for an in-memory batch (the Spark frames collected where that cannot be).
         frames: dict[str, DataFrame] = {}
         collected: dict[str, pa.Table] | None = None
-        if not queries_views(expectations):
-            pass  # no suite reads the views: neither built nor registered
-        elif engine.name == "spark":
-            staged = staged.cache()
-            frames = {name: view.cache() for name, view in views.spark().items()}
-        elif views.arrow is not None:
-            with optional_phase(self.engine.clock, "validate"):
-                collected = self._arrow_views(table, views.arrow)
-        if engine.name == "pandas" and collected is None and queries_views(expectations):
-            frames = views.spark()
+        if queries_views(expectations):
+            if engine.name == "spark":
+                staged = staged.cache()
+                frames = {name: view.cache() for name, view in views.spark().items()}
+            else:
+                if views.arrow is not None:
+                    with optional_phase(self.engine.clock, "validate"):
+                        collected = self._arrow_views(table, views.arrow)
+                if collected is None:
+                    frames = views.spark()
         try:
             audit = self._decide(
                 table,
@@ -821,11 +823,7 @@ class AuditPublisher:
         reads none of gold's past intervals, whatever gold's size.
         """
         id_type = self._id_type(table, input_rows)
-        earlier = [
-            path
-            for path in (self.layout.published(table), self.layout.quarantined_output(table))
-            if self.engine.exists(path)
-        ]
+        earlier = self._earlier_tables(table)
         if not earlier:
             return no_published(self.spark, id_type)
         id_column = self._id_column(table)
@@ -836,13 +834,10 @@ class AuditPublisher:
         oldest = None if first is None else first["oldest"]
         if oldest is None:
             return no_published(self.spark, id_type)
-        found = []
-        for path in earlier:
-            snapshot = self.engine.snapshot(path)
-            files = [f for f in snapshot.files if f.may_hold_since(INTERVAL_START, oldest)]
-            if files:
-                rows = self.engine.read_files(snapshot, files)
-                found.append(published_tuples(rows, tuples, id_column))
+        found = [
+            published_tuples(self.engine.read_files(snapshot, files), tuples, id_column)
+            for snapshot, files in self._files_since(earlier, oldest)
+        ]
         if not found:
             return no_published(self.spark, id_type)
         return found[0] if len(found) == 1 else found[0].unionByName(found[1]).distinct()
@@ -863,19 +858,35 @@ class AuditPublisher:
         if oldest is None:
             return no_published_arrow(id_type)
         found = []
-        for path in (self.layout.published(table), self.layout.quarantined_output(table)):
-            if not self.engine.exists(path):
-                continue
-            snapshot = self.engine.snapshot(path)
-            files = [f for f in snapshot.files if f.may_hold_since(INTERVAL_START, oldest)]
-            if files:
-                columns = [c for c in (id_column, INTERVAL_START) if c in snapshot.schema.names]
-                rows = self.engine.read_arrow(snapshot, files, columns)
-                found.append(published_tuples_arrow(rows, asked, id_column, oldest))
+        for snapshot, files in self._files_since(self._earlier_tables(table), oldest):
+            columns = [c for c in (id_column, INTERVAL_START) if c in snapshot.schema.names]
+            rows = self.engine.read_arrow(snapshot, files, columns)
+            found.append(published_tuples_arrow(rows, asked, id_column, oldest))
         if not found:
             return no_published_arrow(id_type)
         ids = pa.concat_tables(found)
         return ids if len(found) == 1 else ids.group_by([ids.column_names[0]]).aggregate([])
+
+    def _earlier_tables(self, table: str) -> list[str]:
+        """The tables holding ``table``'s earlier batches (published, quarantined) that exist."""
+        return [
+            path
+            for path in (self.layout.published(table), self.layout.quarantined_output(table))
+            if self.engine.exists(path)
+        ]
+
+    def _files_since(
+        self, paths: list[str], oldest: datetime
+    ) -> list[tuple[Snapshot, list[DataFile]]]:
+        """Each table's latest snapshot and its files that may hold rows of ``oldest``'s
+        interval or later (partition values and log statistics), for the tables with any."""
+        found = []
+        for path in paths:
+            snapshot = self.engine.snapshot(path)
+            files = [f for f in snapshot.files if f.may_hold_since(INTERVAL_START, oldest)]
+            if files:
+                found.append((snapshot, files))
+        return found
 
     def _id_column(self, table: str) -> str:
         return self.config.streams[self.config.root_stream(table)].id_column

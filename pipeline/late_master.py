@@ -34,12 +34,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joins.columns import MATCHED, ROW_ID
+from joins.columns import MATCHED, ROW_ID, epoch_micros
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, LATE_STEP
 from quality.audit_views import AGE_STEPS, MAX_AGE_STEPS, TUPLE_ID
 from warehouse.delta import DeltaEngine
@@ -231,10 +230,8 @@ def waiting_ages_arrow(
 ) -> pa.Table:
     """:func:`waiting_ages` of a late table read into the driver (``id_column`` and
     ``_late_since``): the same floor of the seconds waited to whole intervals."""
-    since = pc.cast(late.column(LATE_SINCE), pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    valid = pc.is_valid(since).to_numpy(zero_copy_only=False)
-    now_us = int(now.timestamp() * 1_000_000)
-    waited = now_us - since.fill_null(0).to_numpy()
+    since, valid = epoch_micros(late.column(LATE_SINCE))
+    waited = int(now.timestamp() * 1_000_000) - since
     ages = np.floor_divide(waited, int(interval.total_seconds() * 1_000_000))
     return pa.table(
         {

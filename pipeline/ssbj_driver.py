@@ -17,7 +17,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from joins.ssbj import ENTRY_STEP, pending_tuples, pending_tuples_arrow
 from pipeline.config import EquiStage, PipelineConfig
-from pipeline.emission import equi_input_accounting, equi_input_accounting_arrow, master_keys_arrow
 from pipeline.ssbj_stage import SsbjStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
@@ -88,20 +87,13 @@ class SsbjDriver:
         state = self.operator.state_frame()
         if state is None:
             return None
-        operator_state = self.store.operator_state(self._stage.name) or {}
-        return pending_ages(
-            pending_tuples(state),
-            id_column,
-            ENTRY_STEP,
-            int(operator_state.get("next_step", 0)),
-            self._stage.operator.partitions,
-        )
+        return pending_ages(pending_tuples(state), id_column, ENTRY_STEP, *self._age_steps())
 
     def input_accounting(
         self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
     ) -> DataFrame:
-        master = self.engine.read(self.inputs.master_path(self._stage))
-        return equi_input_accounting(self._stage, master, tuples, waiting, id_column)
+        # The plain join's rule: a tuple must be emitted when its key is in the master.
+        return self._interval_join.input_accounting(tuples, waiting, id_column)
 
     def pending_at_arrow(self, version: int) -> pa.Table:
         snapshot = self.engine.snapshot(self.operator.state_path, version)
@@ -111,21 +103,20 @@ class SsbjDriver:
         if not self.engine.exists(self.operator.state_path):
             return None
         state = self.engine.read_arrow(self.engine.snapshot(self.operator.state_path))
-        operator_state = self.store.operator_state(self._stage.name) or {}
         return pending_ages_arrow(
-            pending_tuples_arrow(state),
-            id_column,
-            ENTRY_STEP,
-            int(operator_state.get("next_step", 0)),
-            self._stage.operator.partitions,
+            pending_tuples_arrow(state), id_column, ENTRY_STEP, *self._age_steps()
         )
 
     def input_accounting_arrow(
         self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
     ) -> pa.Table:
-        master = self.inputs.master_path(self._stage)
-        keys = master_keys_arrow(self._stage, self.engine, master, tuples)
-        return equi_input_accounting_arrow(self._stage, keys, tuples, waiting, id_column)
+        return self._interval_join.input_accounting_arrow(tuples, waiting, id_column)
+
+    def _age_steps(self) -> tuple[int, int]:
+        """The step the next pending tuple's age is counted to, and the most steps a tuple
+        may wait (one R-cycle of k steps)."""
+        operator_state = self.store.operator_state(self._stage.name) or {}
+        return int(operator_state.get("next_step", 0)), self._stage.operator.partitions
 
     def _run(self, run_id: str, drain: bool, steps: int | None = None) -> StageReport:
         stage = self._stage

@@ -645,27 +645,17 @@ class SsbjStage:
         shape = self._sketch_shape()
         saved_sketch = self._saved_sketch(state, shape)
         tracked = self._tracked(shape, saved_sketch)
+        keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
         function = wide.bucket_function(
             step_plan, deltas, routing, self.params.rebalance_keys, tracked, shape
         )
         collected = None
         if self._collects(state, asking, report.master_rows_read):
-            keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
             collected = self._collect(wide, keyed, function)
         if collected is not None:
             counts, loads, sketches = self._write_collected(wide, collected, routing, step, report)
         else:
-            result = wide.step(
-                inputs,
-                partitions,
-                step_plan,
-                deltas,
-                routing,
-                self.params.rebalance_keys,
-                tracked,
-                shape,
-                semi_join=semi_join,
-            )
+            result = wide.step(keyed, function)
             counts, loads, sketches = self._run_and_write(wide, result, routing, step, report)
         written = time.monotonic()
         self._rebalance(state, routing, loads, report)
