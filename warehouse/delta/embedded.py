@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -62,19 +62,12 @@ from common.errors import (
     UnsupportedOperationError,
 )
 from common.faults import crash_point
-from common.phase_clock import PhaseClock, optional_phase
-from warehouse.delta.added_files import FileAction, live_files_by_version
-from warehouse.delta.added_rows import (
-    appended_changes,
-    change_feed_enabled,
-    change_schema,
-    require_version_range,
-    rows_added_frame,
-)
+from common.phase_clock import optional_phase
+from warehouse.delta.added_files import FileAction
+from warehouse.delta.added_rows import require_version_range
 from warehouse.delta.api import (
     AppTransaction,
     CommitOutcome,
-    Compaction,
     DataFile,
     PartitionFilter,
     Snapshot,
@@ -84,10 +77,10 @@ from warehouse.delta.api import (
 from warehouse.delta.commit_protocol import (
     COMMIT_ID_KEY,
     already_recorded,
-    new_commit_id,
     outcome_after_error,
     tagged_metadata,
 )
+from warehouse.delta.engine_base import EngineBase, FileActions, RangeEnd
 from warehouse.delta.features import require_readable
 from warehouse.delta.file_stats import column_bounds, delta_stats_json
 from warehouse.delta.partition_paths import (
@@ -99,12 +92,10 @@ from warehouse.delta.partition_paths import (
 from warehouse.delta.schema import (
     arrow_to_spark,
     require_merge_source,
-    require_partition_columns,
-    require_same_definition,
     require_same_schema,
     spark_to_arrow,
 )
-from warehouse.delta.table_paths import data_file_location, table_root
+from warehouse.delta.table_paths import commit_file_location, data_file_location, table_root
 from warehouse.delta.version_cache import VersionCache
 
 logger = logging.getLogger(__name__)
@@ -127,11 +118,13 @@ _RESERVED_COMMIT_INFO_KEYS = frozenset(
 )
 
 
-class EmbeddedDeltaEngine:
-    """Delta tables through delta-rs (log) and Spark (Parquet data)."""
+class EmbeddedDeltaEngine(EngineBase[DataFile]):
+    """Delta tables through delta-rs (log) and Spark (Parquet data); a file action's payload
+    is the file as a snapshot lists it."""
 
     name = "embedded"
     arrow_in_driver = True
+    _reserved_commit_keys = _RESERVED_COMMIT_INFO_KEYS
 
     def __init__(
         self,
@@ -142,14 +135,13 @@ class EmbeddedDeltaEngine:
         commit_metadata: Mapping[str, str] | None = None,
         table_properties: Mapping[str, str] | None = None,
     ) -> None:
-        self._spark = session
+        super().__init__(
+            session,
+            commit_guard=commit_guard,
+            commit_metadata=commit_metadata,
+            table_properties=table_properties,
+        )
         self._max_commit_retries = max_commit_retries
-        # Called right before every log commit; raising stops the commit (a lost lease).
-        self.commit_guard: Callable[[], None] | None = commit_guard
-        # Extra commitInfo entries of every commit (the pipeline's run id, say).
-        self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
-        self.table_properties: Mapping[str, str] = dict(table_properties or {})
-        self.clock: PhaseClock | None = None
         # Snapshots by (root, version): a version of a table never changes, so the log is
         # read and decoded once per version (an SSBJ step asks for the same pinned versions
         # several times); see warehouse.delta.version_cache.
@@ -179,26 +171,26 @@ class EmbeddedDeltaEngine:
     def exists(self, path: str) -> bool:
         return DeltaTable.is_deltatable(table_root(path))
 
-    def create_table(
+    def _definition(self, root: str) -> Snapshot:
+        return self.snapshot(root)
+
+    def _create(
         self,
-        path: str,
+        root: str,
         schema: StructType,
-        partition_by: Sequence[str] = (),
-        properties: Mapping[str, str] | None = None,
-    ) -> int:
-        """Create the table, or accept an existing one with the same schema and partitioning."""
-        root = table_root(path)
-        if self.exists(root):
-            return require_same_definition(self.snapshot(root), schema, partition_by)
-        require_partition_columns(root, schema, partition_by)
+        partition_by: Sequence[str],
+        configuration: Mapping[str, str],
+    ) -> bool:
         DeltaTable.create(
             root,
             spark_to_arrow(schema),
             partition_by=list(partition_by) or None,
-            configuration={**self.table_properties, **(properties or {})},
+            configuration=dict(configuration),
         )
-        logger.info("created Delta table %s partitioned by %s", root, list(partition_by))
-        return 0
+        return True
+
+    def _latest_version(self, root: str) -> int:
+        return self._open(root).version()
 
     # ------------------------------------------------------------------ reads
 
@@ -301,54 +293,21 @@ class EmbeddedDeltaEngine:
     def transaction_version(self, path: str, app_id: str) -> int | None:
         return self._open(path).transaction_version(app_id)
 
-    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
-        """Rows added or changed in versions ``(after_version, to_version]``.
+    def _range_end(self, root: str, version: int) -> RangeEnd[DataFile]:
+        end = self.snapshot(root, version)
+        return RangeEnd(end, lambda files: self.read_files(end, files))
 
-        Uses the change data feed when the table enables it. Otherwise the table must have
-        been append-only over the range, and the answer is the rows of the files added,
-        tagged ``insert``; a file removed in the range raises :class:`NotAppendOnlyError`.
-        """
-        require_version_range(f"changes of {path}", after_version, to_version)
-        root = table_root(path)
-        table = self._open(root, to_version)
-        end = self._snapshot_of(root, table)
-        schema = change_schema(end.schema)
-        if to_version == after_version:
-            return self._spark.createDataFrame([], schema)
-        if change_feed_enabled(end):
-            feed = pa.RecordBatchReader.from_stream(
-                table.load_cdf(starting_version=after_version + 1, ending_version=to_version)
-            ).read_all()
-            # delta-rs answers with view and unsigned types that Spark cannot convert.
-            target = spark_to_arrow(schema)
-            feed = feed.select(target.names).cast(target)
-            return self._spark.createDataFrame(feed, schema)
-        return appended_changes(
-            self._spark,
-            root,
-            self._file_changes(root, after_version, end.version),
-            lambda files: self.read_files(end, files),
-            schema,
-        )
-
-    def rows_added(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int] = (),
+    def _change_feed(
+        self, root: str, after_version: int, to_version: int, schema: StructType
     ) -> DataFrame:
-        """Rows of files added in ``(after_version, to_version]`` whose rows are still live.
-
-        Each row carries ``_commit_version``, the version that added its file. Files a later
-        commit of the range removed with ``dataChange=true`` (a replace) are left out, and so
-        are files added by the versions in ``skip_versions``; a file a compaction rewrote
-        (``dataChange=false``) is read as it was added.
-        """
-        end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
-        return rows_added_frame(
-            self._spark, end.schema, by_version, lambda files: self.read_files(end, files)
-        )
+        """delta-rs's ``load_cdf``, in the driver's memory, handed to Spark."""
+        table = self._open(root, to_version)
+        feed = pa.RecordBatchReader.from_stream(
+            table.load_cdf(starting_version=after_version + 1, ending_version=to_version)
+        ).read_all()
+        # delta-rs answers with view and unsigned types that Spark cannot convert.
+        target = spark_to_arrow(schema)
+        return self._spark.createDataFrame(feed.select(target.names).cast(target), schema)
 
     def count_rows_added(
         self,
@@ -361,20 +320,6 @@ class EmbeddedDeltaEngine:
         engine refuses deletion vectors, so a live file's rows are all its records)."""
         _, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
         return total_records(f for files in by_version.values() for f in files)
-
-    def _added_by_version(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int],
-    ) -> tuple[Snapshot, dict[int, list[DataFile]]]:
-        """The snapshot at ``to_version`` and the still-live files each version of
-        ``(after_version, to_version]`` added, but for ``skip_versions``, by version."""
-        root = table_root(path)
-        end = self.snapshot(root, to_version)
-        changes = self._file_changes(root, after_version, end.version)
-        return end, live_files_by_version(root, changes, skip_versions)
 
     def rows_by_version(
         self, path: str, after_version: int, to_version: int
@@ -394,19 +339,18 @@ class EmbeddedDeltaEngine:
                     version,
                     sum(a.payload.num_records or 0 for a in adds if a.data_change and a.payload),
                 )
-                for version, adds, _ in self._file_changes(root, after_version, to_version)
+                for version, adds, _ in self._file_actions(root, after_version, to_version)
             ]
 
     @staticmethod
     def _commit_lines(root: str, version: int) -> list[str]:
-        location = f"{root.rstrip('/')}/_delta_log/{version:020d}.json"
-        filesystem, base = _filesystem_of(location)
+        filesystem, base = _filesystem_of(commit_file_location(root, version))
         with filesystem.open_input_stream(base) as handle:
             return handle.read().decode("utf-8").splitlines()
 
-    def _file_changes(
+    def _file_actions(
         self, root: str, after_version: int, to_version: int
-    ) -> Iterator[tuple[int, list[FileAction[DataFile]], list[FileAction[DataFile]]]]:
+    ) -> FileActions[DataFile]:
         """(version, adds, removes) of each version in (after, to].
 
         The files come from consecutive snapshots (typed partition values, as reads need
@@ -458,15 +402,7 @@ class EmbeddedDeltaEngine:
 
     # ------------------------------------------------------------------ writes
 
-    def append(
-        self,
-        path: str,
-        data: DataFrame,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        if partition_by is not None:
-            self.create_table(path, data.schema, partition_by)
+    def _append(self, path: str, data: DataFrame, txn: AppTransaction | None) -> CommitOutcome:
         return self._write(path, data, None, txn)
 
     def rows_added_arrow(
@@ -479,7 +415,7 @@ class EmbeddedDeltaEngine:
         """Reads the added files with pyarrow in the driver: no Spark job. Partition values
         come from the log, as :meth:`read_files` attaches them."""
         end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
-        return _arrow_of_files(end, [f for files in by_version.values() for f in files])
+        return _arrow_of_files(end.snapshot, [f for files in by_version.values() for f in files])
 
     def read_arrow(
         self,
@@ -504,7 +440,7 @@ class EmbeddedDeltaEngine:
         root = table_root(path)
         table = self._open(root)
         if table.metadata().partition_columns:
-            return self.append(root, self._spark.createDataFrame(list(rows), schema), txn)
+            return super().append_rows(root, rows, schema, txn)
         existing = arrow_to_spark(table.schema().to_arrow())
         require_same_schema(root, existing, schema)
         commit_id = self._new_commit_id()
@@ -547,7 +483,8 @@ class EmbeddedDeltaEngine:
         same bytes: vacuuming either table later removes only its own name. Where the two
         tables are partitioned differently the rows are read and written as an append.
         """
-        end, by_version = self._added_by_version(source, after_version, to_version, skip_versions)
+        added, by_version = self._added_by_version(source, after_version, to_version, skip_versions)
+        end = added.snapshot
         if partition_by is not None:
             self.create_table(target, end.schema, partition_by)
         root = table_root(target)
@@ -790,24 +727,20 @@ class EmbeddedDeltaEngine:
         logger.info("vacuumed %s: %d file(s) deleted", path, len(deleted))
         return list(deleted)
 
-    def compact(self, path: str, target_file_bytes: int) -> Compaction:
-        """delta-rs ``optimize.compact``: one commit of dataChange=false actions, under the
-        commit guard and with this engine's commit metadata."""
-        table = self._open(path)
+    def _bin_pack(self, root: str, target_file_bytes: int) -> tuple[int, Mapping[str, Any]]:
+        """delta-rs ``optimize.compact``, on the handle whose version it reports."""
+        table = self._open(root)
         before = table.version()
         self._check_commit_guard()
         metrics = table.optimize.compact(
-            target_size=int(target_file_bytes),
+            target_size=target_file_bytes,
             max_concurrent_tasks=1,  # the driver's side; Spark's executors are not involved
             commit_properties=CommitProperties(
                 custom_metadata=tagged_metadata(self.commit_metadata, self._new_commit_id()),
                 max_commit_retries=self._max_commit_retries,
             ),
         )
-        removed, added = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
-        version = self._open(path).version()
-        logger.info("compacted %s: %d file(s) into %d", path, removed, added)
-        return Compaction(removed, added, version if version > before else None)
+        return before, metrics
 
     # ------------------------------------------------------------------ commit helpers
 
@@ -827,10 +760,6 @@ class EmbeddedDeltaEngine:
             )
             return CommitOutcome(table_version=table.version(), committed=False)
         return None
-
-    def _new_commit_id(self) -> str:
-        """A fresh commit id; also refuses commit metadata that would shadow log keys."""
-        return new_commit_id(self.commit_metadata, _RESERVED_COMMIT_INFO_KEYS)
 
     def _commit_properties(
         self, txn: AppTransaction | None, commit_id: str, max_commit_retries: int
@@ -862,12 +791,6 @@ class EmbeddedDeltaEngine:
                 partition_filters=filters,
                 commit_properties=properties,
             )
-
-    def _check_commit_guard(self) -> None:
-        # Runs after the data files exist and before the log commit: a guard that raises
-        # (a lost lease) leaves only untracked files, which vacuum removes.
-        if self.commit_guard is not None:
-            self.commit_guard()
 
     def _write_data(
         self, root: str, data: DataFrame | pa.Table, schema: StructType, partitions: list[str]

@@ -68,42 +68,25 @@ from common.errors import (
     TableNotFoundError,
 )
 from common.faults import crash_point
-from common.phase_clock import PhaseClock, optional_phase
+from common.phase_clock import optional_phase
 from common.sql_text import quoted_identifier, string_literal
-from warehouse.delta.added_files import FileAction, live_files_by_version
-from warehouse.delta.added_rows import (
-    appended_changes,
-    change_feed_enabled,
-    change_schema,
-    require_version_range,
-    rows_added_frame,
-)
+from warehouse.delta.added_files import FileAction
 from warehouse.delta.api import (
     COMMIT_VERSION,
     AppTransaction,
     CommitOutcome,
-    Compaction,
     DataFile,
     PartitionFilter,
     Snapshot,
     describe_filters,
 )
-from warehouse.delta.commit_protocol import (
-    COMMIT_ID_KEY,
-    new_commit_id,
-    outcome_after_error,
-    tagged_metadata,
-)
+from warehouse.delta.commit_protocol import COMMIT_ID_KEY, outcome_after_error, tagged_metadata
+from warehouse.delta.engine_base import EngineBase, FileActions, RangeEnd
 from warehouse.delta.file_stats import column_bounds
 from warehouse.delta.log_replay import replay
 from warehouse.delta.partition_paths import delta_partition_literal
-from warehouse.delta.schema import (
-    require_merge_source,
-    require_partition_columns,
-    require_same_definition,
-    require_same_schema,
-)
-from warehouse.delta.table_paths import data_file_location, table_root
+from warehouse.delta.schema import require_merge_source, require_same_schema
+from warehouse.delta.table_paths import commit_file_location, data_file_location, table_root
 from warehouse.delta.version_cache import VersionCache
 
 logger = logging.getLogger(__name__)
@@ -146,8 +129,9 @@ class _Pinned:
     physical: Mapping[str, str]  # each column's physical name (column mapping)
 
 
-class NativeDeltaEngine:
-    """Delta tables through the delta-spark JVM library."""
+class NativeDeltaEngine(EngineBase[Any]):
+    """Delta tables through the delta-spark JVM library; a file action's payload is its Java
+    AddFile."""
 
     name = "native"
     arrow_in_driver = False
@@ -170,14 +154,14 @@ class NativeDeltaEngine:
                 "classpath; found no delta-spark jars (run `make jars`, or use the embedded "
                 "engine)"
             )
-        self._spark = session
+        # This engine records commit_metadata in each commit's userMetadata JSON.
+        super().__init__(
+            session,
+            commit_guard=commit_guard,
+            commit_metadata=commit_metadata,
+            table_properties=table_properties,
+        )
         self._tables = SparkDeltaTable
-        # Called right before every write-and-commit call; raising stops the commit.
-        self.commit_guard: Callable[[], None] | None = commit_guard
-        # Extra entries of every commit's userMetadata JSON (the pipeline's run id, say).
-        self.commit_metadata: Mapping[str, str] = dict(commit_metadata or {})
-        self.table_properties: Mapping[str, str] = dict(table_properties or {})
-        self.clock: PhaseClock | None = None
         # Snapshots are immutable per (table, table id, version): built once each.
         self._pinned: OrderedDict[tuple[str, str, int], _Pinned] = OrderedDict()
         # The same snapshots of local tables by (root, version), checked against their
@@ -240,31 +224,28 @@ class NativeDeltaEngine:
     def exists(self, path: str) -> bool:
         return bool(self._tables.isDeltaTable(self._spark, table_root(path)))
 
-    def create_table(
+    def _create(
         self,
-        path: str,
+        root: str,
         schema: StructType,
-        partition_by: Sequence[str] = (),
-        properties: Mapping[str, str] | None = None,
-    ) -> int:
-        """Create the table, or accept an existing one with the same schema and partitioning."""
-        root = table_root(path)
-        if self.exists(root):
-            return require_same_definition(self._definition(root), schema, partition_by)
-        require_partition_columns(root, schema, partition_by)
+        partition_by: Sequence[str],
+        configuration: Mapping[str, str],
+    ) -> bool:
         builder = self._tables.create(self._spark).location(root).addColumns(schema)
         if partition_by:
             builder = builder.partitionedBy(*partition_by)
-        for key, value in {**self.table_properties, **(properties or {})}.items():
+        for key, value in configuration.items():
             builder = builder.property(key, value)
         try:
             builder.execute()
         except _JVM_ERRORS as e:
             if self.exists(root):  # another process created it meanwhile
-                return require_same_definition(self._definition(root), schema, partition_by)
+                return False
             raise DeltaTableError(f"cannot create Delta table {root}: {_message(e)}") from e
-        logger.info("created Delta table %s partitioned by %s", root, list(partition_by))
-        return 0
+        return True
+
+    def _latest_version(self, root: str) -> int:
+        return int(self._jsnapshot(root).version())
 
     # ------------------------------------------------------------------ reads
 
@@ -331,9 +312,8 @@ class NativeDeltaEngine:
         commits = []
         for between in range(base_version + 1, version + 1):
             try:
-                commits.append(
-                    Path(root, "_delta_log", f"{between:020d}.json").read_text(encoding="utf-8")
-                )
+                commit = Path(commit_file_location(root, between))
+                commits.append(commit.read_text(encoding="utf-8"))
             except OSError:
                 return None
         earlier = pinned.snapshot
@@ -502,48 +482,31 @@ class NativeDeltaEngine:
         recorded = jsnap.transactions().get(app_id)
         return None if recorded.isEmpty() else int(recorded.get())
 
-    def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
-        """Rows added or changed in versions ``(after_version, to_version]``.
-
-        The change data feed when the table enables it (``_change_type`` and
-        ``_commit_version`` as delta-spark gives them); otherwise the table must have been
-        append-only over the range and the answer is the rows of the files added, tagged
-        ``insert``. A data-changing remove then raises :class:`NotAppendOnlyError`.
-        """
-        root = table_root(path)
-        require_version_range(f"changes of {root}", after_version, to_version)
-        end_j = self._jsnapshot(root, to_version)
-        end = self._pin(root, end_j).snapshot
-        schema = change_schema(end.schema)
-        if to_version == after_version:
-            return self._spark.createDataFrame([], schema)
-        if change_feed_enabled(end):
-            feed = (
-                self._spark.read.format("delta")
-                .option("readChangeFeed", "true")
-                .option("startingVersion", after_version + 1)
-                .option("endingVersion", to_version)
-                .load(root)
-            )
-            return feed.select(*schema.fieldNames())
-        return appended_changes(
-            self._spark,
-            root,
-            self._commits(root, after_version, to_version),
-            self._added_reader(root, end_j, end),
-            schema,
-        )
-
-    def _added_reader(
-        self, root: str, jsnap: Any, end: Snapshot
-    ) -> Callable[[list[Any]], DataFrame]:
-        """Reads a list of Java AddFile actions as of ``jsnap``, in ``end``'s columns."""
+    def _range_end(self, root: str, version: int) -> RangeEnd[Any]:
+        """``version`` pinned, and a reader of Java AddFile actions as of it (delta-spark
+        applies each action's deletion vector and the column mapping)."""
+        jsnap = self._jsnapshot(root, version)
+        end = self._pin(root, jsnap).snapshot
 
         def read(adds: list[Any]) -> DataFrame:
             frame = self._files_frame(root, jsnap, self._jvm.java.util.ArrayList(adds))
             return frame.select(*end.schema.fieldNames())
 
-        return read
+        return RangeEnd(end, read)
+
+    def _change_feed(
+        self, root: str, after_version: int, to_version: int, schema: StructType
+    ) -> DataFrame:
+        """delta-spark's ``readChangeFeed`` (``_change_type`` and ``_commit_version`` as it
+        gives them)."""
+        feed = (
+            self._spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", after_version + 1)
+            .option("endingVersion", to_version)
+            .load(root)
+        )
+        return feed.select(*schema.fieldNames())
 
     def rows_added_arrow(
         self,
@@ -554,15 +517,6 @@ class NativeDeltaEngine:
     ) -> pa.Table:
         rows = self.rows_added(path, after_version, to_version, skip_versions)
         return rows.drop(COMMIT_VERSION).toArrow()
-
-    def append_rows(
-        self,
-        path: str,
-        rows: Sequence[tuple[Any, ...]],
-        schema: StructType,
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        return self.append(path, self._spark.createDataFrame(list(rows), schema), txn)
 
     def append_rows_added(
         self,
@@ -577,32 +531,6 @@ class NativeDeltaEngine:
         """Reads the rows and appends them: delta-spark writes every file it commits."""
         rows = self.rows_added(source, after_version, to_version, skip_versions)
         return self.append(target, rows.drop(COMMIT_VERSION), txn, partition_by)
-
-    def rows_added(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int] = (),
-    ) -> DataFrame:
-        """Rows of files added in ``(after_version, to_version]`` whose rows are still live.
-
-        Each row carries ``_commit_version``, the version that added its file. Files a later
-        commit of the range removed with ``dataChange=true`` (a replace) are left out, and so
-        are files added by the versions in ``skip_versions``; a file a compaction rewrote
-        (OPTIMIZE, ``dataChange=false``) is read as it was added. Each file is read through
-        its latest Add action in the range, so rows deleted through a deletion vector are
-        not live.
-        """
-        root = table_root(path)
-        require_version_range(f"rows added to {root}", after_version, to_version)
-        end_j = self._jsnapshot(root, to_version)
-        end = self._pin(root, end_j).snapshot
-        commits = self._commits(root, after_version, to_version)
-        by_version = live_files_by_version(root, commits, skip_versions)
-        return rows_added_frame(
-            self._spark, end.schema, by_version, self._added_reader(root, end_j, end)
-        )
 
     def count_rows_added(
         self,
@@ -620,7 +548,7 @@ class NativeDeltaEngine:
     ) -> list[tuple[int, int]]:
         root = table_root(path)
         counts = dict.fromkeys(range(after_version + 1, to_version + 1), 0)
-        for version, adds, removes in self._commits(root, after_version, to_version):
+        for version, adds, removes in self._file_actions(root, after_version, to_version):
             updated = {r.path for r in removes if r.data_change}
             for add in adds:
                 if not add.data_change or add.path in updated or add.payload is None:
@@ -629,12 +557,11 @@ class NativeDeltaEngine:
                 counts[version] += int(json.loads(stats).get("numRecords", 0)) if stats else 0
         return sorted(counts.items())
 
-    def _commits(
-        self, root: str, after_version: int, to_version: int
-    ) -> Iterator[tuple[int, list[FileAction[Any]], list[FileAction[Any]]]]:
+    def _file_actions(self, root: str, after_version: int, to_version: int) -> FileActions[Any]:
         """(version, adds, removes) of each commit in ``(after_version, to_version]``; each
-        add carries its Java AddFile, and partitions are keyed by the actions' partition
-        values (what a compaction's groups are formed by)."""
+        add carries its Java AddFile (the latest one of a file is read, so rows deleted
+        through a deletion vector are not live), and partitions are keyed by the actions'
+        partition values (what a compaction's groups are formed by)."""
         if to_version <= after_version:
             return
         commits = self._log(root).getChanges(after_version + 1, to_version, self._none(), False)
@@ -678,15 +605,7 @@ class NativeDeltaEngine:
         require_same_schema(root, schema, data.schema)
         return data.select(*schema.fieldNames())
 
-    def append(
-        self,
-        path: str,
-        data: DataFrame,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        if partition_by is not None:
-            self.create_table(path, data.schema, partition_by)
+    def _append(self, path: str, data: DataFrame, txn: AppTransaction | None) -> CommitOutcome:
         root = table_root(path)
         frame = self._table_frame(root, data)
         return self._commit(
@@ -844,11 +763,10 @@ class NativeDeltaEngine:
         # itself, inside the same transaction as the write, and skips a recorded one before
         # writing any data. Checking first as well cost a second read of the version's
         # checksum (about 2 s a commit on local[2]) and could not close the race anyway.
-        before = int(self._jsnapshot(root).version())
-        commit_id = new_commit_id(self.commit_metadata)
+        before = self._latest_version(root)
+        commit_id = self._new_commit_id()
         user_metadata = json.dumps(tagged_metadata(self.commit_metadata, commit_id), sort_keys=True)
-        if self.commit_guard is not None:
-            self.commit_guard()
+        self._check_commit_guard()
         crash_point("delta.before_commit")
         try:
             with optional_phase(self.clock, "write"):  # delta-spark writes and commits in one
@@ -860,7 +778,7 @@ class NativeDeltaEngine:
         if landed is None:
             # delta-spark skipped the write: the app transaction was already recorded, by an
             # earlier attempt of this run or by another writer.
-            latest = int(self._jsnapshot(root).version())
+            latest = self._latest_version(root)
             logger.info(
                 "skip %s on %s: the app transaction %s is already recorded (table at version %d)",
                 operation,
@@ -882,7 +800,7 @@ class NativeDeltaEngine:
         Reads the commitInfo actions of the newer commits straight from the log (history()
         would build a DataFrame per call).
         """
-        latest = int(self._jsnapshot(root).version())
+        latest = self._latest_version(root)
         if latest <= after_version:
             return None
         commits = self._log(root).getChanges(after_version + 1, latest, self._none(), False)
@@ -959,28 +877,21 @@ class NativeDeltaEngine:
 
     # ------------------------------------------------------------------ maintenance
 
-    def compact(self, path: str, target_file_bytes: int) -> Compaction:
-        """delta-spark's ``OPTIMIZE`` (bin-packing, dataChange=false), under the commit guard
-        and with this engine's commit metadata as the commit's userMetadata."""
-        root = table_root(path)
-        before = int(self._jsnapshot(root).version())
-        if self.commit_guard is not None:
-            self.commit_guard()
+    def _bin_pack(self, root: str, target_file_bytes: int) -> tuple[int, Mapping[str, Any]]:
+        """delta-spark's ``OPTIMIZE``, with this engine's commit metadata as the commit's
+        userMetadata."""
+        before = self._latest_version(root)
+        self._check_commit_guard()
         settings = {
-            _OPTIMIZE_MAX_FILE_CONF: str(int(target_file_bytes)),
+            _OPTIMIZE_MAX_FILE_CONF: str(target_file_bytes),
             _USER_METADATA_CONF: json.dumps(
-                tagged_metadata(self.commit_metadata, new_commit_id(self.commit_metadata)),
-                sort_keys=True,
+                tagged_metadata(self.commit_metadata, self._new_commit_id()), sort_keys=True
             ),
         }
         table = "delta." + quoted_identifier(root)
         with self._session_settings(settings):
             row = self._spark.sql(f"OPTIMIZE {table}").collect()[0]
-        metrics = row["metrics"]
-        removed, added = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
-        version = int(self._jsnapshot(root).version())
-        logger.info("compacted %s: %d file(s) into %d", root, removed, added)
-        return Compaction(removed, added, version if version > before else None)
+        return before, row["metrics"]
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
@@ -994,7 +905,7 @@ class NativeDeltaEngine:
         commits (``VACUUM START`` / ``VACUUM END``).
         """
         root = table_root(path)
-        latest = int(self._jsnapshot(root).version())
+        latest = self._latest_version(root)
         hours = float(retention_hours)
         kept = [v for v in keep_versions if v < latest]
         if kept:

@@ -18,6 +18,8 @@ import os
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
+from warehouse.delta.table_paths import commit_file_location
+
 Value = TypeVar("Value")
 CommitStamp = tuple[int, int, int]
 
@@ -28,7 +30,7 @@ def commit_stamp(root: str, version: int) -> CommitStamp | None:
     if "://" in root:
         return None
     try:
-        stat = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+        stat = os.stat(commit_file_location(root, version))
     except OSError:
         return None
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
