@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
@@ -31,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from common.sql_text import quoted_identifier, string_literal
+from joins import spark_hash
 from joins.asketch import SketchShape
 from joins.columns import version_column
 from joins.greedyfit import KeyLoad
@@ -304,6 +306,88 @@ class WideTable:
             labels = bucket_labels(F.col(KEY_HASH), F.col(ROLE), tuple_hash, routing)
             return keyed.withColumn(BUCKET, F.explode(labels))
         return keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
+
+    # The same layout in the driver's memory, for a step that runs there on an engine
+    # whose reads need no Spark (``pipeline.ssbj_stage``): the rows :meth:`keyed_rows`
+    # would give for the same inputs, with the same key hashes (``joins.spark_hash``).
+
+    def _fill_arrow(self, rows: pa.Table, role: str, given: dict[str, pa.Array]) -> pa.Table:
+        """:meth:`_fill` of rows in memory: each wide field from ``given``, else null."""
+        schema = spark_to_arrow(self.schema)
+        count = rows.num_rows
+        columns: list[pa.Array | pa.ChunkedArray] = [pa.array([role] * count, pa.string())]
+        for field in list(schema)[1:]:
+            value = given.get(field.name)
+            columns.append(pa.nulls(count, field.type) if value is None else value.cast(field.type))
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def stream_rows_arrow(self, rows: pa.Table, role: str = NEW) -> pa.Table:
+        """:meth:`stream_rows` of rows in memory."""
+        return self._fill_arrow(
+            rows, role, {stream_field(c): rows.column(c) for c in self.stream_schema.fieldNames()}
+        )
+
+    def partition_rows_arrow(self, rows: pa.Table, version: int) -> pa.Table:
+        """:meth:`partition_rows` of rows in memory."""
+        given = {master_field(c): rows.column(c) for c in self.spec.master_columns}
+        given[VERSION] = pa.array([int(version)] * rows.num_rows, pa.int64())
+        return self._fill_arrow(rows, PARTITION, given)
+
+    def state_rows_arrow(self, state: pa.Table) -> pa.Table:
+        """:meth:`state_rows` of a state table read into memory (columns by name)."""
+        schema = spark_to_arrow(self.schema)
+        present = set(state.column_names)
+        return pa.Table.from_arrays(
+            [
+                state.column(f.name).cast(f.type)
+                if f.name in present
+                else pa.nulls(state.num_rows, f.type)
+                for f in schema
+            ],
+            schema=schema,
+        )
+
+    def arrow_keys_supported(self) -> bool:
+        """Whether :meth:`keyed_rows_arrow` computes this stage's join values exactly as
+        :meth:`keyed_rows` does: each stream key of the master key's type, or an integer
+        that widens to it, and a master key type :mod:`joins.spark_hash` hashes."""
+        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True):
+            stream = spark_to_arrow(T.StructType([self.stream_schema[s]])).field(0).type
+            master = spark_to_arrow(T.StructType([self.master_schema[m]])).field(0).type
+            if not spark_hash.supports(master):
+                return False
+            widens = (
+                pa.types.is_integer(stream)
+                and pa.types.is_integer(master)
+                and stream.bit_width <= master.bit_width
+            )
+            if stream != master and not widens:
+                return False
+        return True
+
+    def keyed_rows_arrow(
+        self, inputs: Sequence[pa.Table], partitions: Sequence[pa.Table], routing: KeyRouting
+    ) -> pa.Table:
+        """:meth:`keyed_rows` without the semi-join (the buckets drop the master rows no
+        tuple asks for) of rows in memory, for a stage whose keys
+        :meth:`arrow_keys_supported` and a routing without split keys."""
+        if routing.split:
+            raise ValueError("keyed_rows_arrow: split keys are routed on Spark")
+        union = pa.concat_tables([*inputs, *partitions])
+        roles = union.column(ROLE)
+        by_stream = pc.is_in(roles, value_set=pa.array(STREAM_ROLES, pa.string()))
+        values = []
+        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True):
+            master = union.column(master_field(m))
+            stream = union.column(stream_field(s)).cast(master.type)
+            values.append(pc.if_else(by_stream, stream, master))
+        hashes = spark_hash.xxhash64(values)
+        labels = task_labels(routing.buckets)
+        owners = np.mod(hashes.to_numpy(), routing.buckets)
+        for key_hash, bucket in routing.moved:
+            owners[hashes.to_numpy() == key_hash] = bucket
+        buckets = pa.array(np.asarray(labels, dtype=np.int32)[owners], pa.int32())
+        return union.append_column(KEY_HASH, hashes).append_column(BUCKET, buckets)
 
     def bucket_function(
         self,

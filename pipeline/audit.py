@@ -126,6 +126,47 @@ class AuditViews:
     arrow: Callable[[], dict[str, pa.Table]] | None = None
 
 
+class StagedBatch:
+    """The batch under audit as a Spark frame, planned only when something reads its rows.
+
+    A live batch validated in memory is read in the driver and published by adding its
+    files to gold, so its Spark frame (a read of each version's files: planning alone cost
+    0.1-0.2 s a table) is built only for Spark validation, a count the log cannot give, a
+    quarantine or a backfill's replace. The checks on Spark types need only its schema:
+    :meth:`schema_frame` is an empty frame of the table's schema, which every file of a
+    Delta table version has."""
+
+    def __init__(self, spark: SparkSession, read: Callable[[], DataFrame], schema: T.StructType):
+        self._spark = spark
+        self._read = read
+        self._schema = schema
+        self._frame: DataFrame | None = None
+        self._cached = False
+
+    def frame(self) -> DataFrame:
+        """The batch's rows (read once)."""
+        if self._frame is None:
+            self._frame = self._read()
+        return self._frame
+
+    def cache(self) -> DataFrame:
+        """The batch's rows, cached until :meth:`unpersist`."""
+        self._frame = self.frame().cache()
+        self._cached = True
+        return self._frame
+
+    def unpersist(self) -> None:
+        if self._cached and self._frame is not None:
+            self._frame.unpersist()
+            self._cached = False
+
+    def schema_frame(self) -> DataFrame:
+        """A frame with the batch's schema: the batch if it was read, else an empty one."""
+        if self._frame is not None:
+            return self._frame
+        return self._spark.createDataFrame([], self._schema)
+
+
 class AuditPublisher:
     """Audits staged output batches and publishes or quarantines them."""
 
@@ -293,9 +334,26 @@ class AuditPublisher:
             rows=count_live_rows_added(self.engine, silver, audited, latest),
         )
 
-    def _live_batch(self, silver: str, audited: int, latest: int) -> DataFrame:
+    def _live_batch(self, silver: str, audited: int, latest: int) -> StagedBatch:
         """Rows of files added in (audited, latest] still live at latest, minus backfills'."""
-        return live_rows_added(self.engine, silver, audited, latest).drop(COMMIT_VERSION)
+        return StagedBatch(
+            self.spark,
+            lambda: live_rows_added(self.engine, silver, audited, latest).drop(COMMIT_VERSION),
+            self.engine.snapshot(silver, latest).schema,
+        )
+
+    def _interval_batch(
+        self, silver: str, version: int, interval: tuple[datetime, datetime]
+    ) -> StagedBatch:
+        """Rows of ``silver`` at ``version`` whose interval starts in ``interval``."""
+        start, end = interval
+        return StagedBatch(
+            self.spark,
+            lambda: self.engine.read(silver, version=version).where(
+                (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
+            ),
+            self.engine.snapshot(silver, version).schema,
+        )
 
     # ------------------------------------------------------------------ backfills
 
@@ -344,7 +402,7 @@ class AuditPublisher:
             # The backfill holds the pipeline lease, so the latest silver version is the
             # commit its replace of this table made.
             latest = self.engine.snapshot(silver).version
-            staged = self.engine.read(silver, version=latest).where(in_interval)
+            staged = self._interval_batch(silver, latest, (start, end))
             input_table = self.layout.input_table(self.config, stage.input)
             input_rows = self.inputs.with_interval(stage, self.engine.read(input_table)).where(
                 in_interval
@@ -398,7 +456,7 @@ class AuditPublisher:
         self,
         table: str,
         run_id: str,
-        staged: DataFrame,
+        staged: StagedBatch,
         batch: tuple[int, int],
         views: AuditViews,
         failures: list[str],
@@ -436,7 +494,7 @@ class AuditPublisher:
         collected: dict[str, pa.Table] | None = None
         if queries_views(expectations):
             if engine.name == "spark":
-                staged = staged.cache()
+                staged.cache()
                 frames = {name: view.cache() for name, view in views.spark().items()}
             else:
                 if views.arrow is not None:
@@ -493,10 +551,7 @@ class AuditPublisher:
                 datetime.fromisoformat(intent["interval"][0]),
                 datetime.fromisoformat(intent["interval"][1]),
             )
-            staged = self.engine.read(silver, version=batch[1]).where(
-                (F.col(INTERVAL_START) >= F.lit(interval[0]))
-                & (F.col(INTERVAL_START) < F.lit(interval[1]))
-            )
+            staged = self._interval_batch(silver, batch[1], interval)
         else:
             staged = self._live_batch(silver, *batch)
         audit = TableAudit(
@@ -518,20 +573,21 @@ class AuditPublisher:
         self,
         table: str,
         audit: TableAudit,
-        staged: DataFrame,
+        staged: StagedBatch,
         interval: tuple[datetime, datetime] | None,
     ) -> None:
         txn = AppTransaction(f"publish.{table}", audit.batch[1])
         if audit.action == QUARANTINED:
-            self._quarantine(audit, staged)
+            self._quarantine(audit, staged.frame())
         elif interval is not None:
             path = self.layout.published(table)
             where = [
                 PartitionFilter(INTERVAL_START, ">=", interval[0]),
                 PartitionFilter(INTERVAL_START, "<", interval[1]),
             ]
-            self.engine.create_table(path, staged.schema, (INTERVAL_START,))
-            self.engine.replace(path, staged, where, txn)
+            rows = staged.frame()
+            self.engine.create_table(path, rows.schema, (INTERVAL_START,))
+            self.engine.replace(path, rows, where, txn)
         elif audit.rows:
             # The live batch is whole files of silver: they are added to gold as they are.
             append_live_rows_added(
@@ -652,7 +708,7 @@ class AuditPublisher:
         self,
         table: str,
         run_id: str,
-        staged: DataFrame,
+        staged: StagedBatch,
         batch: tuple[int, int],
         views: dict[str, DataFrame],
         collected: dict[str, pa.Table] | None,
@@ -666,7 +722,7 @@ class AuditPublisher:
         ``rows`` is the batch's row count if the log gave it; ``views`` the audit views as
         Spark frames, or ``collected`` already in the driver's memory."""
         if rows is None:
-            rows = staged.count()
+            rows = staged.frame().count()
         quality = self.config.quality.get(table)
         in_memory = None
         if engine.name == "pandas":
@@ -709,7 +765,7 @@ class AuditPublisher:
     def _collect(
         self,
         table: str,
-        staged: DataFrame,
+        staged: StagedBatch,
         batch: tuple[int, int],
         views: dict[str, DataFrame],
         collected: dict[str, pa.Table] | None,
@@ -721,7 +777,7 @@ class AuditPublisher:
         with optional_phase(self.engine.clock, "validate"):
             # A live batch is whole files of silver: read them in the driver, no Spark job.
             rows = (
-                staged.toPandas()
+                staged.frame().toPandas()
                 if interval is not None
                 else live_rows_added_arrow(
                     self.engine, self.layout.staged(table), *batch
@@ -729,13 +785,13 @@ class AuditPublisher:
             )
             if collected is None:
                 collected = {name: view.toArrow() for name, view in views.items()}
-        return InMemoryBatch(rows, staged, collected)
+        return InMemoryBatch(rows, staged.schema_frame(), collected)
 
     def _run_suites(
         self,
         table: str,
         run_id: str,
-        staged: DataFrame,
+        staged: StagedBatch,
         views: dict[str, DataFrame],
         suites: list[ExpectationSuite],
         in_memory: InMemoryBatch | None,
@@ -745,7 +801,7 @@ class AuditPublisher:
         if not suites:
             return []
         with optional_phase(self.engine.clock, "validate"):
-            batch = staged if in_memory is None else in_memory
+            batch = staged.frame() if in_memory is None else in_memory
             return [
                 self.gate.validate(table, suite, batch, run_id, views=views) for suite in suites
             ]

@@ -51,6 +51,9 @@ class SsbjDriver:
             lambda after, to: inputs.new_rows(stage, after, to, keep_version=True),
             output_path=inputs.layout.staged(stage.output),
             input_path=inputs.input_path(stage),
+            input_rows_arrow=lambda after, to: inputs.new_rows_arrow(
+                stage, after, to, keep_version=True
+            ),
         )
         # A backfill is a stateless re-join of the interval.
         self._interval_join = EquiBaselineDriver(stage, spark, engine, store, inputs)

@@ -48,9 +48,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from py4j.protocol import Py4JError
 from pyspark import StorageLevel
 from pyspark.errors import PySparkException
@@ -82,7 +84,7 @@ from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
-from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, Snapshot
+from warehouse.delta import AppTransaction, CommitOutcome, DataFile, DeltaEngine, Snapshot
 from warehouse.delta.api import CHANGE_TYPE
 from warehouse.state_store import StateStore
 
@@ -213,6 +215,7 @@ class SsbjStage:
         input_rows: Callable[[int, int], DataFrame],
         output_path: str,
         input_path: str,
+        input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
     ) -> None:
         self.stage = stage
         self.spark = spark
@@ -236,6 +239,8 @@ class SsbjStage:
         )
         # (after_version, to_version) -> new input rows with _input_version and _interval_start
         self._input_rows = input_rows
+        # The same rows in the driver's memory, for a step that runs there (``_in_driver``).
+        self._input_rows_arrow = input_rows_arrow
 
     # ------------------------------------------------------------------ public API
 
@@ -620,12 +625,26 @@ class SsbjStage:
             cache_version=state["cache_version"],
             switch_version=state["switch_version"],
         )
-        inputs, partitions, deltas = self._inputs(
-            state, plan, position, master, reads, wide, new_rows, report
-        )
-        stream_key, master_key = wide.plan_positions()
         asking = self._asking_tuples(state, plan)
-        semi_join = report.master_rows_read > SEMI_JOIN_ROWS_PER_TUPLE * asking
+        routing = self._routing(state)
+        collects = self._collects(
+            state, asking, self._partition_rows(plan, position, master, reads)
+        )
+        keyed_in_driver: pa.Table | None = None
+        if collects and self._in_driver(reads, wide, routing):
+            try:
+                keyed_in_driver = self._keyed_arrow(
+                    state, plan, position, master, reads, wide, routing, report
+                )
+            except (pa.ArrowException, MemoryError) as e:
+                self._warn_runs_in_spark("reading the step's rows in the driver", e)
+        if keyed_in_driver is not None:
+            deltas = BucketDeltas()
+        else:
+            inputs, partitions, deltas = self._inputs(
+                state, plan, position, master, reads, wide, new_rows, report
+            )
+        stream_key, master_key = wide.plan_positions()
         step_plan = StepPlan(
             step=step,
             position=position,
@@ -641,17 +660,23 @@ class SsbjStage:
             partition_versions=reads.partition_versions,
         )
         planned = time.monotonic()
-        routing = self._routing(state)
         shape = self._sketch_shape()
         saved_sketch = self._saved_sketch(state, shape)
         tracked = self._tracked(shape, saved_sketch)
-        keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
         function = wide.bucket_function(
             step_plan, deltas, routing, self.params.rebalance_keys, tracked, shape
         )
         collected = None
-        if self._collects(state, asking, report.master_rows_read):
-            collected = self._collect(wide, keyed, function)
+        if keyed_in_driver is not None:
+            collected = wide.step_in_driver(keyed_in_driver, function)
+        else:
+            # A collected step ships its whole partition: the buckets drop the rows no
+            # tuple asks for (``unasked_partition_rows_dropped``) in the driver, and the
+            # semi-join's shuffles would cost the collect more than the rows it saves.
+            semi_join = not collects and report.master_rows_read > SEMI_JOIN_ROWS_PER_TUPLE * asking
+            keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
+            if collects:
+                collected = self._collect(wide, keyed, function)
         if collected is not None:
             counts, loads, sketches = self._write_collected(wide, collected, routing, step, report)
         else:
@@ -734,14 +759,95 @@ class SsbjStage:
                 if pinned == master.version
                 else self.engine.snapshot(self.master_path, pinned)
             )
-            rows, size, records = self._partition(
+            table, files = self._partition(
                 snapshot, position.partition, position.partitions, plan["scan"]
             )
+            rows = self.engine.read_files(table, files).select(*self.spec.master_columns)
             partitions.append(wide.partition_rows(rows, pinned))
-            report.master_bytes_read += size
-            report.master_rows_read += records
+            report.master_bytes_read += sum(f.size_bytes for f in files)
+            report.master_rows_read += _rows(files)
         deltas, changed = self._deltas(reads, master, wide)
         return inputs + changed, partitions, deltas
+
+    def _partition_rows(
+        self, plan: dict[str, Any], position: StepPosition, master: Snapshot, reads: Schedule
+    ) -> int:
+        """The master rows the step's partitions hold, from the log (no read)."""
+        total = 0
+        for pinned in reads.partition_versions:
+            snapshot = (
+                master
+                if pinned == master.version
+                else self.engine.snapshot(self.master_path, pinned)
+            )
+            _, files = self._partition(
+                snapshot, position.partition, position.partitions, plan["scan"]
+            )
+            total += _rows(files)
+        return total
+
+    def _in_driver(self, reads: Schedule, wide: ssbj.WideTable, routing: KeyRouting) -> bool:
+        """Whether a collected step reads and lays out its rows in the driver too (no Spark
+        job at all): on an engine whose reads need no Spark, with no master changes to
+        apply this step, keys hashed there exactly as Spark hashes them, and no split keys
+        (each ``WideTable.keyed_rows_arrow``). Any other collected step takes one Spark job."""
+        return (
+            self.engine.arrow_in_driver
+            and self._input_rows_arrow is not None
+            and reads.cache_from is None
+            and reads.switch_from is None
+            and not routing.split
+            and wide.arrow_keys_supported()
+        )
+
+    def _keyed_arrow(
+        self,
+        state: dict[str, Any],
+        plan: dict[str, Any],
+        position: StepPosition,
+        master: Snapshot,
+        reads: Schedule,
+        wide: ssbj.WideTable,
+        routing: KeyRouting,
+        report: SsbjStepReport,
+    ) -> pa.Table:
+        """The step's keyed rows read and laid out in the driver (:meth:`_inputs` and
+        ``WideTable.keyed_rows`` in memory): new tuples, stored state, master partitions."""
+        assert self._input_rows_arrow is not None
+        new = self._input_rows_arrow(plan["input_from"], plan["input_to"])
+        covered = self._covered_arrow(new, state, INTERVAL_START, ssbj.INPUT_VERSION)
+        if covered is not None:
+            new = new.filter(pc.invert(covered))
+        inputs = [wide.stream_rows_arrow(new)]
+        if STATE_TABLE in plan["tables"]:
+            stored = self.engine.snapshot(self.state_path, plan["tables"][STATE_TABLE])
+            rows = wide.state_rows_arrow(self.engine.read_arrow(stored))
+            covered = self._covered_arrow(
+                rows, state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
+            )
+            if covered is not None:
+                rows = rows.filter(
+                    pc.invert(pc.and_(pc.equal(rows.column(ROLE), PENDING), covered))
+                )
+            inputs.append(rows)
+        partitions = []
+        read: list[DataFile] = []
+        for pinned in sorted(reads.partition_versions):
+            snapshot = (
+                master
+                if pinned == master.version
+                else self.engine.snapshot(self.master_path, pinned)
+            )
+            table, files = self._partition(
+                snapshot, position.partition, position.partitions, plan["scan"]
+            )
+            rows = self.engine.read_arrow(table, files, self.spec.master_columns)
+            partitions.append(wide.partition_rows_arrow(rows, pinned))
+            read += files
+        keyed = wide.keyed_rows_arrow(inputs, partitions, routing)
+        report.master_bytes_read += sum(f.size_bytes for f in read)
+        report.master_rows_read += _rows(read)
+        return keyed
 
     def _asking_tuples(self, state: dict[str, Any], plan: dict[str, Any]) -> int:
         """The tuples that probe this step's master partition: H_S after the last step and
@@ -785,13 +891,17 @@ class SsbjStage:
         try:
             rows = keyed.toArrow()
         except _COLLECT_ERRORS as e:
-            logger.warning(
-                "ssbj %s: collecting the step's rows failed (%s); it runs in Spark this step",
-                self.stage.name,
-                str(e).splitlines()[0][:300],
-            )
+            self._warn_runs_in_spark("collecting the step's rows", e)
             return None
         return wide.step_in_driver(rows, function)
+
+    def _warn_runs_in_spark(self, what: str, error: BaseException) -> None:
+        logger.warning(
+            "ssbj %s: %s failed (%s); it runs in Spark this step",
+            self.stage.name,
+            what,
+            str(error).splitlines()[0][:300],
+        )
 
     def _write_collected(
         self,
@@ -1130,6 +1240,26 @@ class SsbjStage:
         covered = self._covered(state, interval, input_version)
         return frame if covered is None else frame.where(~F.coalesce(covered, F.lit(False)))
 
+    @staticmethod
+    def _covered_arrow(
+        rows: pa.Table, state: dict[str, Any], interval: str, input_version: str
+    ) -> pa.Array | None:
+        """:meth:`_covered` of rows in memory: True where a backfill already joined the
+        tuple (a null interval or version is not covered), None without backfills."""
+        covered = None
+        for backfill in state.get("backfills", []):
+            bounds = [_utc(backfill["start"]), _utc(backfill["end"])]
+            times = rows.column(interval)
+            term = pc.and_kleene(
+                pc.and_kleene(
+                    pc.greater_equal(times, pa.scalar(bounds[0], times.type)),
+                    pc.less(times, pa.scalar(bounds[1], times.type)),
+                ),
+                pc.less_equal(rows.column(input_version), int(backfill["input_version"])),
+            )
+            covered = term if covered is None else pc.or_kleene(covered, term)
+        return None if covered is None else pc.fill_null(covered, False)
+
     def _suppressed_pending(self, frame: DataFrame, state: dict[str, Any]) -> DataFrame:
         covered = self._covered(
             state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
@@ -1164,23 +1294,23 @@ class SsbjStage:
 
     def _partition(
         self, snapshot: Snapshot, index: int, parts: int, scan: dict[str, int]
-    ) -> tuple[DataFrame, int, int]:
-        """Partition ``index`` of k of a master version: its rows, the bytes read and the
-        row count the log records for those files."""
+    ) -> tuple[Snapshot, list[DataFile]]:
+        """Partition ``index`` of k of a master version: the table version and the files
+        that hold it (the scan copy's, or the version's own split by bytes)."""
         scan_version = scan.get(str(snapshot.version), -1)
         if scan_version >= 0:
             copy = self.engine.snapshot(self.scan_path, scan_version)
-            chosen = [f for f in copy.files if f.partition_values.get(ssbj.SCAN_PART) == index]
-            rows = self.engine.read_files(copy, chosen)
-        else:  # a version pinned before the scan copy existed: split its files by bytes
-            groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
-            chosen = [f for f in snapshot.files if f.path in set(groups[index])]
-            rows = self.engine.read_files(snapshot, chosen)
-        return (
-            rows.select(*self.spec.master_columns),
-            sum(f.size_bytes for f in chosen),
-            _rows(chosen),
-        )
+            return copy, [f for f in copy.files if f.partition_values.get(ssbj.SCAN_PART) == index]
+        # a version pinned before the scan copy existed: split its files by bytes
+        groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
+        return snapshot, [f for f in snapshot.files if f.path in set(groups[index])]
+
+
+def _utc(moment: str) -> datetime:
+    """An ISO time as the backfill recorded it, naive ones read as UTC (Spark's session
+    time zone, in which the Spark path casts them)."""
+    parsed = datetime.fromisoformat(moment)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _rows(files: Iterable[Any]) -> int:

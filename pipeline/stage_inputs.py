@@ -49,9 +49,17 @@ class StageInputs:
         )
         return self.with_interval(stage, rows)
 
-    def new_rows_arrow(self, stage: AnyStage, after_version: int, to_version: int) -> pa.Table:
-        """:meth:`new_rows` in the driver's memory (for an audit of a small batch)."""
-        rows = live_rows_added_arrow(self.engine, self.input_path(stage), after_version, to_version)
+    def new_rows_arrow(
+        self, stage: AnyStage, after_version: int, to_version: int, keep_version: bool = False
+    ) -> pa.Table:
+        """:meth:`new_rows` in the driver's memory (for an audit or a step of a small batch)."""
+        rows = live_rows_added_arrow(
+            self.engine, self.input_path(stage), after_version, to_version, keep_version
+        )
+        if keep_version:
+            rows = rows.rename_columns(
+                [INPUT_VERSION if c == COMMIT_VERSION else c for c in rows.column_names]
+            )
         root = self.config.root_stream(stage.input)
         interval = int(self.config.schedule.interval_delta.total_seconds())
         return with_interval_start_arrow(rows, self.config.streams[root].event_time, interval)

@@ -265,15 +265,18 @@ def test_cache_entries_without_hits_are_evicted_in_a_run_and_the_output_stays_ex
     assert_same_multiset(h.output(), h.oracle("left"))
 
 
+@pytest.mark.parametrize("collect_fails", [False, True], ids=["driver-read", "both"])
 def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exact(
     spark: SparkSession,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    collect_fails: bool,
 ) -> None:
-    """A collect of a step's keyed rows that fails (as one over
-    ``spark.driver.maxResultSize`` does) falls back to the step that runs its buckets in
-    Spark tasks and keeps its result there; nothing is written twice or lost."""
+    """A step whose rows the driver cannot read and lay out (an Arrow or memory error)
+    collects them with a Spark job instead; one whose collect fails too (as one over
+    ``spark.driver.maxResultSize`` does) runs its buckets in Spark tasks and keeps its
+    result there. Nothing is written twice or lost."""
 
     collect = ClassicDataFrame.toArrow
 
@@ -282,14 +285,21 @@ def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exa
             raise PySparkException(message="serialized results bigger than maxResultSize")
         return collect(self)
 
+    def out_of_memory(*_: Any) -> Any:
+        raise MemoryError("the step's rows do not fit")
+
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
     h.load_master([(1, 0, 1.0), (2, 0, 2.0), (2, 1, 2.5)], files=1)
-    monkeypatch.setattr(ClassicDataFrame, "toArrow", too_big)
+    monkeypatch.setattr(ssbj.WideTable, "keyed_rows_arrow", out_of_memory)
+    if collect_fails:
+        monkeypatch.setattr(ClassicDataFrame, "toArrow", too_big)
     with caplog.at_level(logging.WARNING, logger="pipeline.ssbj_stage"):
         for run in range(3):
             h.arrive([(run * 3, 1), (run * 3 + 1, 2), (run * 3 + 2, 9)])
             h.run()
         h.drain()
+    assert "reading the step's rows in the driver failed" in caplog.text
+    assert ("collecting the step's rows failed" in caplog.text) == collect_fails
     assert "it runs in Spark this step" in caplog.text
     monkeypatch.undo()
     assert_same_multiset(h.output(), h.oracle("left"))

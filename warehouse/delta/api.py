@@ -371,10 +371,12 @@ class DeltaEngine(Protocol):
         after_version: int,
         to_version: int,
         skip_versions: Sequence[int] = (),
+        with_version: bool = False,
     ) -> pa.Table:
-        """The rows :meth:`rows_added` returns, without ``_commit_version``, in the driver's
-        memory as an Arrow table with the table's columns in order. For batches the caller
-        knows are small; an engine that can reads the files without a Spark job."""
+        """The rows :meth:`rows_added` returns, without ``_commit_version`` (unless
+        ``with_version``: then last, as there), in the driver's memory as an Arrow table with
+        the table's columns in order. For batches the caller knows are small; an engine that
+        can reads the files without a Spark job."""
         ...
 
     def append_rows(
@@ -469,11 +471,12 @@ def append_live_rows_added(
 
 
 def live_rows_added_arrow(
-    engine: DeltaEngine, path: str, after_version: int, to_version: int
+    engine: DeltaEngine, path: str, after_version: int, to_version: int, with_version: bool = False
 ) -> pa.Table:
-    """:func:`live_rows_added` in the driver's memory (without ``_commit_version``)."""
+    """:func:`live_rows_added` in the driver's memory (``_commit_version`` only
+    ``with_version``)."""
     skip = _backfill_versions(engine, path, after_version, to_version)
-    return engine.rows_added_arrow(path, after_version, to_version, skip)
+    return engine.rows_added_arrow(path, after_version, to_version, skip, with_version)
 
 
 def rows_committed(engine: DeltaEngine, path: str, after_version: int, to_version: int) -> int:

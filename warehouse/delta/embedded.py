@@ -66,6 +66,7 @@ from common.phase_clock import optional_phase
 from warehouse.delta.added_files import FileAction
 from warehouse.delta.added_rows import require_version_range
 from warehouse.delta.api import (
+    COMMIT_VERSION,
     AppTransaction,
     CommitOutcome,
     DataFile,
@@ -411,11 +412,23 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         after_version: int,
         to_version: int,
         skip_versions: Sequence[int] = (),
+        with_version: bool = False,
     ) -> pa.Table:
         """Reads the added files with pyarrow in the driver: no Spark job. Partition values
         come from the log, as :meth:`read_files` attaches them."""
         end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
-        return _arrow_of_files(end.snapshot, [f for files in by_version.values() for f in files])
+        if not with_version:
+            return _arrow_of_files(
+                end.snapshot, [f for files in by_version.values() for f in files]
+            )
+        schema = spark_to_arrow(end.snapshot.schema).append(pa.field(COMMIT_VERSION, pa.int64()))
+        parts = []
+        for version, files in by_version.items():
+            rows = _arrow_of_files(end.snapshot, files)
+            parts.append(
+                rows.append_column(COMMIT_VERSION, pa.array([version] * len(rows), pa.int64()))
+            )
+        return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()
 
     def read_arrow(
         self,

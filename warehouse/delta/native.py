@@ -514,9 +514,10 @@ class NativeDeltaEngine(EngineBase[Any]):
         after_version: int,
         to_version: int,
         skip_versions: Sequence[int] = (),
+        with_version: bool = False,
     ) -> pa.Table:
         rows = self.rows_added(path, after_version, to_version, skip_versions)
-        return rows.drop(COMMIT_VERSION).toArrow()
+        return (rows if with_version else rows.drop(COMMIT_VERSION)).toArrow()
 
     def append_rows_added(
         self,
