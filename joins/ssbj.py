@@ -132,6 +132,33 @@ _OPERATOR_FIELDS = (
 
 
 @dataclass(frozen=True)
+class AskedKeys:
+    """Per master key column, the distinct join values a step's tuples ask for."""
+
+    values: tuple[tuple[str, pa.Array], ...]
+
+    def row_filter(self) -> pc.Expression:
+        """Master rows (their own column names) whose every key is among the asked."""
+        condition = pc.field(self.values[0][0]).isin(self.values[0][1])
+        for column, asked in self.values[1:]:
+            condition = condition & pc.field(column).isin(asked)
+        return condition
+
+    def bounds(self) -> dict[str, tuple[Any, Any] | None]:
+        """Each integer key's asked range (None: nothing asked of it), for pruning files
+        by their log statistics; other keys are not bounded."""
+        found: dict[str, tuple[Any, Any] | None] = {}
+        for column, asked in self.values:
+            if pa.types.is_integer(asked.type):
+                if len(asked) == 0:
+                    found[column] = None
+                else:
+                    low, high = pc.min_max(asked).values()
+                    found[column] = (low.as_py(), high.as_py())
+        return found
+
+
+@dataclass(frozen=True)
 class WideTable:
     """The schema of a stage's step table (and of its state table) and how to fill it."""
 
@@ -365,6 +392,33 @@ class WideTable:
                 return False
         return True
 
+    def _join_values_arrow(self, rows: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """:meth:`_join_values` of rows in memory (floating values are normalised by the
+        hash, :mod:`joins.spark_hash`, as Spark's are before it)."""
+        by_stream = pc.is_in(rows.column(ROLE), value_set=pa.array(STREAM_ROLES, pa.string()))
+        values = []
+        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True):
+            master = rows.column(master_field(m))
+            stream = rows.column(stream_field(s)).cast(master.type)
+            values.append(pc.if_else(by_stream, stream, master))
+        return values
+
+    def asked_keys(self, inputs: Sequence[pa.Table]) -> AskedKeys | None:
+        """The join values a new tuple, a pending tuple or s_B asks for this step, per
+        master key column: a superset of the master rows a semi-join keeps (the buckets
+        compare whole values). None where a key is floating (-0.0 and 0.0 are one join
+        value, but two to Arrow's ``is_in``): those partitions are read whole."""
+        union = pa.concat_tables(inputs)
+        asking = union.filter(
+            pc.is_in(union.column(ROLE), value_set=pa.array([NEW, PENDING, MARKED], pa.string()))
+        )
+        asked = []
+        for m, values in zip(self.spec.master_keys, self._join_values_arrow(asking), strict=True):
+            if pa.types.is_floating(values.type):
+                return None
+            asked.append((m, pc.unique(values).drop_null()))
+        return AskedKeys(tuple(asked))
+
     def keyed_rows_arrow(
         self, inputs: Sequence[pa.Table], partitions: Sequence[pa.Table], routing: KeyRouting
     ) -> pa.Table:
@@ -374,14 +428,7 @@ class WideTable:
         if routing.split:
             raise ValueError("keyed_rows_arrow: split keys are routed on Spark")
         union = pa.concat_tables([*inputs, *partitions])
-        roles = union.column(ROLE)
-        by_stream = pc.is_in(roles, value_set=pa.array(STREAM_ROLES, pa.string()))
-        values = []
-        for s, m in zip(self.spec.stream_keys, self.spec.master_keys, strict=True):
-            master = union.column(master_field(m))
-            stream = union.column(stream_field(s)).cast(master.type)
-            values.append(pc.if_else(by_stream, stream, master))
-        hashes = spark_hash.xxhash64(values)
+        hashes = spark_hash.xxhash64(self._join_values_arrow(union))
         labels = task_labels(routing.buckets)
         owners = np.mod(hashes.to_numpy(), routing.buckets)
         for key_hash, bucket in routing.moved:

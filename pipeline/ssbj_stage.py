@@ -627,16 +627,21 @@ class SsbjStage:
         )
         asking = self._asking_tuples(state, plan)
         routing = self._routing(state)
-        collects = self._collects(
+        # In the driver the master rows no tuple asks for are dropped as each file is read,
+        # so only what the step keeps counts against the limit; a Spark collect ships them.
+        in_driver = self._in_driver(reads, wide, routing) and self._collects(state, asking, 0)
+        collects = in_driver or self._collects(
             state, asking, self._partition_rows(plan, position, master, reads)
         )
         keyed_in_driver: pa.Table | None = None
-        if collects and self._in_driver(reads, wide, routing):
+        if in_driver:
             try:
                 keyed_in_driver = self._keyed_arrow(
                     state, plan, position, master, reads, wide, routing, report
                 )
-            except (pa.ArrowException, MemoryError) as e:
+            except (pa.ArrowException, OSError, MemoryError) as e:
+                # OSError: pyarrow's I/O errors (a transient object-store read), which a
+                # Spark task would have retried.
                 self._warn_runs_in_spark("reading the step's rows in the driver", e)
         if keyed_in_driver is not None:
             deltas = BucketDeltas()
@@ -832,6 +837,10 @@ class SsbjStage:
             inputs.append(rows)
         partitions = []
         read: list[DataFile] = []
+        # Only the master rows a tuple asks for leave each file as it is read: a partition
+        # costs the scan of its key columns, not its rows' memory.
+        asked = wide.asked_keys(inputs)
+        bounds = asked.bounds() if asked is not None else {}
         for pinned in sorted(reads.partition_versions):
             snapshot = (
                 master
@@ -841,7 +850,13 @@ class SsbjStage:
             table, files = self._partition(
                 snapshot, position.partition, position.partitions, plan["scan"]
             )
-            rows = self.engine.read_arrow(table, files, self.spec.master_columns)
+            files = [f for f in files if _may_hold(f, bounds)]
+            rows = self.engine.read_arrow(
+                table,
+                files,
+                self.spec.master_columns,
+                asked.row_filter() if asked is not None else None,
+            )
             partitions.append(wide.partition_rows_arrow(rows, pinned))
             read += files
         keyed = wide.keyed_rows_arrow(inputs, partitions, routing)
@@ -1311,6 +1326,15 @@ def _utc(moment: str) -> datetime:
     time zone, in which the Spark path casts them)."""
     parsed = datetime.fromisoformat(moment)
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _may_hold(file: DataFile, bounds: dict[str, tuple[Any, Any] | None]) -> bool:
+    """Whether ``file`` may hold a master row asked for: not when a key asked for
+    nothing, or its log statistics put that key outside the asked range."""
+    for column, bound in bounds.items():
+        if bound is None or not file.may_hold(column, *bound):
+            return False
+    return True
 
 
 def _rows(files: Iterable[Any]) -> int:

@@ -121,3 +121,40 @@ def test_keys_the_driver_cannot_hash_as_spark_does_are_left_to_spark() -> None:
     assert not narrowing.arrow_keys_supported()
     with pytest.raises(ValueError, match="split keys"):
         WIDE.keyed_rows_arrow([], [], KeyRouting(2, split=((1, (0,)),)))
+
+
+def test_asked_keys_keep_every_master_row_a_tuple_or_pending_tuple_asks_for() -> None:
+    """New tuples ask for 7, -5 and 2^31-1 (a null key asks for nothing), the pending one
+    for 8; cache rows ask for nothing. The filter keeps exactly the master rows of those
+    keys, and the asked range bounds which files may hold them."""
+    arrow_new = pa.Table.from_pylist(
+        [dict(zip(STREAM.fieldNames(), row, strict=True)) for row in NEW_ROWS],
+        schema=pa.schema(
+            [
+                ("id", pa.int64()),
+                ("k", pa.int32()),
+                ("event_time", pa.timestamp("us", tz="UTC")),
+                (ssbj.INPUT_VERSION, pa.int64()),
+            ]
+        ),
+    )
+    asked = WIDE.asked_keys(
+        [WIDE.stream_rows_arrow(arrow_new), WIDE.state_rows_arrow(state_table())]
+    )
+    assert asked is not None
+    master = pa.table({"mk": pa.array([7, 7, 8, 9, -5, None, 2**31 - 1, 2**40], pa.int64())})
+    kept = master.filter(asked.row_filter()).column("mk").to_pylist()
+    assert sorted(kept) == [-5, 7, 7, 8, 2**31 - 1]
+    assert asked.bounds() == {"mk": (-5, 2**31 - 1)}
+    nothing = WIDE.asked_keys([WIDE.state_rows_arrow(state_table().slice(1))])
+    assert nothing is not None and nothing.bounds() == {"mk": None}
+
+
+def test_floating_keys_are_not_filtered_by_value() -> None:
+    floating = ssbj.WideTable.of(
+        ssbj.JoinSpec(("p",), ("price",), ("price",), "m", "inner"),
+        T.StructType([T.StructField("p", T.DoubleType())]),
+        MASTER,
+    )
+    rows = floating.stream_rows_arrow(pa.table({"p": pa.array([0.0], pa.float64())}))
+    assert floating.asked_keys([rows]) is None
