@@ -305,10 +305,10 @@ class SsbjParams(Strict):
         ge=0,
         description=(
             "a step whose result (the state, its new tuples' rows) is expected under this "
-            "many rows collects its keyed rows in one Spark job, runs its buckets in the "
-            "driver and writes the output and the state from there (no persist, no write "
-            "jobs); a larger one, or any with 0, runs its buckets in Spark tasks and writes "
-            "the result with Spark jobs"
+            "many rows runs its buckets in the driver and writes the output and the state "
+            "from there: on the embedded engine its rows are read in the driver too (no "
+            "Spark job), else collected in one Spark job; a larger one, or any with 0, runs "
+            "its buckets in Spark tasks and writes the result with Spark jobs"
         ),
     )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")

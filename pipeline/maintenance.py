@@ -13,7 +13,9 @@ every output table; the operator state tables under ``_operators/<stage>/``;
 with the retention ``warehouse.vacuum_retention_hours`` (``enrich maintain
 --retention-hours`` overrides it) and ``keep_versions`` = every version any holder pins on
 it (:mod:`pipeline.pins`): a pending SSBJ tuple, an open step plan, an A-DSP layout or an
-audit can still read its version by time travel after the files were replaced.
+audit can still read its version by time travel after the files were replaced. A bronze or
+silver table nobody has pinned yet (its stages or its audit have not run) is kept from
+version 0, which they will read from.
 
 Two consequences of how vacuum works:
 
@@ -57,6 +59,10 @@ MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
 # Tables read by the rows added after a pinned version (stage inputs, audited batches, the
 # changes of a master without the change data feed), not only as whole pinned versions.
 FOLLOWED_ROLES = frozenset({"bronze", "silver", "master"})
+# Tables every pipeline follows from their first commit: a stream's bronze (its stages) and
+# an output's silver (its audit). A follower that has not run yet has pinned nothing, and
+# reads every commit after version 0 when it does.
+ALWAYS_FOLLOWED_ROLES = frozenset({"bronze", "silver"})
 # Change-data and data files are written shortly before their commit; keep this much more.
 COMMIT_MARGIN_HOURS = 1.0
 
@@ -152,6 +158,10 @@ def vacuum_table(
     """Vacuum one table, keeping every version pinned on it."""
     snapshot = engine.snapshot(table.path)
     pinned = store.pinned_versions(table_key(table.path))
+    if not pinned and table.role in ALWAYS_FOLLOWED_ROLES:
+        # Nobody has read it yet (an output's first audit, a stage's first step): they
+        # will read the files added after version 0, which a compaction replaces.
+        pinned = [0]
     kept = tuple(v for v in pinned if v <= snapshot.version)
     if len(kept) < len(pinned):
         logger.warning(

@@ -309,13 +309,14 @@ def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
 
     # The configured retention (the default week) keeps v1's file, replaced a moment ago.
     assert main(["--config", str(config_file), "maintain"]) == EXIT_OK
+    # Bronze is kept from version 0 for its stage, which has not run yet.
     assert capsys.readouterr().out.splitlines() == [
-        f"bronze {bronze}: 0 file(s) deleted, kept pinned version(s) none, retention 168h",
+        f"bronze {bronze}: 0 file(s) deleted, kept pinned version(s) 0, retention 168h",
         f"master {master}: 0 file(s) deleted, kept pinned version(s) none, retention 168h",
     ]
     assert main(["--config", str(config_file), "maintain", "--retention-hours", "0"]) == EXIT_OK
     assert capsys.readouterr().out.splitlines() == [
-        f"bronze {bronze}: 0 file(s) deleted, kept pinned version(s) none, retention 0h",
+        f"bronze {bronze}: 0 file(s) deleted, kept pinned version(s) 0, retention 0h",
         f"master {master}: 1 file(s) deleted, kept pinned version(s) none, retention 0h",
     ]
     assert_same_multiset(engine.read(master), V2)
@@ -374,6 +375,37 @@ def test_maintain_between_runs_compacts_every_table_and_the_pipeline_loses_nothi
     h.store.dispose()
 
 
+def test_maintain_before_an_output_s_first_audit_keeps_the_batches_it_will_publish(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two runs stage silver's first batches before any validate, so the audit has saved
+    no state and pinned nothing; maintain with no retention compacts silver. The audit
+    still reads the files added after version 0 and publishes every tuple once (found by
+    the soak: its vacuum deleted them and the first validate failed)."""
+    h = quality_harness(spark, tmp_path, steps=1)  # SSBJ, left join, k = 2
+    arrive_and_run(h, FIRST_BATCH, "r0")
+    arrive_and_run(h, SECOND_BATCH, "r1")
+    assert h.store.pins_of("audit.out") == {}
+
+    results = {
+        r.table.role + ":" + r.table.path: r
+        for r in maintain(with_retention(h.config, 0), h.engine, h.store)
+    }
+    silver = results[f"silver:{h.layout.staged('out')}"]
+    assert silver.kept_versions == (0,)
+    assert silver.compaction is not None and silver.compaction.files_removed >= 2
+    assert silver.retention_hours >= 1  # stretched over every commit after version 0
+
+    assert validate(h, "r1") == 0
+    h.drain()
+    assert validate(h, "drain") == 0
+    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
+    assert_same_multiset(
+        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
+    )
+    h.store.dispose()
+
+
 @pytest.mark.parametrize("pinned", [True, False])
 def test_the_consumed_input_version_stays_pinned_so_a_compaction_cannot_lose_new_rows(
     spark: SparkSession, tmp_path: Path, pinned: bool
@@ -393,11 +425,9 @@ def test_the_consumed_input_version_stays_pinned_so_a_compaction_cannot_lose_new
 
     compaction = results[h.bronze].compaction
     assert compaction is not None and compaction.files_removed > len(BATCH_B)
-    if not pinned:  # the files of batch B went with the vacuum: the next step cannot read them
-        assert results[h.bronze].deleted_files == compaction.files_removed
-        with pytest.raises(Exception, match=r"(?i)not.?found|does not exist"):
-            h.run("r2")
-        return
+    # Without its pin, bronze counts as followed from version 0 (as before a stage's first
+    # step): more is kept, nothing the next step reads is lost.
+    assert results[h.bronze].kept_versions == ((consumed,) if pinned else (0,))
     assert results[h.bronze].deleted_files == 0
     h.run("r2")
     assert_same_multiset(h.output(), h.oracle("inner"))

@@ -1,23 +1,39 @@
-"""One soak trial: its seeded plan, its landing files, and its DuckDB oracle (no Spark here).
+"""One soak trial: its seeded plan, its landing files, its master commits and its DuckDB
+oracle (no Spark here).
 
-A trial is a small pipeline (stream ``s`` of JSON files, master ``m``, one left equi join
-``enrich`` -> ``out``: SSBJ for even seeds, the plain join per batch for odd ones) run over
-a few hourly intervals by a list of commands:
+A trial is a small pipeline run over a few hourly intervals by a list of commands. Stream
+``s`` (JSON files, ``id_column: id``) feeds two stages:
+
+- ``enrich``: a left equi join onto master ``m`` -> ``out``; SSBJ, the plain join
+  (``baseline``) or ``auto`` by seed. A plain/auto stage waits for late master rows
+  (``operator.late_master``; :data:`LATE_MASTER_MODES` says which modes may).
+- ``promo``: a left theta join (range predicate ``lo <= k < hi``) onto master ``p`` ->
+  ``outp``, with a seeded scheme.
+
+The commands::
 
     deliver i, run, validate            for every interval i
     backfill [b, b+1h)                  once, after a random interval
     drain, validate                     at the end
+    master (append, MERGE, overwrite)   interleaved at random points, written with deltalake
+    maintain --retention-hours 0        once, at a random point (compaction and vacuum)
 
 Each interval delivers good files and, at random, the faults a producer causes: malformed
 records, glob-looking names beside their twins, a file that is not UTF-8, a file with an
 unexpected column, the same content under a new name, an identical re-delivery, a symlink
-to a file outside the zone, an in-progress file. One command of the trial is armed to
-SIGKILL itself at a random crash point (a named point, or the n-th Delta commit before or
-after it lands); the worker is restarted at that command.
+to a file outside the zone, an in-progress file, and re-sent records (ids already loaded,
+in a new file: same content is a re-send, other content a conflict). One command of the
+trial is armed to SIGKILL itself at a random crash point (a named point, or the n-th Delta
+commit before or after it lands); the worker is restarted at that command. Each trial
+picks its Delta engine (embedded or native) by seed; the harness picks its state store.
 
-The oracle is DuckDB SQL over the files the trial wrote and the master: expected bronze
-rows, expected ingest-quarantine records, and the expected left join, which silver and gold
-must both equal as multisets.
+The worker logs, before every command, the version of each master and that version's rows
+(read with deltalake as it is current): masters change only between commands (the trial's
+own commits, ``maintain``'s compaction), so that log says which version was in force at
+every step, and it outlives the vacuum. The oracle (:func:`check_trial`) derives, per
+stage and stream tuple, the outcomes the correctness contract allows (see
+:func:`_allowed`), joins each with the master as of its version in DuckDB, and compares
+silver, gold, the late table, bronze and the quarantines with them as multisets.
 """
 
 from __future__ import annotations
@@ -26,8 +42,9 @@ import json
 import os
 import random
 import re
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,9 +55,12 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
-MASTER_KEYS = range(1, 9)
-# Keys 9 and 10 have no master row (left join emits them unmatched); some keys have 2 rows.
+# Keys 1-6 start in master m (some with 2 rows); 7-10 arrive later, or never.
+INITIAL_KEYS = range(1, 7)
+ALL_KEYS = range(1, 11)
 STREAM_KEYS = [1, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+# Master p: (pid, lo, hi, pname); the ranges overlap, so a tuple may match 0, 1 or 2 rows.
+INITIAL_PROMOS = [(1, 1, 4, "p1"), (2, 3, 7, "p2"), (3, 8, 12, "p3")]
 NAMED_POINTS = (
     "ssbj.after_output",
     "ssbj.before_complete",
@@ -49,8 +69,32 @@ NAMED_POINTS = (
     "audit.after_publish",
 )
 COMMIT_POINTS = ("delta.before_commit", "delta.after_commit")
+ENGINES = ("embedded", "native")
+# Modes of ``enrich`` by seed % 4.
+MODES = ("ssbj", "baseline", "ssbj", "auto")
+# Modes whose stage waits for late master rows (``operator.late_master``). The SSBJ driver
+# does not keep them yet (the config refuses the key); add "ssbj" here once it does: the
+# oracle's rules (:func:`_allowed`) do not depend on the mode.
+LATE_MASTER_MODES = ("baseline", "auto")
+THETA_SCHEMES = ("auto", "adsp", "spark")
 # Exit codes a command may end with in a correct run (4: rejected files still in place).
-ALLOWED_EXIT = {"run": (0, 4), "validate": (0,), "backfill": (0,), "drain": (0,)}
+ALLOWED_EXIT = {
+    "run": (0, 4),
+    "validate": (0,),
+    "backfill": (0,),
+    "drain": (0,),
+    "maintain": (0,),
+}
+# The commands at which the stages make steps (and so may answer a waiting tuple).
+STEP_KINDS = ("run", "drain")
+MASTER_SCHEMAS = {
+    "m": pa.schema([("mk", pa.int64()), ("name", pa.string())]),
+    "p": pa.schema(
+        [("pid", pa.int64()), ("lo", pa.int64()), ("hi", pa.int64()), ("pname", pa.string())]
+    ),
+}
+VERSIONS_FILE = "master_versions.json"
+MASTER_ROWS_DIR = "master_rows"
 
 
 @dataclass(frozen=True)
@@ -69,14 +113,19 @@ class Crash:
         return self.point
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrialPlan:
     seed: int
     root: str
     intervals: int
-    commands: list[Command]
+    commands: tuple[Command, ...]
     crash: Crash
-    faults: list[str] = field(default_factory=list)
+    faults: tuple[str, ...]
+    engine: str
+    mode: str
+    late_wait: str | None  # the ``enrich`` stage's late_master wait; None: no wait
+    theta_scheme: str
+    state_store: str  # "sqlite" or "postgres"
 
     def save(self) -> None:
         (Path(self.root) / "plan.json").write_text(json.dumps(asdict(self), indent=1))
@@ -88,19 +137,36 @@ class TrialPlan:
             seed=raw["seed"],
             root=raw["root"],
             intervals=raw["intervals"],
-            commands=[Command(c["kind"], c["interval"], tuple(c["args"])) for c in raw["commands"]],
+            commands=tuple(
+                Command(c["kind"], c["interval"], tuple(c["args"])) for c in raw["commands"]
+            ),
             crash=Crash(**raw["crash"]),
-            faults=raw["faults"],
+            faults=tuple(raw["faults"]),
+            engine=raw["engine"],
+            mode=raw["mode"],
+            late_wait=raw["late_wait"],
+            theta_scheme=raw["theta_scheme"],
+            state_store=raw["state_store"],
         )
 
 
-def config(root: Path, state_store: str | None = None, mode: str = "ssbj") -> dict[str, Any]:
+def config(
+    root: Path,
+    state_store: str | None = None,
+    mode: str = "ssbj",
+    engine: str = "embedded",
+    late_wait: str | None = None,
+    theta_scheme: str = "auto",
+) -> dict[str, Any]:
+    operator: dict[str, Any] = {"mode": mode, "partitions": 2, "steps_per_run": 1}
+    if late_wait is not None:
+        operator["late_master"] = {"wait": late_wait}
     return {
         "name": "soak",
         "warehouse": {
             "root": str(root / "wh"),
             "state_store": state_store or f"sqlite:///{root / 'state.db'}",
-            "engine": "embedded",
+            "engine": engine,
         },
         "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "1"}},
         "schedule": {"interval": "1h", "start": BASE_TIME.isoformat()},
@@ -118,7 +184,10 @@ def config(root: Path, state_store: str | None = None, mode: str = "ssbj") -> di
                 ],
             }
         },
-        "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "name"]}},
+        "masters": {
+            "m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "name"]},
+            "p": {"table": "masters/p", "keys": ["pid"], "columns": ["pid", "lo", "hi", "pname"]},
+        },
         "stages": [
             {
                 "name": "enrich",
@@ -128,8 +197,18 @@ def config(root: Path, state_store: str | None = None, mode: str = "ssbj") -> di
                 "join_on": {"k": "mk"},
                 "join": "left",
                 "output": "out",
-                "operator": {"mode": mode, "partitions": 2, "steps_per_run": 1},
-            }
+                "operator": operator,
+            },
+            {
+                "name": "promo",
+                "kind": "theta",
+                "input": "s",
+                "master": "p",
+                "predicate": {"type": "range", "stream_column": "k", "lo": "lo", "hi": "hi"},
+                "join": "left",
+                "output": "outp",
+                "operator": {"scheme": theta_scheme, "task_memory_bytes": 262144},
+            },
         ],
     }
 
@@ -137,26 +216,35 @@ def config(root: Path, state_store: str | None = None, mode: str = "ssbj") -> di
 def make_trial(
     root: Path, seed: int, intervals: int = 2, state_store: str | None = None
 ) -> TrialPlan:
-    """Write the trial's config, master and outbox files; return its plan.
+    """Write the trial's config, masters and outbox files; return its plan.
 
     ``state_store`` is a SQLAlchemy URL (a PostgreSQL database, say); SQLite by default.
     """
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
-
-    # Odd seeds use the plain join per batch (no pending state; cheaper), even seeds SSBJ.
-    mode = "ssbj" if seed % 2 == 0 else "baseline"
-    (root / "config.yaml").write_text(yaml.safe_dump(config(root, state_store, mode)))
+    mode = MODES[seed % len(MODES)]
+    # Engine by the seed's second bit, so that consecutive seeds cover every mode x engine.
+    engine = ENGINES[(seed // 2) % len(ENGINES)]
+    # A short wait expires tuples at a later step (which one depends on the wall clock: the
+    # oracle allows each); a long one keeps them waiting to the end.
+    late_wait = rng.choice(("2h", "2h", "1s")) if mode in LATE_MASTER_MODES else None
+    theta_scheme = rng.choice(THETA_SCHEMES)
+    (root / "config.yaml").write_text(
+        yaml.safe_dump(config(root, state_store, mode, engine, late_wait, theta_scheme))
+    )
     (root / "landing").mkdir(exist_ok=True)
-    _write_master(root, rng)
+    masters = _write_masters(root, rng)
     faults: list[str] = []
     next_id = 1
     earlier: list[Path] = []
+    loaded: list[tuple[int, dict[str, Any]]] = []  # (interval, record) of good files
+    resent_any = False
     for interval in range(intervals):
         outbox = root / "outbox" / str(interval)
         outbox.mkdir(parents=True, exist_ok=True)
         for n in range(rng.randint(1, 2)):
             rows, next_id = _rows(rng, interval, next_id, rng.randint(8, 20))
+            loaded += [(interval, r) for r in rows]
             bad = _malformed(rng, interval) if rng.random() < 0.5 else []
             if bad:
                 faults.append(f"i{interval}: {len(bad)} malformed record(s)")
@@ -164,11 +252,27 @@ def make_trial(
             _write_lines(path, [json.dumps(r) for r in rows] + bad)
             earlier.append(path)
         if rng.random() < 0.5:
-            rows, next_id = _rows(rng, interval, next_id, 5)
-            _write_lines(outbox / f"g[{interval}].json", [json.dumps(r) for r in rows])
-            rows, next_id = _rows(rng, interval, next_id, 5)
-            _write_lines(outbox / f"g{interval}.json", [json.dumps(r) for r in rows])
+            for name in (f"g[{interval}].json", f"g{interval}.json"):
+                rows, next_id = _rows(rng, interval, next_id, 5)
+                loaded += [(interval, r) for r in rows]
+                _write_lines(outbox / name, [json.dumps(r) for r in rows])
             faults.append(f"i{interval}: glob-looking name beside its twin")
+        previous = [r for i, r in loaded if i < interval]
+        last = interval == intervals - 1
+        if previous and (rng.random() < 0.6 or (last and not resent_any)):
+            # A producer retry: records it already delivered (some changed since), in a
+            # new file beside new ones, so the file's bytes are new.
+            picked = rng.sample(previous, min(len(previous), rng.randint(3, 5)))
+            conflicts = rng.randint(1, 2)
+            again = [dict(r, v=f"{r['v']}~c") for r in picked[:conflicts]] + picked[conflicts:]
+            fresh, next_id = _rows(rng, interval, next_id, 2)
+            records = again + fresh
+            rng.shuffle(records)
+            _write_lines(outbox / f"resend_{interval}.json", [json.dumps(r) for r in records])
+            faults.append(
+                f"i{interval}: {len(picked) - conflicts} re-sent id(s), {conflicts} conflict(s)"
+            )
+            resent_any = True
         if rng.random() < 0.3:
             (outbox / f"latin1_{interval}.json").write_bytes(
                 b'{"id": 999001, "k": 1, "v": "caf\xe9", "ts": "2024-01-01T00:00:00"}\n'
@@ -198,6 +302,41 @@ def make_trial(
             rows, _ = _rows(rng, interval, 980_000, 2)
             _write_lines(outbox / f"_inprogress_{interval}.json", [json.dumps(r) for r in rows])
             faults.append(f"i{interval}: in-progress file")
+    commands = _with_master_changes(_commands(rng, intervals), masters, rng)
+    armable = [i for i, c in enumerate(commands) if c.kind in ALLOWED_EXIT]
+    armed = rng.choice(armable)
+    kind = commands[armed].kind
+    stage_points = ("ssbj.",) if mode == "ssbj" else ("stage.",)
+    points = [*COMMIT_POINTS] * 2 + [
+        p
+        for p in NAMED_POINTS
+        if (p.startswith(stage_points) and kind in ("run", "drain"))
+        or (p.startswith("audit") and kind in ("validate", "backfill"))
+    ]
+    point = rng.choice(points)
+    # Delta commits per command here: a run ~10 (two stages; an SSBJ step commits twice),
+    # a drain ~5, a maintain several (compactions, vacuums), a backfill 3-4, a validate 1
+    # or more (armed at the first, so that it is surely hit).
+    most = {"run": 8, "drain": 4, "maintain": 4, "backfill": 3, "validate": 1}[kind]
+    nth = rng.randint(1, most if point in COMMIT_POINTS else 2)
+    plan = TrialPlan(
+        seed,
+        str(root),
+        intervals,
+        tuple(commands),
+        Crash(armed, f"{point}:{nth}"),
+        tuple(faults),
+        engine,
+        mode,
+        late_wait,
+        theta_scheme,
+        "postgres" if (state_store or "").startswith("postgresql") else "sqlite",
+    )
+    plan.save()
+    return plan
+
+
+def _commands(rng: random.Random, intervals: int) -> list[Command]:
     commands: list[Command] = []
     backfill_after = rng.randrange(intervals)
     for interval in range(intervals):
@@ -208,42 +347,143 @@ def make_trial(
         ]
         if interval == backfill_after:
             start = BASE_TIME + timedelta(hours=rng.randrange(interval + 1))
+            end = start + timedelta(hours=1)
             commands.append(
                 Command(
                     "backfill",
                     interval,
                     (
-                        "backfill",
-                        "--run-id",
-                        f"bf{interval}",
-                        "--start",
-                        start.isoformat(),
-                        "--end",
-                        (start + timedelta(hours=1)).isoformat(),
+                        *("backfill", "--run-id", f"bf{interval}"),
+                        *("--start", start.isoformat(), "--end", end.isoformat()),
                     ),
                 )
             )
-    commands += [
+    return [
+        *commands,
         Command("drain", intervals, ("drain", "--run-id", "final")),
         Command("validate", intervals, ("validate", "--run-id", "final")),
     ]
-    armed = rng.choice([i for i, c in enumerate(commands) if c.kind != "deliver"])
-    kind = commands[armed].kind
-    stage_points = ("ssbj.",) if mode == "ssbj" else ("stage.",)
-    points = [*COMMIT_POINTS] * 2 + [
-        p
-        for p in NAMED_POINTS
-        if (p.startswith(stage_points) and kind in ("run", "drain"))
-        or (p.startswith("audit") and kind in ("validate", "backfill"))
-    ]
-    point = rng.choice(points)
-    # Delta commits per command here: a run ~8 (an SSBJ step commits twice), a drain ~4,
-    # a backfill 2-3, a validate 1.
-    most = {"run": 6, "drain": 3, "backfill": 2, "validate": 1}[kind]
-    nth = rng.randint(1, most if point in COMMIT_POINTS else 2)
-    plan = TrialPlan(seed, str(root), intervals, commands, Crash(armed, f"{point}:{nth}"), faults)
-    plan.save()
-    return plan
+
+
+def _with_master_changes(
+    commands: list[Command], masters: dict[str, list[dict[str, Any]]], rng: random.Random
+) -> list[Command]:
+    """``commands`` with the master commits and one ``maintain`` inserted at random gaps
+    (after the first delivery, before the final drain at the latest): m gets an append of
+    new keys, a MERGE (an update, a delete, an insert) and a full overwrite in a random
+    order; p one of them."""
+    kinds = [("m", k) for k in rng.sample(["append", "merge", "overwrite"], 3)]
+    kinds.append(("p", rng.choice(["append", "merge", "overwrite"])))
+    gaps = sorted(rng.randint(1, len(commands) - 2) for _ in kinds)
+    inserted: dict[int, list[Command]] = defaultdict(list)
+    for n, ((table, kind), gap) in enumerate(zip(kinds, gaps, strict=True)):
+        change = _master_change(table, kind, masters[table], rng, n)
+        inserted[gap].append(Command("master", 0, (json.dumps(change),)))
+    maintain = ("maintain", "--run-id", "maint", "--retention-hours", "0")
+    inserted[rng.randint(1, len(commands) - 2)].append(Command("maintain", 0, maintain))
+    out: list[Command] = []
+    for index, command in enumerate(commands):
+        out += inserted.get(index, [])
+        out.append(command)
+    return out
+
+
+def _master_change(
+    table: str, kind: str, rows: list[dict[str, Any]], rng: random.Random, n: int
+) -> dict[str, Any]:
+    """A master commit (``kind`` on ``table``), applied to ``rows`` (the master as the
+    plan knows it) too, so that later changes pick keys that exist or do not."""
+    key = "mk" if table == "m" else "pid"
+    present = sorted({r[key] for r in rows})
+    pool = ALL_KEYS if table == "m" else range(1, 8)
+    absent = [k for k in pool if k not in present] or [max(present, default=0) + 1]
+
+    def new_row(k: int, tag: str) -> dict[str, Any]:
+        if table == "m":
+            return {"mk": k, "name": f"m{k}{tag}{n}"}
+        lo = rng.randint(0, 10)
+        return {"pid": k, "lo": lo, "hi": lo + rng.randint(1, 4), "pname": f"p{k}{tag}{n}"}
+
+    if kind == "append":
+        added = [new_row(k, "a") for k in rng.sample(absent, min(len(absent), rng.randint(1, 2)))]
+        added += [new_row(added[0][key], "a2")] if rng.random() < 0.5 else []
+        rows += added
+        return {"table": table, "op": "append", "rows": added}
+    if kind == "overwrite":
+        keys = rng.sample(list(pool), rng.randint(3, min(6, len(pool))))
+        fresh = [new_row(k, "o") for k in keys]
+        rows[:] = fresh
+        return {"table": table, "op": "overwrite", "rows": fresh}
+    # MERGE: update every row of one key, delete another, insert one absent key.
+    chosen = rng.sample(present, min(2, len(present)))
+    source = []
+    if chosen:
+        updated = {**new_row(chosen[0], "u"), "op": "update"}
+        source.append(updated)
+        rows[:] = [
+            {**r, **{c: v for c, v in updated.items() if c not in (key, "op")}}
+            if r[key] == chosen[0]
+            else r
+            for r in rows
+        ]
+    if len(chosen) > 1:
+        source.append({**new_row(chosen[1], "d"), "op": "delete"})
+        rows[:] = [r for r in rows if r[key] != chosen[1]]
+    inserted = {**new_row(rng.choice(absent), "i"), "op": "insert"}
+    source.append(inserted)
+    rows.append({c: v for c, v in inserted.items() if c != "op"})
+    return {"table": table, "op": "merge", "rows": source}
+
+
+def apply_master_change(root: Path, index: int, change: dict[str, Any]) -> None:
+    """Commit a plan's master change with deltalake, once (a marker per command index:
+    the worker restarted after a kill elsewhere resumes after it)."""
+    marker = root / "master_changes" / str(index)
+    if marker.exists():
+        return
+    table = change["table"]
+    schema = MASTER_SCHEMAS[table]
+    path = str(root / "wh" / "masters" / table)
+    rows = change["rows"]
+    if change["op"] in ("append", "overwrite"):
+        data = pa.Table.from_pylist(rows, schema=schema)
+        write_deltalake(path, data, mode=change["op"])
+    else:
+        source = pa.Table.from_pylist(rows, schema=schema.append(pa.field("op", pa.string())))
+        key = schema.names[0]
+        values = schema.names[1:]
+        (
+            DeltaTable(path)
+            .merge(source, f"t.{key} = s.{key}", source_alias="s", target_alias="t")
+            .when_matched_delete(predicate="s.op = 'delete'")
+            .when_matched_update(updates={c: f"s.{c}" for c in values})
+            .when_not_matched_insert(
+                updates={c: f"s.{c}" for c in schema.names}, predicate="s.op = 'insert'"
+            )
+            .execute()
+        )
+    marker.parent.mkdir(exist_ok=True)
+    marker.write_text(str(DeltaTable(path).version()))
+
+
+def record_master_versions(root: Path, index: int) -> None:
+    """Log the version of each master in force for command ``index``, and keep that
+    version's rows (read now, while the version is current: a vacuum may remove its files
+    later). A rerun after a kill logs again; the last attempt's is the one that counts."""
+    log_path = root / VERSIONS_FILE
+    log = json.loads(log_path.read_text()) if log_path.exists() else {}
+    entry = {}
+    for name in MASTER_SCHEMAS:
+        table = DeltaTable(str(root / "wh" / "masters" / name))
+        version = table.version()
+        entry[name] = version
+        kept = root / MASTER_ROWS_DIR / f"{name}@{version}.json"
+        if not kept.exists():
+            kept.parent.mkdir(exist_ok=True)
+            rows = DeltaTable(str(root / "wh" / "masters" / name), version=version)
+            _write_atomically(kept, json.dumps(rows.to_pyarrow_table().to_pylist()))
+    log[str(index)] = entry
+    _write_atomically(log_path, json.dumps(log))
 
 
 def deliver(root: Path, interval: int) -> None:
@@ -270,79 +510,338 @@ def deliver(root: Path, interval: int) -> None:
 # --------------------------------------------------------------------------- the oracle
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrialCheck:
     seed: int
+    engine: str
+    state_store: str
+    mode: str
     rows_checked: int
     lost: int
     duplicated: int
-    problems: list[str]
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StreamTuple:
+    """A stream record bronze must hold, and where it arrived."""
+
+    id: int
+    k: int
+    v: str
+    interval: int
+    arrival: int  # the index of the command (the interval's run) that ingests it
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One way the contract allows a stage to answer a tuple: joined with the master as
+    of ``version`` (``unmatched``: one unmatched row, its wait over), or still waiting in
+    the stage's late table at the end (``version`` None)."""
+
+    version: int | None
+    unmatched: bool = False
+
+    @property
+    def waiting(self) -> bool:
+        return self.version is None
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    output: str
+    master: str
+    columns: tuple[str, ...]  # the master's columns as the output carries them
+    late: bool
+    short_wait: bool
 
 
 def check_trial(root: Path) -> TrialCheck:
-    """Compare bronze, the ingest quarantine, silver and gold with the DuckDB oracle."""
+    """Compare bronze, the quarantines, silver, gold and the late table with the oracle."""
     plan = TrialPlan.load(root)
-    good, malformed = _delivered_records(root, plan.intervals)
-    con = duckdb.connect()
-    con.register("s", pa.Table.from_pylist(good, schema=_STREAM_ARROW))
-    con.register("m", DeltaTable(str(root / "wh" / "masters" / "m")).to_pyarrow_table())
-    expected_join = Counter(
-        con.execute(
-            "SELECT s.id, s.k, s.v, m.mk, m.name FROM s LEFT JOIN m ON s.k = m.mk"
-        ).fetchall()
-    )
-    expected_bronze = Counter((r["id"], r["k"], r["v"]) for r in good)
-    expected_quarantine = Counter(_record_key(line) for line in malformed)
+    tuples, malformed, resent, conflicts = _delivered_records(plan)
     wh = root / "wh"
-    found: dict[str, Counter[Any]] = {
-        "bronze": Counter(_rows_of(wh / "bronze" / "s", ["id", "k", "v"])),
-        "quarantine": Counter(
-            _record_key(r[0]) for r in _rows_of(wh / "quarantine" / "s", ["record"])
+    counts = _Counts()
+    counts.compare(
+        "bronze",
+        Counter((t.id, t.k, t.v) for t in tuples),
+        Counter(_rows_of(wh / "bronze" / "s", ["id", "k", "v"])),
+    )
+    expected_quarantine = Counter(("bad", _record_key(line)) for line in malformed)
+    expected_quarantine += Counter(("re-sent", f"v={r['v']}") for r in resent)
+    expected_quarantine += Counter(("conflict", f"v={r['v']}") for r in conflicts)
+    counts.compare(
+        "quarantine",
+        expected_quarantine,
+        Counter(
+            (_reason_kind(reason), _record_key(record))
+            for record, reason in _rows_of(wh / "quarantine" / "s", ["record", "reason"])
         ),
-        "silver": Counter(_rows_of(wh / "silver" / "out", ["id", "k", "v", "mk", "name"])),
-        "gold": Counter(_rows_of(wh / "gold" / "out", ["id", "k", "v", "mk", "name"])),
-    }
-    want: dict[str, Counter[Any]] = {
-        "bronze": expected_bronze,
-        "quarantine": expected_quarantine,
-        "silver": expected_join,
-        "gold": expected_join,
-    }
-    lost = duplicated = checked = 0
-    problems = []
-    for table, expected in want.items():
-        got = found[table]
+    )
+    versions = {int(c): v for c, v in json.loads((root / VERSIONS_FILE).read_text()).items()}
+    con = duckdb.connect()
+    con.register("s", pa.Table.from_pylist([asdict(t) for t in tuples], schema=_TUPLES_ARROW))
+    for name, schema in MASTER_SCHEMAS.items():
+        rows = []
+        for version in sorted({v[name] for v in versions.values()}):
+            kept = json.loads((root / MASTER_ROWS_DIR / f"{name}@{version}.json").read_text())
+            rows += [{**r, "_ver": version} for r in kept]
+        con.register(
+            f"{name}_all",
+            pa.Table.from_pylist(rows, schema=schema.append(pa.field("_ver", pa.int64()))),
+        )
+    late = plan.late_wait is not None
+    stages = (
+        StageSpec("enrich", "out", "m", ("mk", "name"), late, plan.late_wait == "1s"),
+        StageSpec("promo", "outp", "p", ("pid", "lo", "hi", "pname"), False, False),
+    )
+    for stage in stages:
+        _check_stage(con, plan, stage, tuples, versions, counts)
+    for table in ("out", "outp"):
+        counts.compare(
+            f"output quarantine {table}",
+            Counter(),
+            Counter({"rows": _count_of(wh / "quarantine" / "_outputs" / table)}),
+        )
+    return TrialCheck(
+        plan.seed,
+        plan.engine,
+        plan.state_store,
+        plan.mode + (f"+late {plan.late_wait}" if late else ""),
+        counts.checked,
+        counts.lost,
+        counts.duplicated,
+        tuple(counts.problems),
+    )
+
+
+class _Counts:
+    """Rows checked, lost and duplicated, and what differed, over a trial's tables."""
+
+    def __init__(self) -> None:
+        self.checked = self.lost = self.duplicated = 0
+        self.problems: list[str] = []
+
+    def compare(self, table: str, expected: Counter[Any], got: Counter[Any]) -> None:
         missing, extra = expected - got, got - expected
-        checked += sum(got.values())
-        lost += sum(missing.values())
-        duplicated += sum(extra.values())
+        self.checked += sum(got.values())
+        self.lost += sum(missing.values())
+        self.duplicated += sum(extra.values())
         if missing or extra:
-            problems.append(
-                f"{table}: {sum(missing.values())} missing {list(missing)[:3]}, "
-                f"{sum(extra.values())} extra {list(extra)[:3]}"
+            self.problems.append(
+                f"{table}: {sum(missing.values())} missing {sorted(missing, key=str)[:3]}, "
+                f"{sum(extra.values())} extra {sorted(extra, key=str)[:3]}"
             )
-    return TrialCheck(plan.seed, checked, lost, duplicated, problems)
+
+
+def _allowed(
+    plan: TrialPlan,
+    stage: StageSpec,
+    t: StreamTuple,
+    versions: dict[int, dict[str, int]],
+    has_key: dict[int, bool],
+) -> list[Outcome]:
+    """The outcomes the contract allows ``stage`` for tuple ``t`` (``has_key``: whether
+    the master as of each version has rows for ``t``'s key).
+
+    - A live step joins a tuple with the master version in force at that step (its plan
+      pins it): the step of the run that ingested it, ``V(arrival)``. SSBJ pins a tuple
+      to the version in force when it entered and answers it from that version however
+      many steps it waits (``pipeline/ssbj_stage.py``), so the same rule holds.
+    - With late_master, a tuple whose key has no row at its arrival waits: it is answered
+      by the first later step (run or drain) whose version has its key, from that version;
+      with a short wait it may instead expire unmatched at any step before that one (its
+      version recorded), or still wait at the end if no version ever had its key.
+    - A backfill of the tuple's interval re-joins it with the master in force at the
+      backfill (``_master_as_of`` falls back to the latest version: every master commit
+      is later than the trial's 2024 intervals), unless the tuple was still waiting for a
+      late master row then (the live steps answer those, once).
+    """
+    steps = [c for c, command in enumerate(plan.commands) if command.kind in STEP_KINDS]
+    backfills = [
+        c
+        for c, command in enumerate(plan.commands)
+        if command.kind == "backfill" and c > t.arrival and _covers(command, t.interval)
+    ]
+    master = stage.master
+
+    def rejoined(answered_at: int, outcome: Outcome) -> Outcome:
+        later = [b for b in backfills if b > answered_at]
+        return Outcome(versions[later[-1]][master]) if later else outcome
+
+    arrival_version = versions[t.arrival][master]
+    if not stage.late or has_key[arrival_version]:
+        return [rejoined(t.arrival, Outcome(arrival_version))]
+    probes = [c for c in steps if c > t.arrival]
+    found = next((c for c in probes if has_key[versions[c][master]]), None)
+    outcomes = []
+    if found is not None:
+        outcomes.append(rejoined(found, Outcome(versions[found][master])))
+    else:
+        outcomes.append(Outcome(None))
+    if stage.short_wait:
+        outcomes += [
+            rejoined(c, Outcome(versions[c][master], unmatched=True))
+            for c in probes
+            if found is None or c < found
+        ]
+    return outcomes
+
+
+def _covers(backfill: Command, interval: int) -> bool:
+    start = datetime.fromisoformat(backfill.args[backfill.args.index("--start") + 1])
+    end = datetime.fromisoformat(backfill.args[backfill.args.index("--end") + 1])
+    return start <= BASE_TIME + timedelta(hours=interval) < end
+
+
+def _check_stage(
+    con: duckdb.DuckDBPyConnection,
+    plan: TrialPlan,
+    stage: StageSpec,
+    tuples: list[StreamTuple],
+    versions: dict[int, dict[str, int]],
+    counts: _Counts,
+) -> None:
+    """Silver, gold and the late table of ``stage`` against the allowed outcomes."""
+    root = Path(plan.root)
+    condition = "s.k = m.mk" if stage.master == "m" else "m.lo <= s.k AND s.k < m.hi"
+    all_versions = sorted({v[stage.master] for v in versions.values()})
+    # Which versions have rows for each key (DuckDB, over every logged version).
+    keyed = con.execute(
+        f"SELECT s.id, v._ver, count(m._ver) > 0 FROM s CROSS JOIN "
+        f"(SELECT unnest(?::BIGINT[]) AS _ver) v LEFT JOIN {stage.master}_all m "
+        f"ON {condition} AND m._ver = v._ver GROUP BY s.id, v._ver",
+        [all_versions],
+    ).fetchall()
+    has_key: dict[int, dict[int, bool]] = defaultdict(dict)
+    for tuple_id, version, present in keyed:
+        has_key[tuple_id][version] = bool(present)
+    choices = [
+        {"id": t.id, "alt": n, "ver": o.version, "unmatched": o.unmatched}
+        for t in tuples
+        for n, o in enumerate(_allowed(plan, stage, t, versions, has_key[t.id]))
+    ]
+    con.register(
+        "choice",
+        pa.Table.from_pylist(
+            choices,
+            schema=pa.schema(
+                [
+                    ("id", pa.int64()),
+                    ("alt", pa.int64()),
+                    ("ver", pa.int64()),
+                    ("unmatched", pa.bool_()),
+                ]
+            ),
+        ),
+    )
+    master_columns = ", ".join(f"m.{c}" for c in stage.columns)
+    joined = con.execute(
+        # An unmatched row records no master version (the version column comes with the
+        # master's row, joins/baseline.py): m._ver is null there too.
+        f"SELECT c.id, c.alt, c.ver, c.unmatched, s.k, s.v, {master_columns}, m._ver "
+        "FROM choice c "
+        f"JOIN s USING (id) LEFT JOIN {stage.master}_all m ON {condition} "
+        "AND m._ver = c.ver AND NOT c.unmatched"
+    ).fetchall()
+    # Per tuple and alternative: (waits at the end, its rows, how the contract allows it).
+    alternatives: dict[int, dict[int, tuple[bool, Counter[tuple[Any, ...]], str]]] = defaultdict(
+        dict
+    )
+    for tuple_id, alt, version, unmatched, *row in joined:
+        label = "waiting" if version is None else f"v{version}" + (" expired" if unmatched else "")
+        _, rows, _ = alternatives[tuple_id].setdefault(alt, (version is None, Counter(), label))
+        if version is not None:
+            rows[(tuple_id, *row)] += 1
+    columns = ["id", "k", "v", *stage.columns, f"_version_{stage.master}"]
+    wh = root / "wh"
+    silver = _by_id(_rows_of(wh / "silver" / stage.output, columns))
+    gold = _by_id(_rows_of(wh / "gold" / stage.output, columns))
+    late_path = wh / "_operators" / stage.name / "late"
+    waiting = Counter(r[0] for r in _rows_of(late_path, ["id"]))
+    expected: dict[str, Counter[Any]] = {"silver": Counter(), "gold": Counter(), "late": Counter()}
+    wrong: list[str] = []
+    for tuple_id, alts in alternatives.items():
+        found = silver.get(tuple_id, Counter())
+        waits = waiting.get(tuple_id, 0)
+        fits = [(w, rows) for w, rows, _ in alts.values() if rows == found and waits == int(w)]
+        chosen_waiting, chosen = fits[0] if fits else next(iter(alts.values()))[:2]
+        if not fits:
+            allowed = [label for _, _, label in alts.values()]
+            wrong.append(
+                f"id {tuple_id}: found versions {sorted({r[-1] for r in found}, key=str)}"
+                f"{' (waiting)' if waits else ''} x{sum(found.values())}, allowed {allowed}"
+            )
+        expected["silver"] += chosen
+        expected["gold"] += chosen
+        expected["late"][tuple_id] += int(chosen_waiting)
+    found_all = {
+        "silver": sum(silver.values(), Counter()),
+        "gold": sum(gold.values(), Counter()),
+        "late": waiting,
+    }
+    for table in ("silver", "gold", "late"):
+        counts.compare(f"{stage.name} {table}", expected[table], found_all[table])
+    if wrong:
+        counts.problems.append(
+            f"{stage.name}: {len(wrong)} tuple(s) not as the contract allows: "
+            + "; ".join(wrong[:3])
+        )
+
+
+def _by_id(rows: Iterable[tuple[Any, ...]]) -> dict[int, Counter[tuple[Any, ...]]]:
+    grouped: dict[int, Counter[tuple[Any, ...]]] = defaultdict(Counter)
+    for row in rows:
+        grouped[row[0]][row] += 1
+    return grouped
 
 
 def _record_key(record: str) -> str:
     """A quarantined record's identity: its ``v`` value, or the whole text if it has none.
 
-    Records that do not parse are kept verbatim; records with a null required column are
-    re-serialised by Spark, so only their values can be compared with the source line.
+    Records that do not parse are kept verbatim; records with a null required column (and
+    re-sent records) are re-serialised by Spark, so only their values can be compared with
+    the source line.
     """
     found = re.search(r'"v": ?"([^"]*)"', record)
     return f"v={found.group(1)}" if found else record
 
 
-_STREAM_ARROW = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.string())])
+def _reason_kind(reason: str) -> str:
+    for kind in ("re-sent", "conflict"):
+        if reason.startswith(f"{kind}: "):
+            return kind
+    return "bad"
 
 
-def _delivered_records(root: Path, intervals: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records a correct pipeline loads, and the raw malformed lines it quarantines."""
-    good: list[dict[str, Any]] = []
+_TUPLES_ARROW = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("k", pa.int64()),
+        ("v", pa.string()),
+        ("interval", pa.int64()),
+        ("arrival", pa.int64()),
+    ]
+)
+
+
+def _delivered_records(
+    plan: TrialPlan,
+) -> tuple[list[StreamTuple], list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Records a correct pipeline loads, the raw malformed lines it quarantines, and the
+    re-sent and conflicting records it quarantines (``warehouse/record_identity.py``: an
+    id is loaded from the first file carrying it; a later record with the same id is a
+    re-send if every column is equal, else a conflict)."""
+    root = Path(plan.root)
+    runs = {c.interval: i for i, c in enumerate(plan.commands) if c.kind == "run"}
+    good: list[StreamTuple] = []
+    first: dict[int, dict[str, Any]] = {}
     malformed: list[str] = []
+    resent: list[dict[str, Any]] = []
+    conflicts: list[dict[str, Any]] = []
     seen: set[bytes] = set()
-    for interval in range(intervals):
+    for interval in range(plan.intervals):
         for source in sorted((root / "outbox" / str(interval)).iterdir()):
             name = source.name
             refused = name.startswith(("redeliver__", "_", "latin1_", "drift_")) or name.endswith(
@@ -365,8 +864,15 @@ def _delivered_records(root: Path, intervals: int) -> tuple[list[dict[str, Any]]
                 ):
                     malformed.append(line)
                     continue
-                good.append({"id": record["id"], "k": record["k"], "v": record["v"]})
-    return good, malformed
+                known = first.get(record["id"])
+                if known is not None:
+                    (resent if known == record else conflicts).append(record)
+                    continue
+                first[record["id"]] = record
+                good.append(
+                    StreamTuple(record["id"], record["k"], record["v"], interval, runs[interval])
+                )
+    return good, malformed, resent, conflicts
 
 
 def _rows_of(path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
@@ -376,16 +882,24 @@ def _rows_of(path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
     return [tuple(r[c] for c in columns) for r in table.to_pylist()]
 
 
-def _write_master(root: Path, rng: random.Random) -> None:
-    rows = [{"mk": k, "name": f"m{k}"} for k in MASTER_KEYS]
-    rows += [{"mk": k, "name": f"m{k}b"} for k in MASTER_KEYS if rng.random() < 0.4]
-    table = pa.Table.from_pylist(
-        rows, schema=pa.schema([("mk", pa.int64()), ("name", pa.string())])
+def _count_of(path: Path) -> int:
+    return (
+        DeltaTable(str(path)).to_pyarrow_table().num_rows if (path / "_delta_log").exists() else 0
     )
-    path = str(root / "wh" / "masters" / "m")
-    half = len(rows) // 2
-    write_deltalake(path, table.slice(0, half))
-    write_deltalake(path, table.slice(half), mode="append")
+
+
+def _write_masters(root: Path, rng: random.Random) -> dict[str, list[dict[str, Any]]]:
+    """Masters m and p, each in two commits; returns their rows."""
+    m = [{"mk": k, "name": f"m{k}"} for k in INITIAL_KEYS]
+    m += [{"mk": k, "name": f"m{k}b"} for k in INITIAL_KEYS if rng.random() < 0.4]
+    p = [{"pid": i, "lo": lo, "hi": hi, "pname": n} for i, lo, hi, n in INITIAL_PROMOS]
+    for name, rows in (("m", m), ("p", p)):
+        table = pa.Table.from_pylist(rows, schema=MASTER_SCHEMAS[name])
+        path = str(root / "wh" / "masters" / name)
+        half = len(rows) // 2
+        write_deltalake(path, table.slice(0, half))
+        write_deltalake(path, table.slice(half), mode="append")
+    return {"m": m, "p": p}
 
 
 def _rows(
@@ -417,3 +931,9 @@ def _malformed(rng: random.Random, interval: int) -> list[str]:
 
 def _write_lines(path: Path, lines: list[str]) -> None:
     path.write_text("".join(f"{line}\n" for line in lines))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.part")
+    partial.write_text(text)
+    os.replace(partial, path)
