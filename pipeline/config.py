@@ -284,16 +284,17 @@ class SsbjParams(Strict):
         ),
     )
     ssbj_above_bytes: int = Field(
-        default=8 * 1024**3,
+        default=32 * 1024**2,
         ge=0,
         description=(
             "auto: a master of at most this many bytes (its live files) is joined whole to "
             "each batch; only a larger one, also ssbj_master_batches times the batch's rows, "
-            "gets SSBJ. 8 GiB: above every master SSBJ has been measured against (BENCHMARKS.md)"
+            "gets SSBJ. 32 MiB: between the masters where the plain join and SSBJ were each "
+            "measured to win (BENCHMARKS.md, section 3)"
         ),
     )
     ssbj_master_batches: float = Field(
-        default=40.0,
+        default=100.0,
         gt=0,
         description=(
             "auto: SSBJ only where the master has at least this many times the rows of the "
