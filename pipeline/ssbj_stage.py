@@ -758,15 +758,7 @@ class SsbjStage:
         if STATE_TABLE in plan["tables"]:
             stored = self.engine.read(self.state_path, version=plan["tables"][STATE_TABLE])
             inputs.append(self._suppressed_pending(wide.state_rows(stored), state))
-        for pinned in sorted(reads.partition_versions):
-            snapshot = (
-                master
-                if pinned == master.version
-                else self.engine.snapshot(self.master_path, pinned)
-            )
-            table, files = self._partition(
-                snapshot, position.partition, position.partitions, plan["scan"]
-            )
+        for pinned, table, files in self._partitions(plan, position, master, reads):
             rows = self.engine.read_files(table, files).select(*self.spec.master_columns)
             partitions.append(wide.partition_rows(rows, pinned))
             report.master_bytes_read += sum(f.size_bytes for f in files)
@@ -778,18 +770,25 @@ class SsbjStage:
         self, plan: dict[str, Any], position: StepPosition, master: Snapshot, reads: Schedule
     ) -> int:
         """The master rows the step's partitions hold, from the log (no read)."""
-        total = 0
-        for pinned in reads.partition_versions:
+        return sum(_rows(files) for _, _, files in self._partitions(plan, position, master, reads))
+
+    def _partitions(
+        self, plan: dict[str, Any], position: StepPosition, master: Snapshot, reads: Schedule
+    ) -> list[tuple[int, Snapshot, list[DataFile]]]:
+        """(pinned master version, table version, files) of the step's partition of every
+        master version it meets, in version order (:meth:`_partition`)."""
+        found = []
+        for pinned in sorted(reads.partition_versions):
             snapshot = (
                 master
                 if pinned == master.version
                 else self.engine.snapshot(self.master_path, pinned)
             )
-            _, files = self._partition(
+            table, files = self._partition(
                 snapshot, position.partition, position.partitions, plan["scan"]
             )
-            total += _rows(files)
-        return total
+            found.append((pinned, table, files))
+        return found
 
     def _in_driver(self, reads: Schedule, wide: ssbj.WideTable, routing: KeyRouting) -> bool:
         """Whether a collected step reads and lays out its rows in the driver too (no Spark
@@ -841,16 +840,8 @@ class SsbjStage:
         # costs the scan of its key columns, not its rows' memory.
         asked = wide.asked_keys(inputs)
         bounds = asked.bounds() if asked is not None else {}
-        for pinned in sorted(reads.partition_versions):
-            snapshot = (
-                master
-                if pinned == master.version
-                else self.engine.snapshot(self.master_path, pinned)
-            )
-            table, files = self._partition(
-                snapshot, position.partition, position.partitions, plan["scan"]
-            )
-            files = [f for f in files if _may_hold(f, bounds)]
+        for pinned, table, partition in self._partitions(plan, position, master, reads):
+            files = [f for f in partition if _may_hold(f, bounds)]
             rows = self.engine.read_arrow(
                 table,
                 files,

@@ -40,6 +40,21 @@ NEW_ROWS = [(1, 7, T0, 3), (2, None, T0, 3), (3, -5, None, 4), (4, 2**31 - 1, T0
 MASTER_ROWS = [(7, "seven", 1.5), (None, "none", 0.0), (-5, "minus", -0.0), (8, None, None)]
 
 
+def new_rows_arrow() -> pa.Table:
+    """NEW_ROWS as the driver reads them (the stream's Arrow types)."""
+    return pa.Table.from_pylist(
+        [dict(zip(STREAM.fieldNames(), row, strict=True)) for row in NEW_ROWS],
+        schema=pa.schema(
+            [
+                ("id", pa.int64()),
+                ("k", pa.int32()),
+                ("event_time", pa.timestamp("us", tz="UTC")),
+                (ssbj.INPUT_VERSION, pa.int64()),
+            ]
+        ),
+    )
+
+
 def rows_of(table: pa.Table) -> list[tuple[object, ...]]:
     return list(zip(*(c.to_pylist() for c in table.columns), strict=True))
 
@@ -81,17 +96,7 @@ def test_driver_keyed_rows_equal_sparks(spark: SparkSession, routing: KeyRouting
         routing,
         semi_join=False,
     ).toArrow()
-    arrow_new = pa.Table.from_pylist(
-        [dict(zip(STREAM.fieldNames(), row, strict=True)) for row in NEW_ROWS],
-        schema=pa.schema(
-            [
-                ("id", pa.int64()),
-                ("k", pa.int32()),
-                ("event_time", pa.timestamp("us", tz="UTC")),
-                (ssbj.INPUT_VERSION, pa.int64()),
-            ]
-        ),
-    )
+    arrow_new = new_rows_arrow()
     arrow_master = pa.Table.from_pylist(
         [dict(zip(MASTER.fieldNames(), row, strict=True)) for row in MASTER_ROWS]
     )
@@ -127,17 +132,7 @@ def test_asked_keys_keep_every_master_row_a_tuple_or_pending_tuple_asks_for() ->
     """New tuples ask for 7, -5 and 2^31-1 (a null key asks for nothing), the pending one
     for 8; cache rows ask for nothing. The filter keeps exactly the master rows of those
     keys, and the asked range bounds which files may hold them."""
-    arrow_new = pa.Table.from_pylist(
-        [dict(zip(STREAM.fieldNames(), row, strict=True)) for row in NEW_ROWS],
-        schema=pa.schema(
-            [
-                ("id", pa.int64()),
-                ("k", pa.int32()),
-                ("event_time", pa.timestamp("us", tz="UTC")),
-                (ssbj.INPUT_VERSION, pa.int64()),
-            ]
-        ),
-    )
+    arrow_new = new_rows_arrow()
     asked = WIDE.asked_keys(
         [WIDE.stream_rows_arrow(arrow_new), WIDE.state_rows_arrow(state_table())]
     )
