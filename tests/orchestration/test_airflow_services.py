@@ -121,10 +121,20 @@ class Airflow:
         return json.dumps(found["content"])
 
 
+# Airflow schedules the latest complete interval when its scheduler starts (catchup off): a
+# test begun just before the hour would expect the interval before the one it gets.
+HOUR_MARGIN = dt.timedelta(minutes=3)
+
+
 def interval_start() -> dt.datetime:
-    """The start of the last complete hourly interval."""
-    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
-    return now - dt.timedelta(hours=1)
+    """The start of the last complete hourly interval, once it stays the last for the
+    test's duration (within ``HOUR_MARGIN`` of the next hour, the hour is waited out)."""
+    now = dt.datetime.now(dt.UTC)
+    next_hour = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    if next_hour - now < HOUR_MARGIN:
+        time.sleep((next_hour - now).total_seconds() + 1)
+        now = dt.datetime.now(dt.UTC)
+    return now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
 
 
 def prepare_pipeline(work: Path, start: dt.datetime) -> None:
