@@ -57,6 +57,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from benchmarks.revision import short_commit
+
 REPO = Path(__file__).resolve().parent.parent
 logger = logging.getLogger("interval_cost")
 
@@ -1159,17 +1161,6 @@ def report(shape: Shape, results: Sequence[ModeResult], commit: str) -> list[str
     return lines
 
 
-def _commit() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or "unknown"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -1190,7 +1181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--intervals: at least 2 (the first is warm-up)")
     OVERRIDES[:] = args.overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    commit = _commit()
+    commit = short_commit(REPO) or "unknown"
     lines: list[str] = []
     problems: list[str] = []
     for name in args.shapes:

@@ -101,6 +101,8 @@ ADMISSION_HORIZON_VERSIONS = 256
 # tuple asks for before any is decoded (measured on a 6-tuple step: the semi-join's job
 # was 0.5 s of 3.7 s; at SF10 a partition of 1M rows for 80k tuples still pays for it).
 SEMI_JOIN_ROWS_PER_TUPLE = 10
+# (pinned master version, the table version read, its files) of a step's master partitions.
+PartitionScans = list[tuple[int, Snapshot, list[DataFile]]]
 # The operator-state layout this driver writes; state without it is from a release that
 # kept H_S, H_R and the counters in separate tables.
 STATE_LAYOUT = 2
@@ -627,18 +629,17 @@ class SsbjStage:
         )
         asking = self._asking_tuples(state, plan)
         routing = self._routing(state)
+        scans = self._partitions(plan, position, master, reads)
         # In the driver the master rows no tuple asks for are dropped as each file is read,
         # so only what the step keeps counts against the limit; a Spark collect ships them.
         in_driver = self._in_driver(reads, wide, routing) and self._collects(state, asking, 0)
         collects = in_driver or self._collects(
-            state, asking, self._partition_rows(plan, position, master, reads)
+            state, asking, sum(_rows(files) for _, _, files in scans)
         )
         keyed_in_driver: pa.Table | None = None
         if in_driver:
             try:
-                keyed_in_driver = self._keyed_arrow(
-                    state, plan, position, master, reads, wide, routing, report
-                )
+                keyed_in_driver = self._keyed_arrow(state, plan, scans, wide, routing, report)
             except (pa.ArrowException, OSError, MemoryError) as e:
                 # OSError: pyarrow's I/O errors (a transient object-store read), which a
                 # Spark task would have retried.
@@ -647,7 +648,7 @@ class SsbjStage:
             deltas = BucketDeltas()
         else:
             inputs, partitions, deltas = self._inputs(
-                state, plan, position, master, reads, wide, new_rows, report
+                state, plan, scans, master, reads, wide, new_rows, report
             )
         stream_key, master_key = wide.plan_positions()
         step_plan = StepPlan(
@@ -744,7 +745,7 @@ class SsbjStage:
         self,
         state: dict[str, Any],
         plan: dict[str, Any],
-        position: StepPosition,
+        scans: PartitionScans,
         master: Snapshot,
         reads: Schedule,
         wide: ssbj.WideTable,
@@ -752,13 +753,13 @@ class SsbjStage:
         report: SsbjStepReport,
     ) -> tuple[list[DataFrame], list[DataFrame], BucketDeltas]:
         """The step's wide inputs (new tuples, stored state, master changes) and the master
-        partition rows of every version it meets."""
+        partition rows of every version it meets (``scans``: :meth:`_partitions`)."""
         inputs = [wide.stream_rows(new_rows)]
         partitions: list[DataFrame] = []
         if STATE_TABLE in plan["tables"]:
             stored = self.engine.read(self.state_path, version=plan["tables"][STATE_TABLE])
             inputs.append(self._suppressed_pending(wide.state_rows(stored), state))
-        for pinned, table, files in self._partitions(plan, position, master, reads):
+        for pinned, table, files in scans:
             rows = self.engine.read_files(table, files).select(*self.spec.master_columns)
             partitions.append(wide.partition_rows(rows, pinned))
             report.master_bytes_read += sum(f.size_bytes for f in files)
@@ -766,17 +767,12 @@ class SsbjStage:
         deltas, changed = self._deltas(reads, master, wide)
         return inputs + changed, partitions, deltas
 
-    def _partition_rows(
-        self, plan: dict[str, Any], position: StepPosition, master: Snapshot, reads: Schedule
-    ) -> int:
-        """The master rows the step's partitions hold, from the log (no read)."""
-        return sum(_rows(files) for _, _, files in self._partitions(plan, position, master, reads))
-
     def _partitions(
         self, plan: dict[str, Any], position: StepPosition, master: Snapshot, reads: Schedule
-    ) -> list[tuple[int, Snapshot, list[DataFile]]]:
+    ) -> PartitionScans:
         """(pinned master version, table version, files) of the step's partition of every
-        master version it meets, in version order (:meth:`_partition`)."""
+        master version it meets, in version order (:meth:`_partition`), from the logs: the
+        collect estimate counts their rows, and either read takes them."""
         found = []
         for pinned in sorted(reads.partition_versions):
             snapshot = (
@@ -808,9 +804,7 @@ class SsbjStage:
         self,
         state: dict[str, Any],
         plan: dict[str, Any],
-        position: StepPosition,
-        master: Snapshot,
-        reads: Schedule,
+        scans: PartitionScans,
         wide: ssbj.WideTable,
         routing: KeyRouting,
         report: SsbjStepReport,
@@ -840,7 +834,7 @@ class SsbjStage:
         # costs the scan of its key columns, not its rows' memory.
         asked = wide.asked_keys(inputs)
         bounds = asked.bounds() if asked is not None else {}
-        for pinned, table, partition in self._partitions(plan, position, master, reads):
+        for pinned, table, partition in scans:
             files = [f for f in partition if _may_hold(f, bounds)]
             rows = self.engine.read_arrow(
                 table,

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.revision import has_uncommitted_changes, short_commit
 from tests.soak.trial import TrialCheck, TrialPlan, check_trial, make_trial
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -246,24 +247,6 @@ def state_stores_for(trials: int, postgres_every: int) -> Iterator[list[str | No
         server.stop()
 
 
-def commit_hash() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--trials", type=int, default=100)
@@ -299,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     print(result.summary())
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(result.markdown(commit_hash()))
+        args.out.write_text(
+            result.markdown(
+                short_commit(REPO_ROOT) + ("+dirty" if has_uncommitted_changes(REPO_ROOT) else "")
+            )
+        )
         print(f"wrote {args.out}")
     return 0 if result.ok else 1
 
