@@ -40,6 +40,7 @@ from joins.key_routing import BucketLoad, KeyRouting, task_labels
 from joins.ssbj_algorithm import StepPlan
 from joins.ssbj_buckets import (
     ADDED,
+    ASKING_ROLES,
     BUCKET,
     CACHE,
     CACHE_CHANGE,
@@ -79,6 +80,7 @@ from joins.ssbj_buckets import (
     master_field,
     stream_field,
 )
+from joins.ssbj_late import LATE, LATE_SINCE, WAITING_SINCE, LateRule
 from warehouse.delta.api import ADDED_CHANGES, REMOVED_CHANGES
 from warehouse.delta.schema import spark_to_arrow
 
@@ -322,7 +324,7 @@ class WideTable:
         values = self._join_values()
         names = [f"_join_value_{i}" for i in range(len(values))]
         if partitions and semi_join:
-            asked = union.where(F.col(ROLE).isin(NEW, PENDING, MARKED)).select(*values).distinct()
+            asked = union.where(F.col(ROLE).isin(*ASKING_ROLES)).select(*values).distinct()
             met = _union(partitions).select("*", *values).join(asked, names, "left_semi")
             union = union.unionByName(met.drop(*names))
         elif partitions:
@@ -410,7 +412,7 @@ class WideTable:
         value, but two to Arrow's ``is_in``): those partitions are read whole."""
         union = pa.concat_tables(inputs)
         asking = union.filter(
-            pc.is_in(union.column(ROLE), value_set=pa.array([NEW, PENDING, MARKED], pa.string()))
+            pc.is_in(union.column(ROLE), value_set=pa.array(ASKING_ROLES, pa.string()))
         )
         asked = []
         for m, values in zip(self.spec.master_keys, self._join_values_arrow(asking), strict=True):
@@ -444,14 +446,19 @@ class WideTable:
         top_keys: int = 16,
         tracked: Sequence[int] | None = None,
         sketch: SketchShape | None = None,
+        late: LateRule | None = None,
+        late_waits: bool = False,
     ) -> Callable[[pa.Table], pa.Table]:
         """Algorithm 1 over one bucket's rows. Each bucket reports its ``top_keys`` heaviest
         keys; with ``sketch``, only the ``tracked`` key hashes are instrumented and each
-        bucket reports an ASketch of its new tuples (``joins.ssbj_buckets.bucket_step``)."""
+        bucket reports an ASketch of its new tuples; ``late`` keeps the tuples no master
+        row answered waiting (``joins.ssbj_buckets.bucket_step``)."""
         label_of = task_labels(routing.buckets)
         owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
         ways = {h: 1 + len(replicas) for h, replicas in routing.split}
-        return bucket_function(self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways)
+        return bucket_function(
+            self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways, late, late_waits
+        )
 
     def step_in_driver(self, keyed: pa.Table, function: Callable[[pa.Table], pa.Table]) -> pa.Table:
         """:meth:`step`'s result from :meth:`keyed_rows` collected into the driver: each
@@ -624,11 +631,16 @@ def summary_of(result: DataFrame) -> DataFrame:
 
 
 def pending_tuples(state: DataFrame) -> DataFrame:
-    """H_S from a state table: the stream tuples (their own names) and their entry step."""
+    """The tuples a state table holds unanswered, H_S and the late rows: the stream
+    tuples (their own names), their entry step (null for a late row) and
+    :data:`WAITING_SINCE`, when a tuple that waits for a late master row first met none
+    (null for the others)."""
     prefix = stream_field("")
     stream = [c for c in state.columns if c.startswith(prefix)]
-    return state.where(F.col(ROLE) == PENDING).select(
-        *[F.col(c).alias(c[len(prefix) :]) for c in stream], F.col(ENTRY_STEP)
+    return state.where(F.col(ROLE).isin(PENDING, LATE)).select(
+        *[F.col(c).alias(c[len(prefix) :]) for c in stream],
+        F.col(ENTRY_STEP),
+        F.timestamp_micros(F.col(LATE_SINCE)).alias(WAITING_SINCE),
     )
 
 
@@ -636,10 +648,11 @@ def pending_tuples_arrow(state: pa.Table) -> pa.Table:
     """:func:`pending_tuples` of a state table read into the driver."""
     prefix = stream_field("")
     stream = [c for c in state.column_names if c.startswith(prefix)]
-    rows = state.filter(pc.equal(state.column(ROLE), PENDING))
+    rows = state.filter(pc.is_in(state.column(ROLE), pa.array([PENDING, LATE])))
+    since = rows.column(LATE_SINCE).cast(pa.int64()).cast(pa.timestamp("us", "UTC"))
     return pa.table(
-        [*[rows.column(c) for c in stream], rows.column(ENTRY_STEP)],
-        names=[*[c[len(prefix) :] for c in stream], ENTRY_STEP],
+        [*[rows.column(c) for c in stream], rows.column(ENTRY_STEP), since],
+        names=[*[c[len(prefix) :] for c in stream], ENTRY_STEP, WAITING_SINCE],
     )
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from cache.inequality import (
@@ -260,6 +261,11 @@ class StepCounts:
     pending_rows: int = 0
     cache_rows: int = 0  # H_R rows, an empty entry counting as one
     counter_rows: int = 0  # join values with counters (f_count, s_count) after the step
+    # Of the counts above, the tuples returning from the late rows (``run_step``'s
+    # ``returning``): in, answered from H_R, and answered there without a row.
+    returned: int = 0
+    returned_hits: int = 0
+    returned_hits_unmatched: int = 0
 
 
 @dataclass
@@ -317,6 +323,7 @@ def run_step(
     switch_delta: MasterDelta | None = None,
     tracked: frozenset[Key] | None = None,
     spread: Mapping[Key, int] | None = None,
+    returning: Sequence[Row] = (),
 ) -> StepResult:
     """One iteration of Algorithm 1's outer loop (lines 3–51) for one bucket.
 
@@ -336,6 +343,11 @@ def run_step(
     its owner, ``joins.key_routing``) to the number of those buckets: the owner holds that
     share of the value's H_S, so line 33 weighs ``|H_S(j)|`` times it, the value's whole
     H_S, as the unsplit value would be weighed.
+
+    ``returning`` (beyond the paper) are tuples that met no master row at an older version
+    and come back for the plan's newer one (``operator.late_master``,
+    ``joins.ssbj_late``): each is a new tuple of this step, probing H_R then entering H_S
+    for a cycle at the plan's version, and is counted in the ``returned*`` counts too.
     """
     position = plan.position
     counts = StepCounts()
@@ -379,7 +391,8 @@ def run_step(
 
     # Cache phase, lines 15–23.
     version = plan.master_version
-    for row in new_tuples:
+    returned = len(returning)
+    for n, row in enumerate(chain(returning, new_tuples)):
         counts.tuples_in += 1
         key = plan.stream_key_of(row)
         entry = cache.get(key) if plan.use_cache and not has_null(key) else None
@@ -394,6 +407,10 @@ def run_step(
         elif plan.left_join:
             output.append((row, None, None))
             counts.cache_hits_unmatched += 1
+        if n < returned:
+            counts.returned_hits += 1
+            counts.returned_hits_unmatched += 0 if entry or not plan.left_join else 1
+    counts.returned = returned
 
     if plan.use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
         # Line 33, once per value at the start of the switching cycle, over H_S with this

@@ -41,6 +41,15 @@ from joins.ssbj_algorithm import (
     join_value,
     run_step,
 )
+from joins.ssbj_late import (
+    LATE,
+    LATE_SINCE,
+    RETURNING,
+    LateRule,
+    SortedLateRows,
+    settle_unmatched,
+    sort_late_rows,
+)
 
 ROLE = "_role"
 BUCKET = "_bucket"
@@ -74,8 +83,11 @@ CACHE = "cache"
 COUNTER = "counter"
 MARKED = "marked"
 SWITCH = "switch"
-STATE_ROLES = (PENDING, CACHE, COUNTER, MARKED, SWITCH)
-STREAM_ROLES = (NEW, PENDING)
+STATE_ROLES = (PENDING, CACHE, COUNTER, MARKED, SWITCH, LATE)
+# Rows of stream tuples (placed by the tuple's join value), and those that ask for the
+# master rows of their value (partition rows no such row asks for can match nothing).
+STREAM_ROLES = (NEW, PENDING, LATE, RETURNING)
+ASKING_ROLES = (NEW, PENDING, MARKED, LATE, RETURNING)
 # Output roles
 OUT = "out"
 METRIC_ROLE = "metric"
@@ -293,22 +305,95 @@ def _columns(names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Any]]:
 
 
 def _gathered(source: pa.Table, layout: WideLayout, rows: Sequence[Row]) -> dict[str, Any]:
-    """The stream columns of decoded stream tuples, taken by position from ``source``."""
+    """The stream columns of decoded stream tuples, taken by position from ``source``,
+    with when each first met no master row (``joins.ssbj_late``: null for most)."""
     positions = pa.array([row[-1] for row in rows], pa.int64())
-    taken = source.select(layout.stream_fields).take(positions)
-    return {name: taken.column(name) for name in layout.stream_fields}
+    carried = [*layout.stream_fields, LATE_SINCE]
+    taken = source.select(carried).take(positions)
+    return {name: taken.column(name) for name in carried}
+
+
+@dataclass(frozen=True)
+class LateRows:
+    """A bucket's late rows sorted out for the step (``joins.ssbj_late``), and whether the
+    stage keeps tuples waiting (``late_master`` set; without, every waiting one expires)."""
+
+    rule: LateRule
+    waits: bool
+    sorted: SortedLateRows
+
+
+# Metrics of the late rows whose buckets' values the driver takes the least of, not the sum.
+LATE_MIN_METRICS = ("late_oldest_us", "late_min_version")
+
+
+def _settle(
+    result: StepResult, source: pa.Table, late: LateRows, layout: WideLayout, enc: _Encoder
+) -> tuple[list[tuple[Row, Row | None, int | None]], list[tuple[str, int]]]:
+    """The output rows a step with late rows emits, its new late rows (added to ``enc``)
+    and their metrics. ``output_rows`` becomes what is emitted."""
+    rule, out = late.rule, result.output
+    settled = settle_unmatched(out, source, rule, late.waits)
+    waiting = set(settled.waiting)
+    emitted = [
+        row
+        for i, row in enumerate(out)
+        if i not in waiting and (row[1] is not None or rule.left_join)
+    ]
+    gathered = _gathered(source, layout, [out[i][0] for i in settled.waiting])
+    gathered[LATE_SINCE] = pa.array(settled.since, pa.int64())
+    enc.add(LATE, len(settled.waiting), gathered | {PINNED_VERSION: settled.pinned})
+    kept = late.sorted.waiting
+    enc.add(LATE, kept.num_rows, {c: kept.column(c) for c in kept.column_names if c != ROLE})
+    expired = late.sorted.expired
+    if rule.left_join:
+        enc.add(OUT, expired.num_rows, {f: expired.column(f) for f in layout.stream_fields})
+    # Tuples that waited before carry a since: which of them were answered, which wait on.
+    since = source.column(LATE_SINCE)
+    carried = since.to_pylist() if since.null_count < len(since) else [None] * len(since)
+    answered = {s[-1] for s, m, _ in out if m is not None and carried[s[-1]] is not None}
+    pending_since = [carried[t.row[-1]] for t in result.state.pending]
+    waits_since = [
+        *settled.since,
+        *kept.column(LATE_SINCE).to_pylist(),
+        *(v for v in pending_since if v is not None),
+    ]
+    pinned = [*settled.pinned, *kept.column(PINNED_VERSION).to_pylist()]
+    result.counts.output_rows = len(emitted) + (expired.num_rows if rule.left_join else 0)
+    metrics = [
+        ("late_entered", sum(1 for i in settled.waiting if carried[out[i][0][-1]] is None)),
+        ("late_answered", len(answered)),
+        ("late_expired", settled.expired_waiters + expired.num_rows),
+        ("late_rows", len(settled.waiting) + kept.num_rows),
+        ("late_waiting", len(waits_since)),
+    ]
+    if waits_since:
+        metrics.append(("late_oldest_us", min(int(v) for v in waits_since if v is not None)))
+    if pinned:
+        metrics.append(("late_min_version", min(int(v) for v in pinned if v is not None)))
+    return emitted, metrics
 
 
 def encode_result(
-    result: StepResult, layout: WideLayout, plan: StepPlan, source: pa.Table, schema: pa.Schema
+    result: StepResult,
+    layout: WideLayout,
+    plan: StepPlan,
+    source: pa.Table,
+    schema: pa.Schema,
+    late: LateRows | None = None,
 ) -> pa.Table:
     """The step's output rows, the bucket's new state and its counters, as one table.
 
-    ``source`` is the bucket's input table, which decoded stream tuples point into."""
+    ``source`` is the bucket's input table, which decoded stream tuples point into. With
+    ``late`` the unmatched tuples of the output wait or expire (``joins.ssbj_late``), and
+    the bucket's late rows are sorted out of ``source`` already."""
     enc = _Encoder(schema)
     width = len(layout.master_columns)
     nothing: Row = (None,) * width
     out = result.output
+    late_metrics: list[tuple[str, int]] = []
+    if late is not None:
+        out, late_metrics = _settle(result, source, late, layout, enc)
     enc.add(
         OUT,
         len(out),
@@ -351,6 +436,7 @@ def encode_result(
     collected = [row for rows in state.switch_buffer.values() for row in rows]
     enc.add(SWITCH, len(collected), _columns(layout.master_fields, collected))
     metrics = [(f.name, int(getattr(result.counts, f.name))) for f in fields(StepCounts)]
+    metrics += late_metrics
     enc.add(
         METRIC_ROLE,
         len(metrics),
@@ -422,6 +508,8 @@ def bucket_step(
     tracked: Sequence[int] | None = None,
     sketch: SketchShape | None = None,
     split_ways: Mapping[int, int] | None = None,
+    late: LateRule | None = None,
+    late_waits: bool = False,
 ) -> pa.Table:
     """Run one step for the rows of one bucket (any role mix) and encode what it yields.
 
@@ -446,6 +534,11 @@ def bucket_step(
     the bucket reports an ASketch of the shape ``sketch`` over its new tuples' key hashes
     (role ``key_sketch``, :func:`new_key_sketch`), which the operator merges across buckets
     to choose the next step's tracked values. Both need the key hash column.
+
+    ``late`` (a stage whose tuples may wait for late master rows, ``joins.ssbj_late``)
+    sorts out the bucket's late rows first and settles the unmatched tuples after; the
+    plan must then be a left join's (Algorithm 1 emits every tuple that met no row), and
+    ``late_waits`` says whether such tuples wait at all.
     """
     if (plan.stream_key, plan.master_key) != (
         layout.stream_key_positions,
@@ -455,6 +548,8 @@ def bucket_step(
             f"plan key positions {plan.stream_key}/{plan.master_key} do not match the "
             f"decoded rows' {layout.stream_key_positions}/{layout.master_key_positions}"
         )
+    if late is not None and not plan.left_join:
+        raise ValueError("a step that keeps late rows runs Algorithm 1 as a left join")
     names = table.schema.names
     if KEY_HASH in names:
         table = unasked_partition_rows_dropped(table)
@@ -472,10 +567,17 @@ def bucket_step(
     partial = new_key_sketch(table, layout, sketch) if sketch is not None else None
     spread = _owned_spread(table, split_owners or {}, split_ways or {}, layout, plan)
     table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
+    late_rows = None
+    if late is not None:
+        sorted_rows = sort_late_rows(table, late)
+        table = sorted_rows.table
+        late_rows = LateRows(late, late_waits, sorted_rows)
     roles = _Roles(table)
     state = decode_state(roles, layout, plan)
     new, _ = roles.stream_tuples(NEW, layout)
+    returning, _ = roles.stream_tuples(RETURNING, layout)
     wanted = {t.key for t in state.pending} | {plan.stream_key_of(row) for row in new}
+    wanted |= {plan.stream_key_of(row) for row in returning}
     wanted |= set(state.switch_buffer)
     result = run_step(
         plan,
@@ -486,6 +588,7 @@ def bucket_step(
         switch_delta=_delta(roles, SWITCH_CHANGE, deltas.switch, layout),
         tracked=tracked_keys,
         spread=spread,
+        returning=returning,
     )
     if replica_keys:
         kept = result.state
@@ -493,9 +596,9 @@ def bucket_step(
         kept.switch_buffer = {k: v for k, v in kept.switch_buffer.items() if k not in replica_keys}
         result.counts.cache_rows = sum(max(1, len(rows)) for rows in kept.cache.values())
     if loads is None:
-        return encode_result(result, layout, plan, table, table.schema)
+        return encode_result(result, layout, plan, table, table.schema, late_rows)
     schema = pa.schema([*table.schema, *LOAD_FIELDS])
-    encoded = encode_result(result, layout, plan, table, schema)
+    encoded = encode_result(result, layout, plan, table, schema, late_rows)
     enc = _Encoder(schema)
     enc.add(KEY_LOAD, loads.num_rows, {name: loads.column(name) for name in loads.column_names})
     if partial is not None:
@@ -523,7 +626,7 @@ def unasked_partition_rows_dropped(table: pa.Table) -> pa.Table:
     if not pc.any(partition).as_py():
         return table
     hashes = table.column(KEY_HASH)
-    asking = pc.is_in(roles, value_set=pa.array([NEW, PENDING, MARKED]))
+    asking = pc.is_in(roles, value_set=pa.array(ASKING_ROLES))
     asked = pc.unique(hashes.filter(asking))
     return table.filter(pc.or_(pc.invert(partition), pc.is_in(hashes, value_set=asked)))
 
@@ -612,12 +715,24 @@ def bucket_function(
     tracked: Sequence[int] | None = None,
     sketch: SketchShape | None = None,
     split_ways: Mapping[int, int] | None = None,
+    late: LateRule | None = None,
+    late_waits: bool = False,
 ) -> Callable[[pa.Table], pa.Table]:
     """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
 
     def run(table: pa.Table) -> pa.Table:
         return bucket_step(
-            table, layout, plan, deltas, top_keys, split_owners, tracked, sketch, split_ways
+            table,
+            layout,
+            plan,
+            deltas,
+            top_keys,
+            split_owners,
+            tracked,
+            sketch,
+            split_ways,
+            late,
+            late_waits,
         )
 
     return run

@@ -401,8 +401,9 @@ class SsbjParams(Strict):
         default=None,
         description=(
             "wait for master rows that arrive after the tuples that need them (the "
-            "late-arriving dimension); kept by the plain join: mode baseline, or auto, which "
-            "then picks it (pipeline/late_master.py)"
+            "late-arriving dimension): the plain join keeps them in a late table "
+            "(pipeline/late_master.py), SSBJ and MESHJOIN in their state (joins/ssbj_late.py); "
+            "auto picks the plain join for such a stage"
         ),
     )
     sketch_depth: int = Field(
@@ -414,12 +415,6 @@ class SsbjParams(Strict):
 
     @model_validator(mode="after")
     def _options_that_need_others(self) -> SsbjParams:
-        if self.late_master is not None and self.mode in ("ssbj", "meshjoin"):
-            raise ValueError(
-                f"late_master: the plain join waits for late master rows; mode {self.mode!r} "
-                "does not yet (use mode: baseline, or auto, which picks the plain join for a "
-                "stage with late_master)"
-            )
         if self.key_counts == "sketch" and self.mode not in ("ssbj", "auto"):
             raise ValueError(
                 f"key_counts: sketch bounds the counters of SSBJ's cache; mode {self.mode!r} "

@@ -10,18 +10,24 @@ the operator's state table.
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from joins.ssbj import ENTRY_STEP, pending_tuples, pending_tuples_arrow
+from joins.ssbj_late import WAITING_SINCE
 from pipeline.config import EquiStage, PipelineConfig
+from pipeline.late_master import waiting_ages, waiting_ages_arrow
+from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj_stage import SsbjStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import EquiBaselineDriver
-from quality.audit_views import pending_ages, pending_ages_arrow
+from quality.audit_views import MAX_AGE_STEPS, pending_ages, pending_ages_arrow
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
@@ -87,10 +93,22 @@ class SsbjDriver:
         return pending_tuples(self.engine.read(self.operator.state_path, version=version))
 
     def pending_ages(self, id_column: str) -> DataFrame | None:
+        """Steps waited by the tuples in H_S, and intervals waited by those waiting for a
+        late master row (``pipeline.late_master.waiting_ages``)."""
         state = self.operator.state_frame()
         if state is None:
             return None
-        return pending_ages(pending_tuples(state), id_column, ENTRY_STEP, *self._age_steps())
+        tuples = pending_tuples(state)
+        waiting = F.col(WAITING_SINCE).isNotNull()
+        in_cycle = pending_ages(tuples.where(~waiting), id_column, ENTRY_STEP, *self._age_steps())
+        late = waiting_ages(
+            tuples.where(waiting).withColumnRenamed(WAITING_SINCE, LATE_SINCE),
+            id_column,
+            *self._late_wait(),
+            datetime.now(UTC),
+        )
+        most = F.lit(self._late_max_age()).cast("long")
+        return in_cycle.unionByName(late.withColumn(MAX_AGE_STEPS, most))
 
     def input_accounting(
         self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
@@ -106,14 +124,45 @@ class SsbjDriver:
         if not self.engine.exists(self.operator.state_path):
             return None
         state = self.engine.read_arrow(self.engine.snapshot(self.operator.state_path))
-        return pending_ages_arrow(
-            pending_tuples_arrow(state), id_column, ENTRY_STEP, *self._age_steps()
+        tuples = pending_tuples_arrow(state)
+        waiting = pc.is_valid(tuples.column(WAITING_SINCE))
+        in_cycle = pending_ages_arrow(
+            tuples.filter(pc.invert(waiting)), id_column, ENTRY_STEP, *self._age_steps()
         )
+        late = waiting_ages_arrow(
+            tuples.filter(waiting).rename_columns(
+                [LATE_SINCE if c == WAITING_SINCE else c for c in tuples.column_names]
+            ),
+            id_column,
+            *self._late_wait(),
+            datetime.now(UTC),
+        )
+        most = self._late_max_age()
+        late = late.set_column(
+            late.schema.get_field_index(MAX_AGE_STEPS),
+            MAX_AGE_STEPS,
+            pa.array([most] * late.num_rows, pa.int64()),
+        )
+        return pa.concat_tables([in_cycle, late.cast(in_cycle.schema)])
 
     def input_accounting_arrow(
         self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
     ) -> pa.Table:
         return self._interval_join.input_accounting_arrow(tuples, waiting, id_column)
+
+    def _late_wait(self) -> tuple[timedelta, timedelta]:
+        """The stage's wait for late master rows (zero without ``late_master``) and its
+        schedule interval: ages of waiting tuples are counted in intervals."""
+        late = self._stage.operator.late_master
+        wait = late.wait_delta if late is not None else timedelta(0)
+        return wait, self.inputs.config.schedule.interval_delta
+
+    def _late_max_age(self) -> int:
+        """The most intervals a tuple waits for a late master row: its wait, the interval a
+        step may take to come, and one R-cycle of k steps (a tuple that returned for a
+        newer version is settled when its cycle ends)."""
+        wait, interval = self._late_wait()
+        return math.ceil(wait / interval) + 1 + self._stage.operator.partitions
 
     def _age_steps(self) -> tuple[int, int]:
         """The step the next pending tuple's age is counted to, and the most steps a tuple

@@ -74,12 +74,14 @@ from joins.ssbj_algorithm import Schedule, StepCounts, StepPlan, schedule
 from joins.ssbj_buckets import (
     KEY_LOAD,
     KEY_SKETCH,
+    LATE_MIN_METRICS,
     METRIC_ROLE,
     PENDING,
     ROLE,
     BucketDeltas,
     stream_field,
 )
+from joins.ssbj_late import LATE, LateRule
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
@@ -144,6 +146,20 @@ class SsbjStepReport:
     counter_rows: int = 0  # join values with counters in the state after the step
     tracked_keys: int = 0  # key_counts: sketch: the values the step counted (0 for exact)
     sketch_bytes: int = 0  # key_counts: sketch: the merged sketch's size
+    # Tuples that met no master row and wait for a newer version (``joins.ssbj_late``).
+    # Of the counts above (``tuples_in`` excepted, which counts the step's new input only),
+    # these many returned from the late rows; then how many answered from H_R, unmatched.
+    returned: int = 0
+    returned_hits: int = 0
+    returned_hits_unmatched: int = 0
+    late_waits: bool = False  # the stage keeps such tuples (``operator.late_master``)
+    late_entered: int = 0  # new input that met no row and waits
+    late_answered: int = 0  # tuples that had waited, answered this step
+    late_expired: int = 0  # tuples that had waited, whose wait ended unanswered
+    late_rows: int = 0  # late rows in the state after the step
+    late_waiting: int = 0  # tuples waiting after the step: late rows and returned ones in H_S
+    late_oldest_us: int | None = None  # when the longest-waiting of them first met no row
+    late_min_version: int | None = None  # the oldest version a late row met no row at
 
     def as_metrics(self) -> dict[str, float]:
         values: dict[str, float] = {
@@ -171,16 +187,36 @@ class SsbjStepReport:
             "counter_rows": self.counter_rows,
             "tracked_keys": self.tracked_keys,
             "sketch_bytes": self.sketch_bytes,
-            # Conservation view: every tuple in is served by the cache or waits in H_S.
-            "tuples_matched": self.cache_hits - self.cache_hits_unmatched,
-            "tuples_unmatched": self.cache_hits_unmatched,
-            "tuples_pending": self.entered_pending,
+            # Conservation view: every tuple in is served by the cache or waits.
+            "tuples_matched": self.new_matched,
+            "tuples_unmatched": self.new_unmatched,
+            "tuples_pending": self.tuples_in - self.new_matched - self.new_unmatched,
         }
+        if self.late_waits or self.late_waiting or self.late_expired:
+            values.update(
+                late_waiting=self.late_waiting,
+                late_answered=self.late_answered,
+                late_expired=self.late_expired,
+                late_entered=self.late_entered,
+            )
         if self.output_version is not None:
             values["output_version"] = self.output_version
         if self.memory_bytes is not None:
             values["memory_bytes"] = self.memory_bytes
         return values
+
+    @property
+    def new_matched(self) -> int:
+        """New input tuples answered from H_R at entry (returned ones not counted)."""
+        hits = self.cache_hits - self.cache_hits_unmatched
+        return hits - (self.returned_hits - self.returned_hits_unmatched)
+
+    @property
+    def new_unmatched(self) -> int:
+        """New input tuples H_R answered with no row, emitted or dropped at once: unless
+        they wait for a late master row (then they are pending)."""
+        fresh = self.cache_hits_unmatched - self.returned_hits_unmatched
+        return 0 if self.late_waits else fresh
 
 
 def _finite(value: float) -> float:
@@ -191,7 +227,8 @@ def _finite(value: float) -> float:
 
 def held_back(state: dict[str, Any] | None) -> str | None:
     """What the controller ``state`` still holds that a later step must finish, or None:
-    tuples waiting in H_S (their chunks) or a step that was planned and not completed.
+    tuples waiting in H_S (their chunks), a step that was planned and not completed, or
+    tuples waiting for late master rows.
 
     Such a stage must keep its SSBJ driver until a drain empties it (``pipeline.drivers``).
     """
@@ -201,6 +238,11 @@ def held_back(state: dict[str, Any] | None) -> str | None:
         return f"{int(state.get('pending_rows', 0))} tuple(s) wait in H_S"
     if state.get("plan"):
         return f"its step {state.get('next_step')} was planned and not completed"
+    if int(state.get("late_rows", 0)):
+        return (
+            f"{int(state['late_rows'])} tuple(s) wait for late master rows (they expire at "
+            "the next step once operator.late_master is removed)"
+        )
     return None
 
 
@@ -281,12 +323,41 @@ class SsbjStage:
         """True when a step from ``state`` (the controller state, read when not given)
         would have nothing to do: no tuple waits in H_S, no step is half done and (if the
         step would take input) no input version is new."""
-        if held_back(self._state() if state is None else state):
+        state = self._state() if state is None else state
+        if state.get("chunks") or state.get("plan") or self._late_rows_due(state):
             return False
         if not take_input or not self.engine.exists(self.input_path):
             return True
         offset = self.store.offset(self.stage.name)
         return self.engine.snapshot(self.input_path).version <= offset.input_version
+
+    def _late_rows_due(self, state: dict[str, Any]) -> bool:
+        """Whether a late row would return (the master has a version newer than one a late
+        row met no row at) or expire (the longest wait is over) at a step now."""
+        if not int(state.get("late_rows", 0)):
+            return False
+        oldest, version = state.get("late_oldest_us"), state.get("late_min_version")
+        if version is None or oldest is None:
+            return True
+        if self.engine.snapshot(self.master_path).version > int(version):
+            return True
+        return int(oldest) <= _now_us() - self._wait_us()
+
+    def _wait_us(self) -> int:
+        late = self.params.late_master
+        return int(late.wait_delta.total_seconds() * 1_000_000) if late is not None else 0
+
+    def _late_rule(self, state: dict[str, Any], plan: dict[str, Any]) -> LateRule | None:
+        """How the step settles tuples no master row answered, when the stage keeps them
+        waiting or late rows are left from when it did (``joins.ssbj_late``)."""
+        if self.params.late_master is None and not int(state.get("late_rows", 0)):
+            return None
+        return LateRule(
+            at_us=int(plan.get("at_us") or _now_us()),
+            wait_us=self._wait_us(),
+            left_join=self.spec.how == "left",
+            master_version=int(plan["master_version"]),
+        )
 
     def pending_rows(self) -> int:
         """Tuples in H_S after the last completed step (from the controller state)."""
@@ -411,6 +482,9 @@ class SsbjStage:
             input_to, backlog = admission.to_version, admission.backlog_rows
         plan = {
             "step": step,
+            # The step's time: waits for late master rows are measured to it, and a rerun
+            # of the step settles them alike.
+            "at_us": int(datetime.now(UTC).timestamp() * 1_000_000),
             "input_from": offset.input_version,
             "input_to": input_to,
             "backlog_rows": backlog,
@@ -618,11 +692,14 @@ class SsbjStage:
         sizes = self._sizes(state, new_rows, master)
         wide = ssbj.WideTable.of(self.spec, new_rows.schema, master.schema)
 
+        late = self._late_rule(state, plan)
         reads = schedule(
             position,
             version,
             self.use_cache,
-            takes_input=plan["input_to"] > plan["input_from"],
+            # Late rows may return, new tuples of the step pinned to its version.
+            takes_input=plan["input_to"] > plan["input_from"]
+            or (late is not None and int(state.get("late_rows", 0)) > 0),
             chunk_versions=[int(v) for v in state["chunks"].values()],
             cache_version=state["cache_version"],
             switch_version=state["switch_version"],
@@ -651,6 +728,7 @@ class SsbjStage:
                 state, plan, scans, master, reads, wide, new_rows, report
             )
         stream_key, master_key = wide.plan_positions()
+        report.late_waits = self.params.late_master is not None
         step_plan = StepPlan(
             step=step,
             position=position,
@@ -659,7 +737,8 @@ class SsbjStage:
             master_key=master_key,
             sizes=sizes,
             use_cache=self.use_cache,
-            left_join=self.spec.how == "left",
+            # Keeping late tuples, Algorithm 1 emits every tuple that met no row, to settle.
+            left_join=self.spec.how == "left" or late is not None,
             switch_factor=self.params.switch_factor,
             estimator=self.params.scount_estimator,
             switch_version=reads.collecting,
@@ -670,7 +749,14 @@ class SsbjStage:
         saved_sketch = self._saved_sketch(state, shape)
         tracked = self._tracked(shape, saved_sketch)
         function = wide.bucket_function(
-            step_plan, deltas, routing, self.params.rebalance_keys, tracked, shape
+            step_plan,
+            deltas,
+            routing,
+            self.params.rebalance_keys,
+            tracked,
+            shape,
+            late,
+            report.late_waits,
         )
         collected = None
         if keyed_in_driver is not None:
@@ -695,6 +781,11 @@ class SsbjStage:
 
         for counted in fields(StepCounts):  # the buckets' counts, summed (MESHJOIN: no H_R)
             setattr(report, counted.name, counts[counted.name])
+        report.tuples_in -= report.returned  # returning tuples are not new input
+        for name in ("late_entered", "late_answered", "late_expired", "late_rows", "late_waiting"):
+            setattr(report, name, counts[name])
+        report.late_oldest_us = counts.get("late_oldest_us")
+        report.late_min_version = counts.get("late_min_version")
         cache_version_before = state["cache_version"]
         self._complete(state, plan, position, report, master, reads)
         report.seconds = time.monotonic() - started
@@ -824,9 +915,8 @@ class SsbjStage:
                 rows, state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
             )
             if covered is not None:
-                rows = rows.filter(
-                    pc.invert(pc.and_(pc.equal(rows.column(ROLE), PENDING), covered))
-                )
+                held = pc.is_in(rows.column(ROLE), pa.array([PENDING, LATE]))
+                rows = rows.filter(pc.invert(pc.and_(held, covered)))
             inputs.append(rows)
         partitions = []
         read: list[DataFile] = []
@@ -850,8 +940,9 @@ class SsbjStage:
         return keyed
 
     def _asking_tuples(self, state: dict[str, Any], plan: dict[str, Any]) -> int:
-        """The tuples that probe this step's master partition: H_S after the last step and
-        the new input's rows (from the input's commit files, no Spark job)."""
+        """The tuples that probe this step's master partition: H_S after the last step, the
+        late rows (any may return) and the new input's rows (from the input's commit
+        files, no Spark job)."""
         new = 0
         if plan["input_to"] > plan["input_from"]:
             new = sum(
@@ -860,7 +951,7 @@ class SsbjStage:
                     self.input_path, int(plan["input_from"]), int(plan["input_to"])
                 )
             )
-        return int(state.get("pending_rows", 0)) + new
+        return int(state.get("pending_rows", 0)) + int(state.get("late_rows", 0)) + new
 
     def _collects(self, state: dict[str, Any], asking: int, master_rows: int) -> bool:
         """Whether this step's rows and result are expected to stay under
@@ -955,7 +1046,9 @@ class SsbjStage:
         load_rows = []
         sketches = []
         for role, name, value, label, key_hash, stored, probes, sketch in rows:
-            if role == METRIC_ROLE:
+            if role == METRIC_ROLE and name in LATE_MIN_METRICS:
+                counts[name] = min(int(value), counts.get(name, int(value)))
+            elif role == METRIC_ROLE:
                 counts[name] += int(value)
             elif role == KEY_LOAD:
                 load_rows.append((label, key_hash, stored, probes))
@@ -1158,10 +1251,14 @@ class SsbjStage:
         state["pending_rows"] = report.pending_rows
         state["cache_rows"] = report.cache_rows
         state["counter_rows"] = report.counter_rows
+        state["late_rows"] = report.late_rows
+        state["late_waiting"] = report.late_waiting
+        state["late_oldest_us"] = report.late_oldest_us
+        state["late_min_version"] = report.late_min_version
         state["next_step"] = step + 1
         state["plan"] = None
-        if report.tuples_in:
-            state["miss_rate"] = report.entered_pending / report.tuples_in
+        if report.tuples_in + report.returned:
+            state["miss_rate"] = report.entered_pending / (report.tuples_in + report.returned)
         sizes = self._known_sizes(state)
         if sizes is not None:  # Eq. 1's terms, from the sizes measured once per stage
             report.pending_bytes = int(report.pending_rows * sizes.stream_bytes)
@@ -1266,7 +1363,8 @@ class SsbjStage:
         )
         if covered is None:
             return frame
-        return frame.where(~((F.col(ROLE) == PENDING) & F.coalesce(covered, F.lit(False))))
+        held = F.col(ROLE).isin(PENDING, LATE)
+        return frame.where(~(held & F.coalesce(covered, F.lit(False))))
 
     @staticmethod
     def _known_sizes(state: dict[str, Any]) -> TupleSizes | None:
@@ -1304,6 +1402,10 @@ class SsbjStage:
         # a version pinned before the scan copy existed: split its files by bytes
         groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
         return snapshot, [f for f in snapshot.files if f.path in set(groups[index])]
+
+
+def _now_us() -> int:
+    return int(datetime.now(UTC).timestamp() * 1_000_000)
 
 
 def _utc(moment: str) -> datetime:

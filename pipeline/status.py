@@ -7,6 +7,7 @@ the answer comes in about a second, even while Spark is busy elsewhere.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow.compute as pc
@@ -43,6 +44,18 @@ def late_tuples(path: str) -> dict[str, Any]:
     return {"late_master_waiting": table.num_rows, "late_master_oldest_since": since}
 
 
+def ssbj_late_tuples(state: dict[str, Any] | None) -> dict[str, Any]:
+    """:func:`late_tuples` of an SSBJ stage, from its controller state (the late rows and
+    returned tuples its last step left, ``joins.ssbj_late``)."""
+    waiting = int((state or {}).get("late_waiting", 0))
+    if not waiting:
+        return {}
+    assert state is not None
+    oldest = state.get("late_oldest_us")
+    since = None if oldest is None else datetime.fromtimestamp(int(oldest) / 1e6, UTC)
+    return {"late_master_waiting": waiting, "late_master_oldest_since": since}
+
+
 def pipeline_status(
     config: PipelineConfig, store: StateStore, runs_shown: int = 5
 ) -> dict[str, Any]:
@@ -60,7 +73,10 @@ def pipeline_status(
             "versions_behind": max(0, latest - offset.input_version),
             "steps": offset.step_seq,
             "output": layout.staged(stage.output),
-            **late_tuples(late_table(layout, stage.name)),
+            **(
+                late_tuples(late_table(layout, stage.name))
+                or ssbj_late_tuples(store.operator_state(stage.name))
+            ),
         }
     streams = {}
     for name in config.streams:

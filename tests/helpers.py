@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +90,15 @@ def assert_imports_none_of(code: str, packages: Iterable[str], cwd: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
 
 
-def kill_harness_at(module: str, folder: Path, crash_at: str, cwd: Path) -> None:
-    """Run ``python -m <module> <folder>`` with the crash point ``crash_at`` armed
+def kill_harness_at(
+    module: str, folder: Path, crash_at: str, cwd: Path, args: Sequence[str] = ()
+) -> None:
+    """Run ``python -m <module> <folder> <args>`` with the crash point ``crash_at`` armed
     (``common.faults``) and check that it was killed there, not that it ended otherwise."""
     from common.faults import CRASH_ENV_VAR
 
     killed = subprocess.run(
-        [sys.executable, "-m", module, str(folder)],
+        [sys.executable, "-m", module, str(folder), *args],
         cwd=cwd,
         env={**os.environ, CRASH_ENV_VAR: crash_at},
         capture_output=True,

@@ -192,8 +192,10 @@ def duplicate_a_match(rows: DataFrame) -> DataFrame:
     return rows.unionByName(rows.where(F.col("mk").isNotNull()).limit(1))
 
 
-def drop_tuple(tuple_id: int) -> Callable[[DataFrame], DataFrame]:
-    return lambda rows: rows.where(F.col("id") != tuple_id)
+def drop_tuple(tuple_id: int, column: str = "id") -> Callable[[DataFrame], DataFrame]:
+    """Rows without tuple ``tuple_id`` (rows with a null ``column`` are kept: an SSBJ state
+    table's master rows)."""
+    return lambda rows: rows.where(~F.col(column).eqNullSafe(tuple_id))
 
 
 def null_key(tuple_id: int) -> Callable[[DataFrame], DataFrame]:

@@ -13,19 +13,31 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
 from pipeline.status import pipeline_status
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
+from warehouse.delta.api import EngineChoice
 
 
 class LateHarness(SsbjHarness):
     """The SSBJ harness's tiny pipeline with a plain join that waits for late master rows;
     it records each step's master version and each tuple's entry step."""
 
-    def __init__(self, spark: SparkSession, root: Path, how: str, wait: str | None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: Path,
+        how: str,
+        wait: str | None,
+        mode: str = "baseline",
+        engine: EngineChoice = "embedded",
+    ) -> None:
+        """``mode`` ``ssbj`` runs SSBJ with one partition: each step is a whole R-cycle, so
+        a tuple is settled at the step it enters or returns at, as the plain join's is."""
         operator = {"late_master": {"wait": wait}} if wait else {}
-        super().__init__(spark, root, "baseline", 1, 1, how, operator=operator)
-        self.root, self.how = root, how
+        super().__init__(spark, root, mode, 1, 1, how, operator=operator, engine=engine)
+        self.root, self.how, self.mode = root, how, mode
         self.steps: list[int] = []  # master version of each step
         self.entries: dict[int, tuple[int, int]] = {}  # id -> (key, entry step)
         self.expired_at: dict[int, int] = {}  # id -> the step its wait expired at
@@ -45,7 +57,7 @@ class LateHarness(SsbjHarness):
 
     def reconfigure(self, wait: str | None) -> None:
         operator = {"late_master": {"wait": wait}} if wait else {}
-        self.config = config_for(self.root, "baseline", 1, 1, self.how, operator=operator)
+        self.config = config_for(self.root, self.mode, 1, 1, self.how, operator=operator)
         self.runner = PipelineRunner(self.config, self.spark, self.engine, self.store)
 
     def late_oracle(self) -> list[tuple[Any, ...]]:
@@ -90,6 +102,15 @@ class LateHarness(SsbjHarness):
             ).fetchall()
         return rows
 
+    def late_versions(self) -> tuple[int, int]:
+        """The versions of the table that keeps the waiting tuples (the late table, or
+        SSBJ's state table) and of the output: a step that commits moves them."""
+        layout = self.layout
+        kept = late_table(layout, "enrich")
+        if self.mode != "baseline":
+            kept = layout.operator_state("enrich", "state")
+        return DeltaTable(kept).version(), DeltaTable(layout.staged("out")).version()
+
     def waiting(self) -> int:
         stage = pipeline_status(self.config, self.store)["stages"]["enrich"]
         return int(stage.get("late_master_waiting", 0))
@@ -118,7 +139,8 @@ def main(argv: list[str]) -> int:
     from warehouse.spark import SparkSettings, build_session
 
     spark = build_session(SparkSettings(master="local[1]", conf=TEST_SPARK_CONF))
-    run_late_scenario(LateHarness(spark, Path(argv[0]), "left", "1h"))
+    mode = argv[1] if len(argv) > 1 else "baseline"
+    run_late_scenario(LateHarness(spark, Path(argv[0]), "left", "1h", mode))
     return 0
 
 

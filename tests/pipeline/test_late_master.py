@@ -1,5 +1,6 @@
 """``operator.late_master``: tuples wait for master rows that arrive after them, through the
-runner, against a DuckDB oracle of the same rule.
+runner, against a DuckDB oracle of the same rule, for the plain join and for SSBJ with one
+partition (each step a whole R-cycle; ``tests/pipeline/test_ssbj_late.py`` has more).
 
 The oracle: a tuple entering at step ``e`` is probed at every step from ``e`` until its wait
 expires, each against that step's master version; it is answered from the first probed
@@ -16,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
@@ -45,20 +45,23 @@ def add_master_rows(h: LateHarness, rows: list[tuple[int, int, float]]) -> None:
     h.update_master(rows, [])
 
 
+MODES = ["baseline", "ssbj"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_tuples_wait_for_late_master_rows_and_take_the_first_version_with_their_key(
-    spark: SparkSession, tmp_path: Path, how: str
+    spark: SparkSession, tmp_path: Path, how: str, mode: str
 ) -> None:
-    h = LateHarness(spark, tmp_path, how, "1h")
+    h = LateHarness(spark, tmp_path, how, "1h", mode)
     h.load_master(MASTER, files=1)
     h.arrive([(0, 1), (1, 2), (2, 3), (3, 4)])
     h.step()  # keys 3 and 4 have no rows: they wait
     assert h.waiting() == 2
     assert_same_multiset(h.output(), h.late_oracle())
-    late = late_table(h.layout, "enrich")
-    versions = (DeltaTable(late).version(), DeltaTable(h.layout.staged("out")).version())
+    versions = h.late_versions()
     h.step()  # nothing new, the master as it was, no wait over: no step, no commit
-    assert (DeltaTable(late).version(), DeltaTable(h.layout.staged("out")).version()) == versions
+    assert h.late_versions() == versions
 
     add_master_rows(h, [(3, 0, 3.0), (3, 1, 3.5), (1, 0, -1.0)])  # key 3 lands, key 1 changes
     h.arrive([(4, 3), (5, 5), (6, 1)])
@@ -73,14 +76,15 @@ def test_tuples_wait_for_late_master_rows_and_take_the_first_version_with_their_
     assert versions[2] == versions[4] and versions[3] == versions[5] > versions[4]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_a_tuple_whose_wait_expires_is_emitted_unmatched_or_dropped(
-    spark: SparkSession, tmp_path: Path, how: str
+    spark: SparkSession, tmp_path: Path, how: str, mode: str
 ) -> None:
     """The wait is measured in time: a one-second wait has expired at a step two seconds
     later. Dropping ``late_master`` from the config expires every waiting tuple at the next
     step, so nothing is left behind in the late table."""
-    h = LateHarness(spark, tmp_path, how, "1s")
+    h = LateHarness(spark, tmp_path, how, "1s", mode)
     h.load_master(MASTER, files=1)
     h.arrive([(0, 1), (1, 9)])
     h.step()
@@ -100,11 +104,11 @@ def test_a_tuple_whose_wait_expires_is_emitted_unmatched_or_dropped(
     assert_same_multiset(h.output(), h.late_oracle())
 
 
-def test_late_master_is_refused_for_ssbj_and_auto_picks_the_plain_join(
+def test_late_master_config_and_auto_picks_the_plain_join(
     spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with pytest.raises(ValueError, match="late_master: the plain join waits"):
-        SsbjParams.model_validate({"mode": "ssbj", "late_master": {"wait": "1h"}})
+    for mode in ("ssbj", "meshjoin", "baseline"):
+        SsbjParams.model_validate({"mode": mode, "late_master": {"wait": "1h"}})
     with pytest.raises(ValueError, match="longer than zero"):
         SsbjParams.model_validate({"late_master": {"wait": "0s"}})
     with pytest.raises(ConfigError, match="wait"):
@@ -115,18 +119,24 @@ def test_late_master_is_refused_for_ssbj_and_auto_picks_the_plain_join(
     assert "auto chose baseline: operator.late_master is set" in caplog.text
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_the_audit_counts_waiting_tuples_as_pending_and_publishes_each_answer_once(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, mode: str
 ) -> None:
     """Write-audit-publish over a stage that waits for late master rows: a waiting tuple is
     one of the stage's pending tuples at each audit (the suite's conservation and freshness
     checks pass), its answer is published once when its key lands, and a step that loses a
-    waiting tuple from the late table fails row conservation."""
-    h = quality_harness(spark, tmp_path, mode="baseline", operator={"late_master": {"wait": "1h"}})
+    waiting tuple from the table that keeps it fails row conservation."""
+    h = quality_harness(spark, tmp_path, mode=mode, operator={"late_master": {"wait": "1h"}})
     late = late_table(h.layout, "enrich")
+    if mode == "ssbj":
+        late = h.layout.operator_state("enrich", "state")
     arrive_and_run(h, [(1, 1), (2, 3), (3, 9), (4, 4)], "r1")  # keys 3 and 9: no rows yet
     assert validate(h, "r1") == 0
-    assert {r["id"] for r in h.engine.read(late).collect()} == {2, 3}
+    kept = h.engine.read(late)
+    column = "id" if mode == "baseline" else "s__id"
+    assert {r[column] for r in kept.collect()} >= {2, 3}
+    assert len({r[column] for r in kept.collect() if r[column] is not None}) == 2
 
     h.update_master([(9, 0, 90.0)], [])
     arrive_and_run(h, [(5, 2)], "r2")  # tuple 3 is answered from this master version
@@ -136,40 +146,56 @@ def test_the_audit_counts_waiting_tuples_as_pending_and_publishes_each_answer_on
     assert {r[0] for r in published} == {1, 3, 4, 5}  # tuple 2 still waits
 
     h.arrive([(6, 3)])
-    with defect_in(h, late, drop_tuple(2)):
+    with defect_in(h, late, drop_tuple(2, column)):
         h.run("r3")
     with pytest.raises(ValidationFailedError, match="row conservation: a tuple vanished"):
         validate(h, "r3")
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> LateHarness:
-    """The late-master scenario run once without a crash: what every killed run must end as."""
-    reference = LateHarness(spark, tmp_path_factory.mktemp("reference"), "left", "1h")
-    run_late_scenario(reference)
-    assert reference.waiting() == 0
-    assert_same_multiset(reference.output(), reference.late_oracle())
-    return reference
+def uninterrupted(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, LateHarness]:
+    """The late-master scenario run once per mode without a crash: what every killed run
+    must end as."""
+    references = {}
+    for mode in MODES:
+        reference = LateHarness(spark, tmp_path_factory.mktemp(mode), "left", "1h", mode)
+        run_late_scenario(reference)
+        assert reference.waiting() == 0
+        assert_same_multiset(reference.output(), reference.late_oracle())
+        references[mode] = reference
+    return references
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "crash_at",
+    ("mode", "crash_at"),
     [
-        "late.after_output:2",  # step 2: answers appended, the late table not rewritten
-        "stage.after_output_commit:2",  # step 2: both written, the step not recorded done
+        # step 2: answers appended, the late table not rewritten
+        ("baseline", "late.after_output:2"),
+        # step 2: both written, the step not recorded done
+        ("baseline", "stage.after_output_commit:2"),
         # step 4, no new input: it emptied the late table, and is not recorded done
-        "stage.after_output_commit:4",
+        ("baseline", "stage.after_output_commit:4"),
+        # SSBJ step 2 (the second run): output appended, the state with its late rows not
+        ("ssbj", "ssbj.after_output:2"),
+        # SSBJ step 4 (no new input, tuples return): both written, the step not completed
+        ("ssbj", "ssbj.before_complete:4"),
     ],
 )
 def test_a_step_killed_between_its_commits_reruns_to_the_uninterrupted_result(
-    spark: SparkSession, tmp_path: Path, uninterrupted: LateHarness, crash_at: str
+    spark: SparkSession,
+    tmp_path: Path,
+    uninterrupted: dict[str, LateHarness],
+    mode: str,
+    crash_at: str,
 ) -> None:
-    kill_harness_at("tests.pipeline.late_harness", tmp_path, crash_at, REPO_ROOT)
-    resumed = LateHarness(spark, tmp_path, "left", "1h")
+    kill_harness_at("tests.pipeline.late_harness", tmp_path, crash_at, REPO_ROOT, [mode])
+    resumed = LateHarness(spark, tmp_path, "left", "1h", mode)
     run_late_scenario(resumed)
     assert resumed.waiting() == 0
-    assert_same_multiset(resumed.output(), uninterrupted.output())
+    assert_same_multiset(resumed.output(), uninterrupted[mode].output())
 
 
 def test_a_backfill_leaves_waiting_tuples_to_the_live_steps(

@@ -72,10 +72,9 @@ COMMIT_POINTS = ("delta.before_commit", "delta.after_commit")
 ENGINES = ("embedded", "native")
 # Modes of ``enrich`` by seed % 4.
 MODES = ("ssbj", "baseline", "ssbj", "auto")
-# Modes whose stage waits for late master rows (``operator.late_master``). The SSBJ driver
-# does not keep them yet (the config refuses the key); add "ssbj" here once it does: the
-# oracle's rules (:func:`_allowed`) do not depend on the mode.
-LATE_MASTER_MODES = ("baseline", "auto")
+# Modes whose stage waits for late master rows (``operator.late_master``): the plain join
+# keeps them in a late table (``auto`` picks it for such a stage), SSBJ in its state.
+LATE_MASTER_MODES = ("baseline", "auto", "ssbj")
 THETA_SCHEMES = ("auto", "adsp", "spark")
 # Exit codes a command may end with in a correct run (4: rejected files still in place).
 ALLOWED_EXIT = {
@@ -555,6 +554,7 @@ class StageSpec:
     columns: tuple[str, ...]  # the master's columns as the output carries them
     late: bool
     short_wait: bool
+    in_state: bool = False  # SSBJ keeps the waiting tuples in its state (joins/ssbj_late.py)
 
 
 def check_trial(root: Path) -> TrialCheck:
@@ -593,7 +593,15 @@ def check_trial(root: Path) -> TrialCheck:
         )
     late = plan.late_wait is not None
     stages = (
-        StageSpec("enrich", "out", "m", ("mk", "name"), late, plan.late_wait == "1s"),
+        StageSpec(
+            "enrich",
+            "out",
+            "m",
+            ("mk", "name"),
+            late,
+            plan.late_wait == "1s",
+            in_state=late and plan.mode == "ssbj",
+        ),
         StageSpec("promo", "outp", "p", ("pid", "lo", "hi", "pname"), False, False),
     )
     for stage in stages:
@@ -657,6 +665,12 @@ def _allowed(
       backfill (``_master_as_of`` falls back to the latest version: every master commit
       is later than the trial's 2024 intervals), unless the tuple was still waiting for a
       late master row then (the live steps answer those, once).
+    - SSBJ keeps a waiting tuple in its state (``stage.in_state``): it returns at a step
+      whose version is newer than the one it last met no row at and spends an R-cycle
+      against it, so it may be answered from any later step's version that has its key
+      (not only the first), or still wait at the end (a version that had its key came
+      while its cycle ran, and the final drain ended with its cycle); a backfill answers
+      it as it answers every tuple of the interval, and SSBJ suppresses it after.
     """
     steps = [c for c, command in enumerate(plan.commands) if command.kind in STEP_KINDS]
     backfills = [
@@ -676,6 +690,16 @@ def _allowed(
     probes = [c for c in steps if c > t.arrival]
     found = next((c for c in probes if has_key[versions[c][master]]), None)
     outcomes = []
+    if stage.in_state:
+        outcomes += [
+            rejoined(c, Outcome(versions[c][master]))
+            for c in probes
+            if has_key[versions[c][master]]
+        ]
+        outcomes.append(rejoined(t.arrival, Outcome(None)))
+        if stage.short_wait:
+            outcomes += [rejoined(c, Outcome(versions[c][master], unmatched=True)) for c in probes]
+        return outcomes
     if found is not None:
         outcomes.append(rejoined(found, Outcome(versions[found][master])))
     else:
@@ -758,8 +782,11 @@ def _check_stage(
     wh = root / "wh"
     silver = _by_id(_rows_of(wh / "silver" / stage.output, columns))
     gold = _by_id(_rows_of(wh / "gold" / stage.output, columns))
-    late_path = wh / "_operators" / stage.name / "late"
-    waiting = Counter(r[0] for r in _rows_of(late_path, ["id"]))
+    if stage.in_state:
+        kept = _rows_of(wh / "_operators" / stage.name / "state", ["_role", "s__id"])
+        waiting = Counter(tuple_id for role, tuple_id in kept if role == "late")
+    else:
+        waiting = Counter(r[0] for r in _rows_of(wh / "_operators" / stage.name / "late", ["id"]))
     expected: dict[str, Counter[Any]] = {"silver": Counter(), "gold": Counter(), "late": Counter()}
     wrong: list[str] = []
     for tuple_id, alts in alternatives.items():
