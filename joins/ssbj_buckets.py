@@ -568,6 +568,9 @@ def bucket_step(
     spread = _owned_spread(table, split_owners or {}, split_ways or {}, layout, plan)
     table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
     late_rows = None
+    if late is None and pc.any(pc.equal(table.column(ROLE), LATE)).as_py():
+        # Only a step that settles late rows may see them: another would drop them.
+        raise ValueError("a bucket holds late rows, but the step has no rule to settle them")
     if late is not None:
         sorted_rows = sort_late_rows(table, late)
         table = sorted_rows.table

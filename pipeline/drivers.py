@@ -158,8 +158,8 @@ class StageDrivers:
             raise ConfigError(
                 f"stages.{stage.name}: the config now runs it with the {kind} driver, but its "
                 f"SSBJ state is not empty ({held}); set operator.mode back to ssbj or "
-                "meshjoin and run `enrich drain` first, then change it (nothing was read or "
-                "written)"
+                "meshjoin and run `enrich drain` first (late rows: without "
+                "operator.late_master, one run), then change it (nothing was read or written)"
             )
 
     def _baseline(self, stage: EquiStage) -> EquiBaselineDriver:

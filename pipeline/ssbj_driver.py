@@ -11,6 +11,7 @@ the operator's state table.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj_stage import SsbjStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
-from pipeline.stateless_driver import EquiBaselineDriver
+from pipeline.stateless_driver import EquiBaselineDriver, without_tuples
 from quality.audit_views import MAX_AGE_STEPS, pending_ages, pending_ages_arrow
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
@@ -62,7 +63,9 @@ class SsbjDriver:
             ),
         )
         # A backfill is a stateless re-join of the interval.
-        self._interval_join = EquiBaselineDriver(stage, spark, engine, store, inputs)
+        self._interval_join = _IntervalJoin(
+            stage, spark, engine, store, inputs, self._waiting_tuples
+        )
 
     @property
     def stage(self) -> EquiStage:
@@ -78,6 +81,14 @@ class SsbjDriver:
         report, input_version = self._interval_join.replace_interval(start, end)
         self.operator.record_backfill(start, end, input_version)
         return report
+
+    def _waiting_tuples(self) -> DataFrame | None:
+        """The tuples that wait for late master rows in the operator's state (late rows
+        and returned ones in H_S), as stream tuples; None without a state table."""
+        state = self.operator.state_frame()
+        if state is None:
+            return None
+        return pending_tuples(state).where(F.col(WAITING_SINCE).isNotNull())
 
     def consumed_version(self) -> int:
         return self.store.offset(self._stage.name).input_version
@@ -195,3 +206,25 @@ class SsbjDrainingDriver(SsbjDriver):
 
     def step(self, run_id: str, steps: int | None = None) -> StageReport:
         return self.drain(run_id)
+
+
+class _IntervalJoin(EquiBaselineDriver):
+    """The stateless re-join of a backfilled interval for an SSBJ stage: without the
+    tuples that wait for late master rows in the operator's state, which the live steps
+    answer (as the plain join leaves those of its late table to them)."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+        waiting: Callable[[], DataFrame | None],
+    ) -> None:
+        super().__init__(stage, spark, engine, store, inputs)
+        self._waiting = waiting
+
+    def backfilled(self, rows: DataFrame) -> DataFrame:
+        waiting = self._waiting()
+        return rows if waiting is None else without_tuples(rows, waiting)

@@ -81,7 +81,7 @@ from joins.ssbj_buckets import (
     BucketDeltas,
     stream_field,
 )
-from joins.ssbj_late import LATE, LateRule
+from joins.ssbj_late import LATE_SINCE, LateRule
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
@@ -190,7 +190,7 @@ class SsbjStepReport:
             # Conservation view: every tuple in is served by the cache or waits.
             "tuples_matched": self.new_matched,
             "tuples_unmatched": self.new_unmatched,
-            "tuples_pending": self.tuples_in - self.new_matched - self.new_unmatched,
+            "tuples_pending": self.new_pending,
         }
         if self.late_waits or self.late_waiting or self.late_expired:
             values.update(
@@ -210,6 +210,15 @@ class SsbjStepReport:
         """New input tuples answered from H_R at entry (returned ones not counted)."""
         hits = self.cache_hits - self.cache_hits_unmatched
         return hits - (self.returned_hits - self.returned_hits_unmatched)
+
+    @property
+    def new_pending(self) -> int:
+        """New input tuples that entered H_S, and (keeping late tuples) those H_R answered
+        with no row, which wait as late rows: from the counters, not by difference, so
+        that the conservation check can fail."""
+        entered = self.entered_pending - (self.returned - self.returned_hits)
+        fresh = self.cache_hits_unmatched - self.returned_hits_unmatched
+        return entered + (fresh if self.late_waits else 0)
 
     @property
     def new_unmatched(self) -> int:
@@ -349,12 +358,15 @@ class SsbjStage:
 
     def _late_rule(self, state: dict[str, Any], plan: dict[str, Any]) -> LateRule | None:
         """How the step settles tuples no master row answered, when the stage keeps them
-        waiting or late rows are left from when it did (``joins.ssbj_late``)."""
-        if self.params.late_master is None and not int(state.get("late_rows", 0)):
+        waiting or late rows are left from when it did (``joins.ssbj_late``), by the
+        plan's time and wait (``None``: no ``late_master``, every waiting tuple expires)."""
+        wait = plan.get("late_wait_us")
+        if wait is None and not int(state.get("late_rows", 0)):
             return None
         return LateRule(
+            # A plan saved by a release without late rows has no time: none are settled.
             at_us=int(plan.get("at_us") or _now_us()),
-            wait_us=self._wait_us(),
+            wait_us=int(wait or 0),
             left_join=self.spec.how == "left",
             master_version=int(plan["master_version"]),
         )
@@ -482,9 +494,10 @@ class SsbjStage:
             input_to, backlog = admission.to_version, admission.backlog_rows
         plan = {
             "step": step,
-            # The step's time: waits for late master rows are measured to it, and a rerun
-            # of the step settles them alike.
-            "at_us": int(datetime.now(UTC).timestamp() * 1_000_000),
+            # The step's time and the stage's wait: late tuples are settled by them, and a
+            # rerun of the step (even after a config edit) settles them alike.
+            "at_us": _now_us(),
+            "late_wait_us": self._wait_us() if self.params.late_master is not None else None,
             "input_from": offset.input_version,
             "input_to": input_to,
             "backlog_rows": backlog,
@@ -693,6 +706,7 @@ class SsbjStage:
         wide = ssbj.WideTable.of(self.spec, new_rows.schema, master.schema)
 
         late = self._late_rule(state, plan)
+        waits = plan.get("late_wait_us") is not None
         reads = schedule(
             position,
             version,
@@ -728,7 +742,7 @@ class SsbjStage:
                 state, plan, scans, master, reads, wide, new_rows, report
             )
         stream_key, master_key = wide.plan_positions()
-        report.late_waits = self.params.late_master is not None
+        report.late_waits = waits
         step_plan = StepPlan(
             step=step,
             position=position,
@@ -915,7 +929,9 @@ class SsbjStage:
                 rows, state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
             )
             if covered is not None:
-                held = pc.is_in(rows.column(ROLE), pa.array([PENDING, LATE]))
+                held = pc.and_(
+                    pc.equal(rows.column(ROLE), PENDING), pc.is_null(rows.column(LATE_SINCE))
+                )
                 rows = rows.filter(pc.invert(pc.and_(held, covered)))
             inputs.append(rows)
         partitions = []
@@ -1363,7 +1379,9 @@ class SsbjStage:
         )
         if covered is None:
             return frame
-        held = F.col(ROLE).isin(PENDING, LATE)
+        # Tuples waiting for late master rows are not the backfill's (it leaves them to the
+        # live steps, ``SsbjDriver.backfill``): only H_S tuples that never waited are.
+        held = (F.col(ROLE) == PENDING) & F.col(LATE_SINCE).isNull()
         return frame.where(~(held & F.coalesce(covered, F.lit(False))))
 
     @staticmethod

@@ -365,6 +365,20 @@ class StatelessDriver(ABC, Generic[StageT]):
         return latest
 
 
+def without_tuples(rows: DataFrame, tuples: DataFrame) -> DataFrame:
+    """``rows`` without those equal to one of ``tuples`` on every column the two share,
+    null-safely (a backfill leaves tuples that wait for late master rows to the live
+    steps)."""
+    shared = [c for c in tuples.columns if c in rows.columns]
+    if not shared:
+        raise ValueError(f"no column in common between {rows.columns} and {tuples.columns}")
+    same = [rows[c].eqNullSafe(tuples[c]) for c in shared]
+    condition = same[0]
+    for term in same[1:]:
+        condition = condition & term
+    return rows.join(tuples.select(*shared), condition, "left_anti")
+
+
 class EquiBaselineDriver(StatelessDriver[EquiStage]):
     """An equi stage in ``baseline`` mode: Spark joins each batch to the master snapshot.
 
@@ -407,12 +421,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         answered later). Matched on every input column, null-safely."""
         if not self.engine.exists(self.late_path):
             return rows
-        waiting = self.engine.read(self.late_path).drop(*LATE_COLUMNS)
-        same = [rows[c].eqNullSafe(waiting[c]) for c in waiting.columns]
-        condition = same[0]
-        for term in same[1:]:
-            condition = condition & term
-        return rows.join(waiting, condition, "left_anti")
+        return without_tuples(rows, self.engine.read(self.late_path).drop(*LATE_COLUMNS))
 
     def pending_version(self) -> int | None:
         if not self.engine.exists(self.late_path):

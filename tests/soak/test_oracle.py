@@ -37,8 +37,8 @@ def plan(late_wait: str | None) -> TrialPlan:
     )  # fmt: skip
 
 
-def stage(late: bool, short_wait: bool = False) -> StageSpec:
-    return StageSpec("enrich", "out", "m", ("mk", "name"), late, short_wait)
+def stage(late: bool, short_wait: bool = False, in_state: bool = False) -> StageSpec:
+    return StageSpec("enrich", "out", "m", ("mk", "name"), late, short_wait, in_state)
 
 
 def arrived(interval: int) -> StreamTuple:
@@ -67,3 +67,18 @@ def test_a_short_wait_may_expire_a_late_tuple_at_any_step_before_its_key_arrives
     has_key = {1: False, 2: False, 3: False, 4: True}
     allowed = _allowed(plan("1s"), stage(True, short_wait=True), arrived(1), VERSIONS, has_key)
     assert allowed == [Outcome(4), Outcome(2, unmatched=True)]
+
+
+def test_ssbj_may_answer_a_late_tuple_from_any_later_version_with_its_key_or_keep_it() -> None:
+    """SSBJ keeps a late tuple in its state: it returns for a newer version and spends a
+    cycle against it, so a version that came during its cycle may be skipped, and a
+    backfill of its interval leaves it to the live steps if it waited then."""
+    ssbj = stage(True, in_state=True)
+    has_key = {1: False, 2: True, 3: False, 4: True}
+    allowed = _allowed(plan("2h"), ssbj, arrived(1), VERSIONS, has_key)
+    assert allowed == [Outcome(2), Outcome(4), Outcome(None)]
+    # Interval 0 is backfilled at version 3 after it arrived: the backfill answers it if its
+    # first cycle still ran, or re-joins its answer from version 2; if it waited then, the
+    # live steps answer it (version 4) or it still waits.
+    allowed = _allowed(plan("2h"), ssbj, arrived(0), VERSIONS, has_key)
+    assert set(allowed) == {Outcome(3), Outcome(4), Outcome(None)}

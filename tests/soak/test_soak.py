@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_soak_trials_lose_and_duplicate_nothing(tmp_path: Path, postgres_url: str) -> None:
-    # Seed 24: SSBJ; seed 25: the plain join waiting 2h for late master rows, its state in
+    # Seed 24: SSBJ waiting for late master rows in its state; seed 25: the plain join
+    # waiting 2h for them in its late table, its state in
     # PostgreSQL. Both on the embedded engine, both re-send ids and see every kind of master
     # commit and a maintain between their commands.
     result = run_soak(tmp_path / "soak", trials=2, seed=24, state_stores=(None, postgres_url))

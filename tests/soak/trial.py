@@ -669,8 +669,8 @@ def _allowed(
       whose version is newer than the one it last met no row at and spends an R-cycle
       against it, so it may be answered from any later step's version that has its key
       (not only the first), or still wait at the end (a version that had its key came
-      while its cycle ran, and the final drain ended with its cycle); a backfill answers
-      it as it answers every tuple of the interval, and SSBJ suppresses it after.
+      while its cycle ran, and the final drain ended with its cycle). A backfill leaves it
+      to the live steps if it waited then, or answers it if its first cycle still ran.
     """
     steps = [c for c, command in enumerate(plan.commands) if command.kind in STEP_KINDS]
     backfills = [
@@ -696,7 +696,9 @@ def _allowed(
             for c in probes
             if has_key[versions[c][master]]
         ]
-        outcomes.append(rejoined(t.arrival, Outcome(None)))
+        outcomes.append(Outcome(None))
+        if backfills:  # it was still in its first cycle then: the backfill answered it
+            outcomes.append(Outcome(versions[backfills[-1]][master]))
         if stage.short_wait:
             outcomes += [rejoined(c, Outcome(versions[c][master], unmatched=True)) for c in probes]
         return outcomes
