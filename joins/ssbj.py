@@ -447,7 +447,6 @@ class WideTable:
         tracked: Sequence[int] | None = None,
         sketch: SketchShape | None = None,
         late: LateRule | None = None,
-        late_waits: bool = False,
     ) -> Callable[[pa.Table], pa.Table]:
         """Algorithm 1 over one bucket's rows. Each bucket reports its ``top_keys`` heaviest
         keys; with ``sketch``, only the ``tracked`` key hashes are instrumented and each
@@ -457,7 +456,7 @@ class WideTable:
         owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
         ways = {h: 1 + len(replicas) for h, replicas in routing.split}
         return bucket_function(
-            self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways, late, late_waits
+            self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways, late
         )
 
     def step_in_driver(self, keyed: pa.Table, function: Callable[[pa.Table], pa.Table]) -> pa.Table:

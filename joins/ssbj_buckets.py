@@ -316,10 +316,9 @@ def _gathered(source: pa.Table, layout: WideLayout, rows: Sequence[Row]) -> dict
 @dataclass(frozen=True)
 class LateRows:
     """A bucket's late rows sorted out for the step (``joins.ssbj_late``), and whether the
-    stage keeps tuples waiting (``late_master`` set; without, every waiting one expires)."""
+    rule its step settles them by."""
 
     rule: LateRule
-    waits: bool
     sorted: SortedLateRows
 
 
@@ -333,13 +332,9 @@ def _settle(
     """The output rows a step with late rows emits, its new late rows (added to ``enc``)
     and their metrics. ``output_rows`` becomes what is emitted."""
     rule, out = late.rule, result.output
-    settled = settle_unmatched(out, source, rule, late.waits)
-    waiting = set(settled.waiting)
-    emitted = [
-        row
-        for i, row in enumerate(out)
-        if i not in waiting and (row[1] is not None or rule.left_join)
-    ]
+    settled = settle_unmatched(out, source, rule)
+    unmatched_kept = set(settled.emitted)
+    emitted = [row for i, row in enumerate(out) if row[1] is not None or i in unmatched_kept]
     gathered = _gathered(source, layout, [out[i][0] for i in settled.waiting])
     gathered[LATE_SINCE] = pa.array(settled.since, pa.int64())
     enc.add(LATE, len(settled.waiting), gathered | {PINNED_VERSION: settled.pinned})
@@ -509,7 +504,6 @@ def bucket_step(
     sketch: SketchShape | None = None,
     split_ways: Mapping[int, int] | None = None,
     late: LateRule | None = None,
-    late_waits: bool = False,
 ) -> pa.Table:
     """Run one step for the rows of one bucket (any role mix) and encode what it yields.
 
@@ -537,8 +531,7 @@ def bucket_step(
 
     ``late`` (a stage whose tuples may wait for late master rows, ``joins.ssbj_late``)
     sorts out the bucket's late rows first and settles the unmatched tuples after; the
-    plan must then be a left join's (Algorithm 1 emits every tuple that met no row), and
-    ``late_waits`` says whether such tuples wait at all.
+    plan must then be a left join's (Algorithm 1 emits every tuple that met no row).
     """
     if (plan.stream_key, plan.master_key) != (
         layout.stream_key_positions,
@@ -574,7 +567,7 @@ def bucket_step(
     if late is not None:
         sorted_rows = sort_late_rows(table, late)
         table = sorted_rows.table
-        late_rows = LateRows(late, late_waits, sorted_rows)
+        late_rows = LateRows(late, sorted_rows)
     roles = _Roles(table)
     state = decode_state(roles, layout, plan)
     new, _ = roles.stream_tuples(NEW, layout)
@@ -719,7 +712,6 @@ def bucket_function(
     sketch: SketchShape | None = None,
     split_ways: Mapping[int, int] | None = None,
     late: LateRule | None = None,
-    late_waits: bool = False,
 ) -> Callable[[pa.Table], pa.Table]:
     """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
 
@@ -735,7 +727,6 @@ def bucket_function(
             sketch,
             split_ways,
             late,
-            late_waits,
         )
 
     return run

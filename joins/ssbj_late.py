@@ -68,6 +68,11 @@ class LateRule:
             raise ValueError(f"late wait: expected >= 0 microseconds, found {self.wait_us}")
 
     @property
+    def waits(self) -> bool:
+        """Whether tuples wait at all (a ``late_master`` is set; its wait is never 0)."""
+        return self.wait_us > 0
+
+    @property
     def expires_from(self) -> int:
         """A tuple waiting since at most this (epoch µs) has waited its wait."""
         return self.at_us - self.wait_us
@@ -128,15 +133,13 @@ def settle_unmatched(
     output: Sequence[tuple[Row, Row | None, int | None]],
     source: pa.Table,
     rule: LateRule,
-    waits: bool,
 ) -> Settled:
     """For each unmatched tuple of a step's output (a left join's unmatched row, which
     Algorithm 1 emits for every tuple that met no row while late rows are kept), whether it
     waits on or expires. ``source`` is the bucket's input table the tuples point into (the
     last element of a decoded tuple is its position there): its ``_value`` says since when
     a tuple that waited before has waited, its ``_pinned_version`` which version a pending
-    tuple met no row at (a tuple of this step met none at the step's version). ``waits``:
-    whether the stage keeps tuples waiting at all (its ``late_master``)."""
+    tuple met no row at (a tuple of this step met none at the step's version)."""
     positions = [i for i, (_, master, _) in enumerate(output) if master is None]
     rows = pa.array([output[i][0][-1] for i in positions], pa.int64())
     since_in = source.column(LATE_SINCE).take(rows).to_pylist()
@@ -148,7 +151,7 @@ def settle_unmatched(
     expired_waiters = 0
     for i, since, pinned in zip(positions, since_in, pinned_in, strict=True):
         first = rule.at_us if since is None else int(since)
-        if waits and first > rule.expires_from:
+        if rule.waits and first > rule.expires_from:
             waiting.append(i)
             waiting_since.append(first)
             waiting_pinned.append(rule.master_version if pinned is None else int(pinned))

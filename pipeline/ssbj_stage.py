@@ -706,7 +706,6 @@ class SsbjStage:
         wide = ssbj.WideTable.of(self.spec, new_rows.schema, master.schema)
 
         late = self._late_rule(state, plan)
-        waits = plan.get("late_wait_us") is not None
         reads = schedule(
             position,
             version,
@@ -742,7 +741,7 @@ class SsbjStage:
                 state, plan, scans, master, reads, wide, new_rows, report
             )
         stream_key, master_key = wide.plan_positions()
-        report.late_waits = waits
+        report.late_waits = late is not None and late.waits
         step_plan = StepPlan(
             step=step,
             position=position,
@@ -770,7 +769,6 @@ class SsbjStage:
             tracked,
             shape,
             late,
-            report.late_waits,
         )
         collected = None
         if keyed_in_driver is not None:

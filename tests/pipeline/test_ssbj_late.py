@@ -12,7 +12,7 @@ key. A step runs when input is new, H_S is not empty, or a late row would return
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +294,7 @@ def test_unmatched_tuples_wait_from_their_first_miss_or_expire(waits: bool) -> N
     )
     output = [((1, 0), None, None), ((1, 1), ("m",), 6), ((2, 1), None, None)]
     output += [((3, 2), None, None), ((4, 3), None, None)]
-    settled = settle_unmatched(output, source, rule, waits)
+    settled = settle_unmatched(output, source, rule if waits else replace(rule, wait_us=0))
     if waits:
         # New (0) and pending (2) tuples wait from now, the one that waited since 9,900 on;
         # the one waiting since 8,000 has waited its 1,000 µs: expired, dropped (inner).
