@@ -91,10 +91,15 @@ def supports(table: pa.Table, layout: ColumnarLayout) -> bool:
     """Whether the join column's type compares in Arrow as the join compares it."""
     key = table.schema.field(layout.master_key).type
     stream = table.schema.field(layout.stream_key).type
-    simple = (pa.types.is_integer(key) and pa.types.is_integer(stream)) or (
-        pa.types.is_string(key) and pa.types.is_string(stream)
+    if pa.types.is_string(key):
+        return pa.types.is_string(stream)
+    # A stream key is cast to the master's type: only one that widens to it casts safely
+    # (a wider value the master type cannot hold would fail, where it just matches nothing).
+    return (
+        pa.types.is_signed_integer(key)
+        and pa.types.is_signed_integer(stream)
+        and stream.bit_width <= key.bit_width
     )
-    return simple
 
 
 def _role(table: pa.Table, role: str) -> pa.Table:
@@ -122,7 +127,8 @@ def _counts(values: pa.ChunkedArray | pa.Array, key_type: pa.DataType) -> pa.Tab
     table = pa.table({_KEY: values}).filter(pc.is_valid(pa.table({_KEY: values}).column(_KEY)))
     if table.num_rows == 0:
         return pa.table({_KEY: pa.array([], key_type), "n": pa.array([], pa.int64())})
-    return table.group_by(_KEY).aggregate([(_KEY, "count")]).rename_columns([_KEY, "n"])
+    counted = table.group_by(_KEY).aggregate([(_KEY, "count")])
+    return counted.select([_KEY, f"{_KEY}_count"]).rename_columns([_KEY, "n"])
 
 
 def _lookup(keys: pa.Array | pa.ChunkedArray, table: pa.Table, column: str) -> np.ndarray:
@@ -217,7 +223,14 @@ def columnar_result(
             f"partition the plan does not hold ({sorted(plan.partition_versions)})"
         )
     cache = _with_key(_role(table, CACHE), layout.master_key, key_type) if use_cache else None
+    if cache is not None and cache.num_rows:
+        # A value's rows make its entry; an empty-entry marker beside them means nothing.
+        empty = pc.fill_null(cache.column(EMPTY), False)
+        stored = _unique(cache.filter(pc.invert(empty)).column(_KEY))
+        cache = cache.filter(pc.invert(pc.and_(empty, _in(cache.column(_KEY), stored))))
     counter_rows = _role(table, COUNTER)
+    # One row per value: a split key's replicas handed their counters to its owner (hits
+    # add up, master rows were counted over the same partitions), as ``decode_state`` does.
     counters = _Counters(
         pa.table(
             {
@@ -227,6 +240,10 @@ def columnar_result(
                 OBSERVED: counter_rows.column(OBSERVED).cast(pa.int64()),
             }
         )
+        .group_by(_KEY)
+        .aggregate([(HITS, "sum"), (MASTER_ROWS, "max"), (OBSERVED, "max")])
+        .select([_KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
+        .rename_columns([_KEY, HITS, MASTER_ROWS, OBSERVED])
     )
     marked = _unique(_role(table, MARKED).column(layout.master_key).cast(key_type))
     switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
@@ -323,7 +340,7 @@ def columnar_result(
         switch_now = (
             usable
             & (tuples > 0)
-            & (tuples * sizes.stream_bytes > factor * estimate * sizes.master_bytes)
+            & (tuples * sizes.stream_bytes > factor * (estimate * sizes.master_bytes))
         )
         marked = (
             pa.concat_arrays([marked, keys.filter(pa.array(switch_now))])
@@ -406,17 +423,27 @@ def _join(tuples: pa.Table, master: pa.Table, layout: ColumnarLayout, on_version
     """Every (tuple, master row) pair with equal join values (and, ``on_version``, the
     row of the tuple's pinned version): the tuple's stream columns and position, the
     row's master columns."""
+    # Only the keys and row numbers go through the hash join (Arrow's join cannot carry
+    # nested columns, and need not copy any): the rows are taken by number after it.
     keys = [_KEY, PINNED_VERSION] if on_version else [_KEY]
-    left = tuples.select([*layout.stream_fields, LATE_SINCE, _POS, *keys])
-    right = master.select([*layout.master_fields, _KEY, *([VERSION] if on_version else [])])
-    right = right.rename_columns(
-        [*layout.master_fields, "__rkey", *([VERSION] if on_version else [])]
-    )
-    if left.num_rows == 0 or right.num_rows == 0:
-        fields = [*left.schema, *(f for f in right.schema if f.name not in ("__rkey", VERSION))]
-        return pa.schema(fields).empty_table()
-    right_keys = ["__rkey", VERSION] if on_version else ["__rkey"]
-    return left.join(right, keys=keys, right_keys=right_keys, join_type="inner")
+    versions = [VERSION] if on_version else []
+    left = tuples.select(keys).append_column("__left", _row_numbers(tuples.num_rows))
+    right = master.select([_KEY, *versions]).rename_columns(["__rkey", *versions])
+    right = right.append_column("__right", _row_numbers(master.num_rows))
+    if left.num_rows and right.num_rows:
+        pairs = left.join(right, keys=keys, right_keys=["__rkey", *versions], join_type="inner")
+        lefts, rights = pairs.column("__left"), pairs.column("__right")
+    else:
+        lefts = rights = pa.chunked_array([], pa.int64())
+    carried = tuples.select([*layout.stream_fields, LATE_SINCE, _POS, *keys]).take(lefts)
+    rows = master.select(list(layout.master_fields)).take(rights)
+    for name in layout.master_fields:
+        carried = carried.append_column(name, rows.column(name))
+    return carried
+
+
+def _row_numbers(n: int) -> pa.Array:
+    return pa.array(np.arange(n, dtype=np.int64))
 
 
 def _out_columns(layout: ColumnarLayout) -> tuple[str, ...]:
@@ -467,6 +494,7 @@ def _evicted(cache: pa.Table, counters: _Counters, plan: StepPlan, cycles: int) 
         pa.table({_KEY: cache.column(_KEY), "n": stored})
         .group_by(_KEY)
         .aggregate([("n", "sum")])
+        .select([_KEY, "n_sum"])
         .rename_columns([_KEY, "n"])
     )
     keys = per_key.column(_KEY).combine_chunks()

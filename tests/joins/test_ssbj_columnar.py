@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cache.inequality import TupleSizes
 from joins.ssbj_buckets import (
     NEW,
     PARTITION,
@@ -24,6 +25,7 @@ from joins.ssbj_buckets import (
     BucketDeltas,
     WideLayout,
     bucket_step,
+    stream_field,
 )
 from joins.ssbj_columnar import ColumnarLayout, columnar_result
 from tests.joins.test_ssbj_algorithm import (
@@ -38,7 +40,9 @@ LAYOUT = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
 
 
 def rows_of(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(r.values()) for r in table.to_pylist())
+    return Counter(
+        tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in table.to_pylist()
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -51,6 +55,8 @@ def rows_of(table: pa.Table) -> Counter[tuple[Any, ...]]:
     estimator=st.sampled_from(["paper", "extrapolated"]),
     steps=st.integers(1, 16),
     strings=st.booleans(),
+    factor=st.sampled_from([0.5, 1.0, 1.5]),
+    sizes=st.sampled_from([(24.0, 40.0), (40.0, 24.0), (10.0, 30.0)]),
 )
 def test_the_columnar_step_equals_the_reference_model(
     seed: int,
@@ -61,6 +67,8 @@ def test_the_columnar_step_equals_the_reference_model(
     estimator: str,
     steps: int,
     strings: bool,
+    factor: float,
+    sizes: tuple[float, float],
 ) -> None:
     rng = random.Random(seed)
     key_type = pa.string() if strings else pa.int64()
@@ -101,7 +109,12 @@ def test_the_columnar_step_equals_the_reference_model(
                 role_rows(PARTITION, partitions, key_type),
             ]
         )
-        arrow_plan = replace(plan, stream_key=LAYOUT.stream_key_positions)
+        arrow_plan = replace(
+            plan,
+            stream_key=LAYOUT.stream_key_positions,
+            switch_factor=factor,
+            sizes=TupleSizes(*sizes),
+        )
         if reads.cache_from is not None:
             break  # a master change to apply: outside the columnar step's scope
         shape = ColumnarLayout.of(
@@ -143,3 +156,61 @@ def test_the_columnar_step_leaves_floating_and_multi_column_joins_to_the_referen
     plan, _ = plan_for(0, 2, 1, 0, True, True, "paper", _pending_versions(table), {
         "cache_version": None, "switch_version": None}, False)  # fmt: skip
     assert columnar_result(table, shape, plan, table.schema) is None
+
+
+def _one_step(table: pa.Table, layout: WideLayout = LAYOUT) -> tuple[pa.Table, pa.Table]:
+    plan, _ = plan_for(1, 2, 1, 0, True, True, "paper", _pending_versions(table), {
+        "cache_version": None, "switch_version": None}, True)  # fmt: skip
+    plan = replace(plan, stream_key=layout.stream_key_positions)
+    fast = bucket_step(table, layout, plan, BucketDeltas())
+    return fast, bucket_step(table, layout, plan, BucketDeltas(), columnar=False)
+
+
+def test_counters_handed_over_by_a_split_keys_replicas_are_merged_as_the_reference_does() -> None:
+    counters = [
+        {MASTER[0]: 1, "_hits": 2, "_master_rows": 3, "_observed": 1},
+        {MASTER[0]: 1, "_hits": 5, "_master_rows": 4, "_observed": 2},
+    ]
+    table = pa.concat_tables(
+        [
+            role_rows("counter", counters),
+            role_rows(NEW, [{STREAM[0]: 1, STREAM[1]: 1}, {STREAM[0]: 2, STREAM[1]: 2}]),
+            role_rows(PARTITION, [{MASTER[0]: 1, MASTER[1]: 0, MASTER[2]: 1.0, VERSION: 0}]),
+        ]
+    )
+    fast, reference = _one_step(table)
+    assert rows_of(fast) == rows_of(reference)
+    merged = fast.filter(pc.equal(fast.column(ROLE), "counter")).to_pylist()
+    # Key 1: hits 2 + 5, master rows max(3, 4) + its one row in this partition, observed
+    # max(1, 2) + this step (an incrementing one).
+    assert [
+        (r["_hits"], r["_master_rows"], r["_observed"]) for r in merged if r[MASTER[0]] == 1
+    ] == [(7, 5, 3)]
+
+
+def test_nested_stream_columns_ride_along_and_narrowing_keys_are_left_to_the_reference() -> None:
+    schema = wide_schema().append(pa.field(stream_field("tags"), pa.list_(pa.string())))
+    layout = WideLayout(("id", "k", "tags"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    rows = [
+        {ROLE: NEW, STREAM[0]: 1, STREAM[1]: 1, stream_field("tags"): ["a", "b"]},
+        {ROLE: PARTITION, MASTER[0]: 1, MASTER[1]: 0, MASTER[2]: 1.0, VERSION: 0},
+    ]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    fast, reference = _one_step(table, layout)
+    assert rows_of(fast) == rows_of(reference)
+    nested = ColumnarLayout.of(layout.stream_columns, layout.master_columns, ("k",), ("mk",))
+    assert nested is not None
+    plan, _ = plan_for(1, 2, 1, 0, True, True, "paper", _pending_versions(table), {
+        "cache_version": None, "switch_version": None}, True)  # fmt: skip
+    plan = replace(plan, stream_key=layout.stream_key_positions)
+    direct = columnar_result(table, nested, plan, table.schema)
+    assert direct is not None and rows_of(direct) == rows_of(reference)
+    # An int64 stream key against an int32 master key: the columnar pass declines.
+    narrow = wide_schema().set(
+        wide_schema().get_field_index(MASTER[0]), pa.field(MASTER[0], pa.int32())
+    )
+    shape = ColumnarLayout.of(LAYOUT.stream_columns, LAYOUT.master_columns, ("k",), ("mk",))
+    assert shape is not None
+    plan, _ = plan_for(0, 2, 1, 0, True, True, "paper", _pending_versions(narrow.empty_table()), {
+        "cache_version": None, "switch_version": None}, False)  # fmt: skip
+    assert columnar_result(narrow.empty_table(), shape, plan, narrow) is None
