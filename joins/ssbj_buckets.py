@@ -574,7 +574,6 @@ def bucket_step(
         columnar
         and late_rows is None
         and not split_owners
-        and tracked_keys is None
         and deltas.cache is None
         and deltas.switch is None
     ):
@@ -583,7 +582,12 @@ def bucket_step(
         )
         if shape is not None:
             schema = table.schema if loads is None else pa.schema([*table.schema, *LOAD_FIELDS])
-            encoded = columnar_result(table, shape, plan, schema)
+            tracked_values = (
+                None
+                if tracked_keys is None
+                else pa.array([key[0] for key in tracked_keys if key[0] is not None])
+            )
+            encoded = columnar_result(table, shape, plan, schema, tracked_values)
     if encoded is not None:
         return encoded if loads is None else _with_loads(encoded, loads, partial)
     roles = _Roles(table)

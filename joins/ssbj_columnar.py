@@ -15,8 +15,8 @@ costs its data in Arrow's C++ kernels rather than a Python loop per tuple.
 
 Scope: one join column of an integer or string type (their Arrow equality is the join's;
 floating values need the reference model's NaN rule), no master changes to apply this
-step, no split keys, untracked counters and no late rows; ``columnar_result`` returns
-None for anything else and the caller runs the reference model.
+step, no split keys and no late rows; ``columnar_result`` returns None for anything else
+and the caller runs the reference model.
 """
 
 from __future__ import annotations
@@ -195,15 +195,22 @@ class _Counters:
 
 
 def columnar_result(
-    table: pa.Table, layout: ColumnarLayout, plan: StepPlan, schema: pa.Schema
+    table: pa.Table,
+    layout: ColumnarLayout,
+    plan: StepPlan,
+    schema: pa.Schema,
+    tracked: pa.Array | None = None,
 ) -> pa.Table | None:
     """The encoded result of one step of the bucket whose rows are ``table`` (roles new,
     pending, cache, counter, marked, switch and partition; no change rows), as
     ``joins.ssbj_buckets.encode_result(run_step(...))`` lays it out; None outside this
-    module's scope (see the module docstring)."""
+    module's scope (see the module docstring). ``tracked``: the only values instrumented
+    and weighed for switching (``run_step``'s ``tracked``); None counts every value."""
     if not supports(table, layout):
         return None
     key_type = table.schema.field(layout.master_key).type
+    if tracked is not None:
+        tracked = tracked.cast(key_type)
     position = plan.position
     version = plan.master_version
     use_cache = plan.use_cache
@@ -318,6 +325,8 @@ def columnar_result(
     if use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
         assert cache is not None
         waiting = _counts(pending.column(_KEY), key_type)
+        if tracked is not None:
+            waiting = waiting.filter(_in(waiting.column(_KEY), tracked))
         candidates = waiting.filter(
             pc.invert(
                 pc.or_(_in(waiting.column(_KEY), cached_keys), _in(waiting.column(_KEY), marked))
@@ -362,6 +371,8 @@ def columnar_result(
         # Lines 28–29: s_count of every pending value over the current partition.
         current = parts.filter(pc.equal(parts.column(VERSION), version))
         values = _unique(live.column(_KEY))
+        if tracked is not None:
+            values = values.filter(_in(values, tracked))
         rows_per_key = _counts(current.column(_KEY), key_type)
         counters = counters.add(
             key_type,
