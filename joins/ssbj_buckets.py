@@ -41,68 +41,58 @@ from joins.ssbj_algorithm import (
     join_value,
     run_step,
 )
+from joins.ssbj_columnar import ColumnarLayout, columnar_result
 from joins.ssbj_late import (
-    LATE,
-    LATE_SINCE,
-    RETURNING,
     LateRule,
     SortedLateRows,
     settle_unmatched,
     sort_late_rows,
 )
-
-ROLE = "_role"
-BUCKET = "_bucket"
-ENTRY_STEP = "_entry_step"
-PINNED_VERSION = "_pinned_version"
-MATCHED = "_matched"
-VERSION = "_version"
-EMPTY = "_empty"
-CHANGE = "_change"
-HITS = "_hits"
-MASTER_ROWS = "_master_rows"
-OBSERVED = "_observed"
-METRIC = "_metric"
-VALUE = "_value"
-# Columns of a step's result only (not of the state): where a bucket's load came from.
-KEY_HASH = "_key_hash"
-STORED = "_stored"
-PROBES = "_probes"
-SKETCH = "_sketch"  # a bucket's ASketch of its new tuples' key hashes, as JSON
-
-# Input roles
-NEW = "new"
-PARTITION = "partition"
-CACHE_CHANGE = "cache_change"
-SWITCH_CHANGE = "switch_change"
-RELOAD = "reload"
-REMOVED, ADDED = "removed", "added"
-# State roles (input and output)
-PENDING = "pending"
-CACHE = "cache"
-COUNTER = "counter"
-MARKED = "marked"
-SWITCH = "switch"
-STATE_ROLES = (PENDING, CACHE, COUNTER, MARKED, SWITCH, LATE)
-# Rows of stream tuples (placed by the tuple's join value), and those that ask for the
-# master rows of their value (partition rows no such row asks for can match nothing).
-STREAM_ROLES = (NEW, PENDING, LATE, RETURNING)
-ASKING_ROLES = (NEW, PENDING, MARKED, LATE, RETURNING)
-# Output roles
-OUT = "out"
-METRIC_ROLE = "metric"
-KEY_LOAD = "key_load"
-KEY_SKETCH = "key_sketch"
-LOADED_ROLES = (PENDING, CACHE)  # |R_i|: the state a bucket holds (FastJoin Eq. 3)
-PROBING_ROLES = (NEW, PARTITION)  # phi_si: the rows that probe it this step (Eq. 4)
-
-
-def stream_field(column: str) -> str:
-    return f"s__{column}"
-
-
-def master_field(column: str) -> str:
-    return f"r__{column}"
+from joins.ssbj_roles import (  # noqa: F401  (re-exported: the wide table's names)
+    ADDED,
+    ASKING_ROLES,
+    BUCKET,
+    CACHE,
+    CACHE_CHANGE,
+    CHANGE,
+    COUNTER,
+    EMPTY,
+    ENTRY_STEP,
+    HITS,
+    KEY_HASH,
+    KEY_LOAD,
+    KEY_SKETCH,
+    LATE,
+    LATE_SINCE,
+    LOADED_ROLES,
+    MARKED,
+    MASTER_ROWS,
+    MATCHED,
+    METRIC,
+    METRIC_ROLE,
+    NEW,
+    OBSERVED,
+    OUT,
+    PARTITION,
+    PENDING,
+    PINNED_VERSION,
+    PROBES,
+    PROBING_ROLES,
+    RELOAD,
+    REMOVED,
+    RETURNING,
+    ROLE,
+    SKETCH,
+    STATE_ROLES,
+    STORED,
+    STREAM_ROLES,
+    SWITCH,
+    SWITCH_CHANGE,
+    VALUE,
+    VERSION,
+    master_field,
+    stream_field,
+)
 
 
 @dataclass(frozen=True)
@@ -504,6 +494,7 @@ def bucket_step(
     sketch: SketchShape | None = None,
     split_ways: Mapping[int, int] | None = None,
     late: LateRule | None = None,
+    columnar: bool = True,
 ) -> pa.Table:
     """Run one step for the rows of one bucket (any role mix) and encode what it yields.
 
@@ -532,6 +523,9 @@ def bucket_step(
     ``late`` (a stage whose tuples may wait for late master rows, ``joins.ssbj_late``)
     sorts out the bucket's late rows first and settles the unmatched tuples after; the
     plan must then be a left join's (Algorithm 1 emits every tuple that met no row).
+
+    Within its scope (``joins.ssbj_columnar``) the step runs on Arrow columns; elsewhere,
+    or without ``columnar``, Algorithm 1's reference model runs on decoded tuples.
     """
     if (plan.stream_key, plan.master_key) != (
         layout.stream_key_positions,
@@ -568,6 +562,27 @@ def bucket_step(
         sorted_rows = sort_late_rows(table, late)
         table = sorted_rows.table
         late_rows = LateRows(late, sorted_rows)
+    encoded = None
+    if (
+        columnar
+        and late_rows is None
+        and not split_owners
+        and deltas.cache is None
+        and deltas.switch is None
+    ):
+        shape = ColumnarLayout.of(
+            layout.stream_columns, layout.master_columns, layout.stream_keys, layout.master_keys
+        )
+        if shape is not None:
+            schema = table.schema if loads is None else pa.schema([*table.schema, *LOAD_FIELDS])
+            tracked_values = (
+                None
+                if tracked_keys is None
+                else pa.array([key[0] for key in tracked_keys if key[0] is not None])
+            )
+            encoded = columnar_result(table, shape, plan, schema, tracked_values)
+    if encoded is not None:
+        return encoded if loads is None else _with_loads(encoded, loads, partial)
     roles = _Roles(table)
     state = decode_state(roles, layout, plan)
     new, _ = roles.stream_tuples(NEW, layout)
@@ -595,6 +610,12 @@ def bucket_step(
         return encode_result(result, layout, plan, table, table.schema, late_rows)
     schema = pa.schema([*table.schema, *LOAD_FIELDS])
     encoded = encode_result(result, layout, plan, table, schema, late_rows)
+    return _with_loads(encoded, loads, partial)
+
+
+def _with_loads(encoded: pa.Table, loads: pa.Table, partial: ASketch | None) -> pa.Table:
+    """A bucket's encoded result with its load rows (and its key sketch) after it."""
+    schema = encoded.schema
     enc = _Encoder(schema)
     enc.add(KEY_LOAD, loads.num_rows, {name: loads.column(name) for name in loads.column_names})
     if partial is not None:

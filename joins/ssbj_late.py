@@ -41,12 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from joins.ssbj_algorithm import Row
+from joins.ssbj_roles import LATE, LATE_SINCE, PINNED_VERSION, RETURNING, ROLE
 
-ROLE = "_role"
-PINNED_VERSION = "_pinned_version"
-LATE_SINCE = "_value"  # of a stream tuple: when it first met no master row (epoch µs)
-LATE = "late"  # state role: a tuple waiting for a newer master version
-RETURNING = "returning"  # input role: a late tuple probing the step's newer version
 # The readers' name of LATE_SINCE as a timestamp (``joins.ssbj.pending_tuples``).
 WAITING_SINCE = "_late_since"
 
