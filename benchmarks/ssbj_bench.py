@@ -4,6 +4,7 @@
                                     [--steps 20] [--zipf 0 0.5 1 1.5] [--masters customer partsupp]
     python -m benchmarks.ssbj_bench --experiment memory [--memory-share 0.3]
                                     [--memory-partitions 5] [--backlog 150000] [--commit 1000]
+                                    [--mesh-multiples 1 2 4 8]
     python -m benchmarks.ssbj_bench --experiment anatomy [--batch 20000] [--partitions 4]
 
 ``--experiment memory`` is the paper's Fig. 5 setting: both operators get the same memory
@@ -11,7 +12,10 @@ budget M (``operator.memory_bytes``, a share of the master's |R|·v_R bytes), th
 backlog in bronze (commits of ``--commit`` tuples), and each step admits what fits in M
 (Eq. 1). The operator, not the arrival rate, bounds throughput, so the service rate ratio
 SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate between the
-two operators over the same backlog; the first 3 R-cycles are warm-up.
+two operators over the same backlog; the first 3 R-cycles are warm-up. With
+``--mesh-multiples``, MESHJOIN also runs at those multiples of M: the paper's second
+headline, the state MESHJOIN needs for SSBJ's service rate, is interpolated between the two
+multiples whose rates bracket SSBJ's (:func:`state_at_equal_rate`).
 
 ``--experiment anatomy`` counts, per step of each mode, the Spark jobs (a job group per
 step, read from the status tracker) and the Delta commits (versions added to the output and
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import logging
 import statistics
 import sys
@@ -97,7 +102,6 @@ MASTERS = {
     ),
 }
 MODES = ("plain", "meshjoin", "ssbj_paper", "ssbj")
-MEMORY_MODES = ("meshjoin", "ssbj")
 OPERATORS = {
     "plain": {"mode": "baseline"},
     "meshjoin": {"mode": "meshjoin"},
@@ -327,18 +331,42 @@ def render(results: Sequence[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def memory_config(root: Path, master: str, partitions: int, budget: int) -> dict:
-    config = build_config(root, master, partitions)
+def mesh_stage(multiple: float) -> str:
+    """The stage name of MESHJOIN at ``multiple`` x the budget M (``meshjoin`` at 1)."""
+    return "meshjoin" if multiple == 1 else f"meshjoin_x{multiple:g}"
+
+
+def memory_config(
+    root: Path, master: str, partitions: int, budget: int, mesh_multiples: Sequence[float] = (1,)
+) -> dict:
+    """SSBJ at M = ``budget``; MESHJOIN at M and at each of ``mesh_multiples`` x M."""
+    operators = {"ssbj": OPERATORS["ssbj"]}
+    for multiple in sorted({1.0, *mesh_multiples}):
+        operators[mesh_stage(multiple)] = OPERATORS["meshjoin"]
+    config = build_config(root, master, partitions, operators)
     config["stages"] = [
-        {**stage, "operator": {**stage["operator"], "memory_bytes": budget}}
+        {
+            **stage,
+            "operator": {
+                **stage["operator"],
+                "memory_bytes": int(
+                    budget
+                    * (
+                        1
+                        if stage["name"] in ("ssbj", "meshjoin")
+                        else float(stage["name"].removeprefix("meshjoin_x"))
+                    )
+                ),
+            },
+        }
         for stage in config["stages"]
-        if stage["name"] in MEMORY_MODES
     ]
     return config
 
 
 def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
-    """Equal memory M for MESHJOIN and SSBJ over one backlog; service rate and state."""
+    """Equal memory M for MESHJOIN and SSBJ over one backlog; service rate and state. With
+    ``--mesh-multiples``, MESHJOIN also runs at those multiples of M (equal service rate)."""
     from pipeline.row_bytes import measured_row_bytes
 
     spec = MASTERS[master]
@@ -349,7 +377,9 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     v_r = measured_row_bytes(frame) or 1.0
     budget = int(args.memory_share * table.num_rows * v_r)
     k = args.memory_partitions
-    case = Case.open(spark, memory_config(root, master, k, budget))
+    config = memory_config(root, master, k, budget, args.mesh_multiples)
+    modes = [stage["name"] for stage in config["stages"]]
+    case = Case.open(spark, config)
     # One file, as delta-rs and many small writers lay a dimension out: the scan copy must
     # still give every step |R|/k rows.
     case.load_master(frame.coalesce(1))
@@ -364,17 +394,24 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
         write_deltalake(bronze, batch.cast(arrow_schema), mode="append")
     warmup = 3 * k
     steps = warmup + args.memory_measured_cycles * k
-    timings: dict[str, list[float]] = {m: [] for m in MEMORY_MODES}
+    timings: dict[str, list[float]] = {m: [] for m in modes}
     for step in range(steps):
-        for mode in MEMORY_MODES:
+        for mode in modes:
             started = time.perf_counter()
             case.runner.run_stage_step(case.config.stage(mode), f"step{step}")
             if step >= warmup:
                 timings[mode].append(time.perf_counter() - started)
         logger.info("memory %s z=%s step %d/%d done", master, z, step + 1, steps)
     metrics = case.metrics()
-    result: dict = {"master": master, "z": z, "budget": budget, "k": k, "rows": table.num_rows}
-    for mode in MEMORY_MODES:
+    result: dict = {
+        "master": master,
+        "z": z,
+        "budget": budget,
+        "k": k,
+        "rows": table.num_rows,
+        "modes": modes,
+    }
+    for mode in modes:
         measured = [v for step, v in sorted(metrics[mode].items()) if step > warmup]
         tuples = sum(s.get("tuples_in", 0) for s in measured)
         result[mode] = {
@@ -391,22 +428,47 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     return result
 
 
+def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
+    """MESHJOIN's state where its service rate equals SSBJ's at M, over SSBJ's state.
+
+    MESHJOIN ran at several multiples of M; between the two whose rates bracket SSBJ's
+    rate, its state is interpolated linearly in the rate. None when no tested multiple
+    reaches SSBJ's rate (the ratio is then above the largest one's: the text says so).
+    """
+    target = result["ssbj"]["rate"]
+    ssbj_state = max(1.0, result["ssbj"]["state_mean"])
+    points = sorted(
+        (result[m]["rate"], result[m]["state_mean"]) for m in result["modes"] if m != "ssbj"
+    )
+    for (r0, s0), (r1, s1) in itertools.pairwise(points):
+        if r0 <= target <= r1:
+            state = s0 + (s1 - s0) * (target - r0) / max(1e-9, r1 - r0)
+            return state / ssbj_state, "interpolated"
+    if points and points[0][0] >= target:
+        return points[0][1] / ssbj_state, "at M (MESHJOIN already as fast)"
+    if points:
+        return None, f"> {points[-1][1] / ssbj_state:.2f}x (no tested M reached SSBJ's rate)"
+    return None, "no MESHJOIN run"
+
+
 def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
     lines = [
-        f"TPC-H SF{args.scale:g}, equal memory M = {args.memory_share:g} x |R|·v_R for both "
-        f"operators, k={args.memory_partitions}, backlog {args.backlog:,} tuples in commits of "
+        f"TPC-H SF{args.scale:g}, memory M = {args.memory_share:g} x |R|·v_R for SSBJ, "
+        f"MESHJOIN at {', '.join(f'{m:g}' for m in sorted({1.0, *args.mesh_multiples}))} x M, "
+        f"k={args.memory_partitions}, backlog {args.backlog:,} tuples in commits of "
         f"{args.commit:,}, {args.memory_measured_cycles} measured R-cycle(s) after 3 warm-up "
         "cycles, master written as one file, local[2] on 2 cores",
         "",
-        "| master | z | M (MB) | mode | tuples/step | step s | service rate (tuples/s) | state max / M | cache share | master MB read/step (mean, max) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| master | z | M (MB) | mode | tuples/step | step s | service rate (tuples/s) | state mean / M | state max / M | cache share | master MB read/step (mean, max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        for mode in MEMORY_MODES:
+        for mode in r["modes"]:
             m = r[mode]
             lines.append(
                 f"| {r['master']} | {r['z']:g} | {r['budget'] / 1e6:.2f} | {mode} | "
                 f"{m['tuples_per_step']:,.0f} | {m['seconds']:.2f} | {m['rate']:,.0f} | "
+                f"{m['state_mean'] / r['budget']:.2f} | "
                 f"{m['state_max'] / r['budget']:.2f} | {m['cache_share']:.0%} | "
                 f"{m['bytes_read'] / 1e6:.2f}, {m['bytes_read_max'] / 1e6:.2f} |"
             )
@@ -416,20 +478,23 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
     lines += [
         "",
         "| master | z | service rate SSBJ / MESHJOIN at equal M | tuples/step SSBJ / MESHJOIN "
-        "| step time MESHJOIN / SSBJ | bound 1 / (1 - SSBJ cache share) |",
-        "|---|---|---|---|---|---|",
+        "| step time MESHJOIN / SSBJ | bound 1 / (1 - SSBJ cache share) "
+        "| state MESHJOIN / SSBJ at equal service rate (mean bytes) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ssbj, mesh = r["ssbj"], r["meshjoin"]
         if not (ssbj["rate"] and mesh["rate"]):
             void = "void: a mode had no input in the measured steps (raise --backlog)"
-            lines.append(f"| {r['master']} | {r['z']:g} | {void} | | | |")
+            lines.append(f"| {r['master']} | {r['z']:g} | {void} | | | | |")
             continue
+        ratio, how = state_at_equal_rate(r)
+        equal_rate = f"{ratio:.2f}x ({how})" if ratio is not None else how
         lines.append(
             f"| {r['master']} | {r['z']:g} | {ssbj['rate'] / mesh['rate']:.2f}x | "
             f"{ssbj['tuples_per_step'] / mesh['tuples_per_step']:.2f}x | "
             f"{mesh['seconds'] / ssbj['seconds']:.2f}x | "
-            f"{1 / max(1e-9, 1 - ssbj['cache_share']):.2f}x |"
+            f"{1 / max(1e-9, 1 - ssbj['cache_share']):.2f}x | {equal_rate} |"
         )
     return "\n".join(lines)
 
@@ -537,6 +602,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory-share", type=float, default=0.3)
     parser.add_argument("--memory-partitions", type=int, default=5)
     parser.add_argument("--memory-measured-cycles", type=int, default=1)
+    parser.add_argument(
+        "--mesh-multiples",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="memory experiment: MESHJOIN also at these multiples of M (equal service rate)",
+    )
     parser.add_argument("--backlog", type=int, default=150_000)
     parser.add_argument("--commit", type=int, default=1_000)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -50,11 +50,17 @@ class DemoSpec:
     lineitem_fraction: float = 0.25
 
 
-def generate_tpch(scale: float, target: Path) -> Path:
-    """Run ``tpchgen-cli`` once per scale factor; reuse its Parquet files afterwards."""
+def generate_tpch(scale: float, target: Path, tables: Sequence[str] = TPCH_TABLES) -> Path:
+    """Run ``tpchgen-cli`` once per scale factor and table; reuse its Parquet files afterwards.
+
+    ``tables`` limits the generation (SF30's lineitem alone is 180M rows): a table already
+    generated, by this call or an earlier one, is not generated again.
+    """
     folder = target / f"tpch-sf{scale:g}"
-    marker = folder / "_complete"
-    if marker.exists():
+    if (folder / "_complete").exists():  # every table of TPCH_TABLES, from an older layout
+        return folder
+    missing = [t for t in tables if not (folder / f"_complete-{t}").exists()]
+    if not missing:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     binary = Path(sys.executable).with_name("tpchgen-cli")
@@ -63,12 +69,13 @@ def generate_tpch(scale: float, target: Path) -> Path:
         "parquet",
         "-s",
         f"{scale:g}",
-        f"--tables={','.join(TPCH_TABLES)}",
+        f"--tables={','.join(missing)}",
         f"--output-dir={folder}",
     ]
     logger.info("generating TPC-H SF%s with %s", scale, " ".join(command))
     subprocess.run(command, check=True, capture_output=True)
-    marker.touch()
+    for table in missing:
+        (folder / f"_complete-{table}").touch()
     return folder
 
 
