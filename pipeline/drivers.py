@@ -2,7 +2,7 @@
 
 ``baseline``: equi stages in ``baseline`` mode; ``ssbj``: equi stages in ``ssbj`` or
 ``meshjoin`` mode; ``theta``: theta stages. An equi stage in ``auto`` mode gets one of the
-first two from :func:`joins.equi_choice.choose_equi_mode` over the Delta logs' sizes (no
+first two from :func:`joins.ssbj.choice.choose_equi_mode` over the Delta logs' sizes (no
 Spark job), decided once per command and logged with its reason. The runner and the audit
 ask :class:`StageDrivers` for a stage's driver and use it only through the
 :class:`~pipeline.stage_driver.StageDriver` protocol.
@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
-from joins.equi_choice import EquiChoice, EquiSizes, choose_equi_mode
+from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.late_master import waiting_records
 from pipeline.late_table import late_table

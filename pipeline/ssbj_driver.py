@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from joins.ssbj import ENTRY_STEP, pending_tuples, pending_tuples_arrow
-from joins.ssbj_late import WAITING_SINCE
+from joins.ssbj.late import WAITING_SINCE
+from joins.ssbj.step import ENTRY_STEP, pending_tuples, pending_tuples_arrow
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.late_master import waiting_ages, waiting_ages_arrow
 from pipeline.late_table import LATE_SINCE

@@ -4,7 +4,7 @@ loop iteration per step.
 Operator state lives in two Delta tables under ``_operators/<stage>/``:
 
 ``state``  everything Algorithm 1 keeps between steps, one row per item with a ``_role``
-           (see ``joins.ssbj_buckets``): the pending tuples of H_S with their entry step,
+           (see ``joins.ssbj.buckets``): the pending tuples of H_S with their entry step,
            pinned master version and matched flag; the cache H_R at the cache's master
            version (a value without master rows as one empty-entry row); the per-value
            counters f_count and s_count; the values marked for switching and the rows of
@@ -16,7 +16,7 @@ Operator state lives in two Delta tables under ``_operators/<stage>/``:
 and small controller state (step counter, versions, chunk pins, row counts) in the state
 store.
 
-A step is one pass over the data (``joins.ssbj``: the new tuples, the state, master
+A step is one pass over the data (``joins.ssbj.step``: the new tuples, the state, master
 partition ``step mod k`` of each version the step needs and the master's changes, grouped
 by a hash of the join value, Algorithm 1 per bucket), then two commits: the output rows
 and the new state. Counts for the metrics come out of the same pass.
@@ -60,18 +60,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cache.inequality import TupleSizes
-from cache.intake import Admission, OperatorMemory, admit, chunk_capacity
-from cache.rcycle import CycleState, StepPosition
 from common.errors import ConfigError, JoinError, NotAppendOnlyError
 from common.faults import crash_point
-from joins import ssbj
-from joins.asketch import ASketch, SketchShape
 from joins.columns import INTERVAL_START
-from joins.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
-from joins.mesh_partitions import partition_by_bytes
-from joins.ssbj_algorithm import Schedule, StepCounts, StepPlan, schedule
-from joins.ssbj_buckets import (
+from joins.ssbj.algorithm import Schedule, StepCounts, StepPlan, schedule
+from joins.ssbj.buckets import (
     KEY_LOAD,
     KEY_SKETCH,
     LATE_MIN_METRICS,
@@ -81,7 +74,25 @@ from joins.ssbj_buckets import (
     BucketDeltas,
     stream_field,
 )
-from joins.ssbj_late import LATE_SINCE, LateRule
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.cache.intake import Admission, OperatorMemory, admit, chunk_capacity
+from joins.ssbj.cache.rcycle import CycleState, StepPosition
+from joins.ssbj.late import LATE_SINCE, LateRule
+from joins.ssbj.mesh_partitions import partition_by_bytes
+from joins.ssbj.skew.asketch import ASketch, SketchShape
+from joins.ssbj.skew.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
+from joins.ssbj.step import (
+    INPUT_VERSION,
+    SCAN_PART,
+    JoinSpec,
+    WideTable,
+    bucket_loads,
+    scan_rows,
+    state_of,
+    state_of_arrow,
+    summary_of,
+    summary_rows_arrow,
+)
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, ssbj_holder, union_pins
@@ -146,7 +157,7 @@ class SsbjStepReport:
     counter_rows: int = 0  # join values with counters in the state after the step
     tracked_keys: int = 0  # key_counts: sketch: the values the step counted (0 for exact)
     sketch_bytes: int = 0  # key_counts: sketch: the merged sketch's size
-    # Tuples that met no master row and wait for a newer version (``joins.ssbj_late``).
+    # Tuples that met no master row and wait for a newer version (``joins.ssbj.late``).
     # Of the counts above (``tuples_in`` excepted, which counts the step's new input only),
     # these many returned from the late rows; then how many answered from H_R, unmatched.
     returned: int = 0
@@ -283,7 +294,7 @@ class SsbjStage:
         self.paths = {t: layout.operator_state(stage.name, t) for t in TABLES}
         self.state_path = self.paths[STATE_TABLE]
         self.scan_path = layout.operator_state(stage.name, SCAN_TABLE)
-        self.spec = ssbj.JoinSpec(
+        self.spec = JoinSpec(
             stream_keys=tuple(stage.join_on),
             master_keys=tuple(stage.join_on.values()),
             master_columns=tuple(config.masters[stage.master].columns),
@@ -358,7 +369,7 @@ class SsbjStage:
 
     def _late_rule(self, state: dict[str, Any], plan: dict[str, Any]) -> LateRule | None:
         """How the step settles tuples no master row answered, when the stage keeps them
-        waiting or late rows are left from when it did (``joins.ssbj_late``), by the
+        waiting or late rows are left from when it did (``joins.ssbj.late``), by the
         plan's time and wait (``None``: no ``late_master``, every waiting tuple expires)."""
         wait = plan.get("late_wait_us")
         if wait is None and not int(state.get("late_rows", 0)):
@@ -568,11 +579,11 @@ class SsbjStage:
         if previous is not None and appended:
             known = {f.path for f in previous.files}
             new_files = [f for f in master.files if f.path not in known]
-            rows = ssbj.scan_rows(self.engine.read_files(master, new_files), self.spec, k)
+            rows = scan_rows(self.engine.read_files(master, new_files), self.spec, k)
             outcome = self.engine.append(self.scan_path, rows, txn)
         else:
-            rows = ssbj.scan_rows(self.engine.read_files(master), self.spec, k)
-            self.engine.create_table(self.scan_path, rows.schema, (ssbj.SCAN_PART,))
+            rows = scan_rows(self.engine.read_files(master), self.spec, k)
+            self.engine.create_table(self.scan_path, rows.schema, (SCAN_PART,))
             outcome = self.engine.overwrite(self.scan_path, rows, txn)
         crash_point("ssbj.after_scan_sync")
         logger.info(
@@ -700,10 +711,10 @@ class SsbjStage:
             self._input_rows(plan["input_from"], plan["input_to"]),
             state,
             INTERVAL_START,
-            ssbj.INPUT_VERSION,
+            INPUT_VERSION,
         )
         sizes = self._sizes(state, new_rows, master)
-        wide = ssbj.WideTable.of(self.spec, new_rows.schema, master.schema)
+        wide = WideTable.of(self.spec, new_rows.schema, master.schema)
 
         late = self._late_rule(state, plan)
         reads = schedule(
@@ -851,7 +862,7 @@ class SsbjStage:
         scans: PartitionScans,
         master: Snapshot,
         reads: Schedule,
-        wide: ssbj.WideTable,
+        wide: WideTable,
         new_rows: DataFrame,
         report: SsbjStepReport,
     ) -> tuple[list[DataFrame], list[DataFrame], BucketDeltas]:
@@ -889,7 +900,7 @@ class SsbjStage:
             found.append((pinned, table, files))
         return found
 
-    def _in_driver(self, reads: Schedule, wide: ssbj.WideTable, routing: KeyRouting) -> bool:
+    def _in_driver(self, reads: Schedule, wide: WideTable, routing: KeyRouting) -> bool:
         """Whether a collected step reads and lays out its rows in the driver too (no Spark
         job at all): on an engine whose reads need no Spark, with no master changes to
         apply this step, keys hashed there exactly as Spark hashes them, and no split keys
@@ -908,7 +919,7 @@ class SsbjStage:
         state: dict[str, Any],
         plan: dict[str, Any],
         scans: PartitionScans,
-        wide: ssbj.WideTable,
+        wide: WideTable,
         routing: KeyRouting,
         report: SsbjStepReport,
     ) -> pa.Table:
@@ -916,7 +927,7 @@ class SsbjStage:
         ``WideTable.keyed_rows`` in memory): new tuples, stored state, master partitions."""
         assert self._input_rows_arrow is not None
         new = self._input_rows_arrow(plan["input_from"], plan["input_to"])
-        covered = self._covered_arrow(new, state, INTERVAL_START, ssbj.INPUT_VERSION)
+        covered = self._covered_arrow(new, state, INTERVAL_START, INPUT_VERSION)
         if covered is not None:
             new = new.filter(pc.invert(covered))
         inputs = [wide.stream_rows_arrow(new)]
@@ -924,7 +935,7 @@ class SsbjStage:
             stored = self.engine.snapshot(self.state_path, plan["tables"][STATE_TABLE])
             rows = wide.state_rows_arrow(self.engine.read_arrow(stored))
             covered = self._covered_arrow(
-                rows, state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
+                rows, state, stream_field(INTERVAL_START), stream_field(INPUT_VERSION)
             )
             if covered is not None:
                 held = pc.and_(
@@ -984,7 +995,7 @@ class SsbjStage:
 
     def _collect(
         self,
-        wide: ssbj.WideTable,
+        wide: WideTable,
         keyed: DataFrame,
         function: Callable[[pa.Table], pa.Table],
     ) -> pa.Table | None:
@@ -1010,7 +1021,7 @@ class SsbjStage:
 
     def _write_collected(
         self,
-        wide: ssbj.WideTable,
+        wide: WideTable,
         result: pa.Table,
         routing: KeyRouting,
         step: int,
@@ -1018,15 +1029,13 @@ class SsbjStage:
     ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
         """The output and the state of a step whose result was collected, written from the
         driver (the embedded engine writes them without a Spark job)."""
-        counts, loads, sketches = self._summary(ssbj.summary_rows_arrow(result), routing)
+        counts, loads, sketches = self._summary(summary_rows_arrow(result), routing)
         self._commit_step(
             wide,
             lambda txn: self.engine.append_arrow(
                 self.output_path, wide.enriched_arrow(result), txn, (INTERVAL_START,)
             ),
-            lambda txn: self.engine.overwrite_arrow(
-                self.state_path, ssbj.state_of_arrow(result), txn
-            ),
+            lambda txn: self.engine.overwrite_arrow(self.state_path, state_of_arrow(result), txn),
             step,
             report,
         )
@@ -1034,7 +1043,7 @@ class SsbjStage:
 
     def _commit_step(
         self,
-        wide: ssbj.WideTable,
+        wide: WideTable,
         append_output: Callable[[AppTransaction], CommitOutcome],
         overwrite_state: Callable[[AppTransaction], CommitOutcome],
         step: int,
@@ -1055,7 +1064,7 @@ class SsbjStage:
         rows: Iterable[tuple[Any, ...]], routing: KeyRouting
     ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
         """The step's counts (summed over buckets), the buckets' loads and key sketches from
-        its summary rows (``joins.ssbj.summary_of``)."""
+        its summary rows (``joins.ssbj.step.summary_of``)."""
         counts: Counter[str] = Counter()
         load_rows = []
         sketches = []
@@ -1068,11 +1077,11 @@ class SsbjStage:
                 load_rows.append((label, key_hash, stored, probes))
             elif role == KEY_SKETCH:
                 sketches.append(ASketch.from_dict(json.loads(bytes(sketch))))
-        return counts, ssbj.bucket_loads(load_rows, routing.buckets), sketches
+        return counts, bucket_loads(load_rows, routing.buckets), sketches
 
     def _run_and_write(
         self,
-        wide: ssbj.WideTable,
+        wide: WideTable,
         step_result: DataFrame,
         routing: KeyRouting,
         step: int,
@@ -1086,14 +1095,14 @@ class SsbjStage:
         result = step_result.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts, loads, sketches = self._summary(
-                (tuple(row) for row in ssbj.summary_of(result).collect()), routing
+                (tuple(row) for row in summary_of(result).collect()), routing
             )
             self._commit_step(
                 wide,
                 lambda txn: self.engine.append(
                     self.output_path, wide.enriched(result), txn, (INTERVAL_START,)
                 ),
-                lambda txn: self.engine.overwrite(self.state_path, ssbj.state_of(result), txn),
+                lambda txn: self.engine.overwrite(self.state_path, state_of(result), txn),
                 step,
                 report,
             )
@@ -1163,7 +1172,7 @@ class SsbjStage:
 
     def _routing(self, state: dict[str, Any]) -> KeyRouting:
         """The step's key routing: the saved one, or every key at home when there is none
-        or the bucket count changed (any routing is exact, see ``joins.key_routing``)."""
+        or the bucket count changed (any routing is exact, see ``joins.ssbj.skew.key_routing``)."""
         buckets = self._buckets()
         saved = state.get("routing")
         if saved is None or self.params.rebalance == "off":
@@ -1286,7 +1295,7 @@ class SsbjStage:
     # ------------------------------------------------------------------ inputs
 
     def _deltas(
-        self, reads: Schedule, master: Snapshot, wide: ssbj.WideTable
+        self, reads: Schedule, master: Snapshot, wide: WideTable
     ) -> tuple[BucketDeltas, list[DataFrame]]:
         """How H_R (and s_B, when a phase-out moves it) reach the ``master`` version.
 
@@ -1372,9 +1381,7 @@ class SsbjStage:
         return None if covered is None else pc.fill_null(covered, False)
 
     def _suppressed_pending(self, frame: DataFrame, state: dict[str, Any]) -> DataFrame:
-        covered = self._covered(
-            state, stream_field(INTERVAL_START), stream_field(ssbj.INPUT_VERSION)
-        )
+        covered = self._covered(state, stream_field(INTERVAL_START), stream_field(INPUT_VERSION))
         if covered is None:
             return frame
         # Tuples waiting for late master rows are not the backfill's (it leaves them to the
@@ -1393,7 +1400,7 @@ class SsbjStage:
         known = self._known_sizes(state)
         if known is not None:
             return known
-        stream_bytes = measured_row_bytes(rows.drop(ssbj.INPUT_VERSION))
+        stream_bytes = measured_row_bytes(rows.drop(INPUT_VERSION))
         master_bytes = measured_row_bytes(
             self.engine.read_files(master).select(*self.spec.master_columns)
         )
@@ -1414,7 +1421,7 @@ class SsbjStage:
         scan_version = scan.get(str(snapshot.version), -1)
         if scan_version >= 0:
             copy = self.engine.snapshot(self.scan_path, scan_version)
-            return copy, [f for f in copy.files if f.partition_values.get(ssbj.SCAN_PART) == index]
+            return copy, [f for f in copy.files if f.partition_values.get(SCAN_PART) == index]
         # a version pinned before the scan copy existed: split its files by bytes
         groups = partition_by_bytes([(f.path, f.size_bytes) for f in snapshot.files], parts)
         return snapshot, [f for f in snapshot.files if f.path in set(groups[index])]

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from common.faults import crash_point
 from joins import baseline
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
-from joins.theta_join import resolve_scheme, scheme_join_flagged
+from joins.theta.join import resolve_scheme, scheme_join_flagged
 from pipeline.config import LAYOUT_SCHEMES, EquiStage, ThetaStage
 from pipeline.emission import (
     equi_input_accounting,

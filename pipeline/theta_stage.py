@@ -36,8 +36,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from joins.adsp import TASK, flag_matches, join_routed, key_spec, numeric, route
-from joins.adsp_adapt import (
+from joins.baseline import MATCHED, version_column
+from joins.theta.adsp.adapt import (
     HIGH_WATER,
     LOW_WATER,
     carry_lines,
@@ -45,12 +45,12 @@ from joins.adsp_adapt import (
     task_loads,
     task_ranges,
 )
-from joins.adsp_migrated_rows import migrated_rows
-from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
-from joins.adsp_plan import ThetaPlan, ValueRange, plan_from_dict, plan_theta, plan_to_dict
-from joins.baseline import MATCHED, version_column
-from joins.key_sample import KeySample
-from joins.theta_stats import (
+from joins.theta.adsp.join import TASK, flag_matches, join_routed, key_spec, numeric, route
+from joins.theta.adsp.migrated_rows import migrated_rows
+from joins.theta.adsp.migration import Ranges, TaskRanges, migration_plan, task_mapping
+from joins.theta.adsp.plan import ThetaPlan, ValueRange, plan_from_dict, plan_theta, plan_to_dict
+from joins.theta.key_sample import KeySample
+from joins.theta.stats import (
     MasterStatistics,
     master_sample,
     master_statistics_of,

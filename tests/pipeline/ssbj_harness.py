@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from cache.inequality import TupleSizes
-from joins.ssbj import cache_entries
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.step import cache_entries
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.context import PipelineContext
 from pipeline.layout import WarehouseLayout

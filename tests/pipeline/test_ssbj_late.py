@@ -1,4 +1,4 @@
-"""SSBJ and MESHJOIN stages whose tuples wait for late master rows (``joins/ssbj_late.py``),
+"""SSBJ and MESHJOIN stages whose tuples wait for late master rows (``joins/ssbj/late.py``),
 through the runner, with k = 2 partitions (a tuple's cycle spans steps), against oracles.
 
 The exact oracle (MESHJOIN: no cache, so a tuple's path depends on the steps alone): a tuple
@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
-from joins.ssbj_late import (
+from joins.ssbj.late import (
     LATE,
     LATE_SINCE,
     PINNED_VERSION,

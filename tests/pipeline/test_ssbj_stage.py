@@ -15,11 +15,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
-from cache.inequality import should_switch_into_cache
 from common.errors import JoinError
-from joins import ssbj
-from joins.asketch import ASketch, SketchShape
-from joins.ssbj_buckets import BUCKET
+from joins.ssbj.buckets import BUCKET
+from joins.ssbj.cache.inequality import should_switch_into_cache
+from joins.ssbj.skew.asketch import ASketch, SketchShape
+from joins.ssbj.step import SCAN_PART, JoinSpec, WideTable, scan_rows
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness
 
@@ -290,7 +290,7 @@ def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exa
 
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
     h.load_master([(1, 0, 1.0), (2, 0, 2.0), (2, 1, 2.5)], files=1)
-    monkeypatch.setattr(ssbj.WideTable, "keyed_rows_arrow", out_of_memory)
+    monkeypatch.setattr(WideTable, "keyed_rows_arrow", out_of_memory)
     if collect_fails:
         monkeypatch.setattr(ClassicDataFrame, "toArrow", too_big)
     with caplog.at_level(logging.WARNING, logger="pipeline.ssbj_stage"):
@@ -365,10 +365,10 @@ def test_scan_partitions_hold_a_kth_of_the_rows_whatever_the_file_layout(
     spark: SparkSession,
 ) -> None:
     """hash(row) mod k: within 5% of |R|/k for a skewed many-to-many master."""
-    spec = ssbj.JoinSpec(("k",), ("mk",), ("mk", "v"), "m", "inner")
+    spec = JoinSpec(("k",), ("mk",), ("mk", "v"), "m", "inner")
     rows = [(i % 7 if i % 3 else i, i) for i in range(10_000)]  # key 0..6 hold 2/3 of rows
     master = spark.createDataFrame(rows, "mk bigint, v bigint").coalesce(1)
-    parts = ssbj.scan_rows(master, spec, 4).groupBy(ssbj.SCAN_PART).count().collect()
+    parts = scan_rows(master, spec, 4).groupBy(SCAN_PART).count().collect()
     sizes = sorted(r["count"] for r in parts)
     assert len(sizes) == 4 and sum(sizes) == 10_000
     assert max(abs(n - 2_500) for n in sizes) <= 125

@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joins.adsp import TASK, key_spec, numeric, route
-from joins.adsp_plan import plan_from_dict
+from joins.theta.adsp.join import TASK, key_spec, numeric, route
+from joins.theta.adsp.plan import plan_from_dict
 from pipeline.config import parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner

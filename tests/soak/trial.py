@@ -554,7 +554,7 @@ class StageSpec:
     columns: tuple[str, ...]  # the master's columns as the output carries them
     late: bool
     short_wait: bool
-    in_state: bool = False  # SSBJ keeps the waiting tuples in its state (joins/ssbj_late.py)
+    in_state: bool = False  # SSBJ keeps the waiting tuples in its state (joins/ssbj/late.py)
 
 
 def check_trial(root: Path) -> TrialCheck:
