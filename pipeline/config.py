@@ -402,7 +402,7 @@ class SsbjParams(Strict):
         description=(
             "wait for master rows that arrive after the tuples that need them (the "
             "late-arriving dimension): the plain join keeps them in a late table "
-            "(pipeline/late_master.py), SSBJ and MESHJOIN in their state (joins/ssbj/late.py); "
+            "(pipeline/waiting_tuples.py), SSBJ and MESHJOIN in their state (joins/ssbj/late.py); "
             "auto picks the plain join for such a stage"
         ),
     )

@@ -23,14 +23,15 @@ from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
 from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
-from pipeline.late_master import waiting_records
 from pipeline.late_table import late_table
 from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj_stage import held_back
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
-from pipeline.stateless_driver import EquiBaselineDriver, ThetaDriver
+from pipeline.theta_driver import ThetaDriver
+from pipeline.waiting_tuples import waiting_records
 from warehouse.delta import DeltaEngine
 from warehouse.delta.api import rows_committed
 from warehouse.state_store import StateStore
@@ -79,7 +80,7 @@ class StageDrivers:
         return self._factories[kind](stage)
 
     def _late_waiting(self, stage: AnyStage) -> int:
-        """Tuples of ``stage`` that wait for late master rows (``pipeline.late_master``)."""
+        """Tuples of ``stage`` that wait for late master rows (``pipeline.waiting_tuples``)."""
         records = waiting_records(self.engine, late_table(self.inputs.layout, stage.name))
         return 1 if records is None else records
 

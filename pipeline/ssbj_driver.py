@@ -21,13 +21,14 @@ from pyspark.sql import functions as F
 
 from joins.ssbj.late import WAITING_SINCE
 from joins.ssbj.step import ENTRY_STEP, pending_tuples, pending_tuples_arrow
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig
-from pipeline.late_master import waiting_ages, waiting_ages_arrow
 from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj_stage import SsbjStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
-from pipeline.stateless_driver import EquiBaselineDriver, without_tuples
+from pipeline.stateless_driver import without_tuples
+from pipeline.waiting_tuples import waiting_ages, waiting_ages_arrow
 from quality.audit_views import MAX_AGE_STEPS, pending_ages, pending_ages_arrow
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
@@ -105,7 +106,7 @@ class SsbjDriver:
 
     def pending_ages(self, id_column: str) -> DataFrame | None:
         """Steps waited by the tuples in H_S, and intervals waited by those waiting for a
-        late master row (``pipeline.late_master.waiting_ages``)."""
+        late master row (``pipeline.waiting_tuples.waiting_ages``)."""
         state = self.operator.state_frame()
         if state is None:
             return None

@@ -172,7 +172,7 @@ def _theta_plan(
         if names:
             chosen = names[0]
             break
-    from pipeline.theta_stage import STATE_KEY
+    from pipeline.adsp_layout import STATE_KEY
 
     saved: dict[str, Any] = (store.operator_state(stage.name) or {}).get(STATE_KEY) or {}
     tasks = None

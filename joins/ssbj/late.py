@@ -1,7 +1,7 @@
 """SSBJ tuples that wait for master rows arriving after them (``operator.late_master``).
 
 The plain join keeps such tuples in a late table and probes them at every step
-(``pipeline.late_master``). SSBJ keeps them in its own state table, as rows of role
+(``pipeline.waiting_tuples``). SSBJ keeps them in its own state table, as rows of role
 :data:`LATE`, and lets them take the path every tuple takes: a tuple that leaves H_S (or
 meets an empty H_R entry) without a master row at its pinned version is not emitted
 unmatched or dropped but kept as a late row, with

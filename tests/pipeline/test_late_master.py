@@ -21,10 +21,10 @@ from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
 from pipeline.backfill import rejoin_interval
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import SsbjParams
 from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
-from pipeline.stateless_driver import EquiBaselineDriver
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, kill_harness_at
 from tests.pipeline.audit_harness import (
@@ -237,8 +237,8 @@ def test_leaving_the_plain_join_while_tuples_wait_is_refused(
 def test_waiting_ages_in_memory_equal_the_spark_ages(spark: SparkSession) -> None:
     from pyspark.sql import types as T
 
-    from pipeline.late_master import waiting_ages, waiting_ages_arrow
     from pipeline.late_table import LATE_SINCE
+    from pipeline.waiting_tuples import waiting_ages, waiting_ages_arrow
 
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
     schema = T.StructType(

@@ -18,11 +18,11 @@ from pyspark.sql import types as T
 
 from joins.theta.adsp.join import TASK, key_spec, numeric, route
 from joins.theta.adsp.plan import plan_from_dict
+from pipeline.adsp_layout import SLOTS, STATE_KEY
 from pipeline.config import parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
-from pipeline.theta_stage import SLOTS, STATE_KEY
 from tests.helpers import assert_same_multiset, tiny_pipeline
 from warehouse.delta import AppTransaction
 from warehouse.delta.embedded import EmbeddedDeltaEngine
