@@ -26,8 +26,8 @@ from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode
 from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.late_table import late_table
-from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
-from pipeline.ssbj_stage import held_back
+from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
+from pipeline.ssbj.stage import held_back
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.theta_driver import ThetaDriver

@@ -20,8 +20,8 @@ from pipeline.context import PipelineContext
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
-from pipeline.ssbj_driver import SsbjDriver
-from pipeline.ssbj_stage import SsbjStage
+from pipeline.ssbj.driver import SsbjDriver
+from pipeline.ssbj.stage import SsbjStage
 from tests.helpers import tiny_pipeline
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
 from warehouse.delta.api import EngineChoice

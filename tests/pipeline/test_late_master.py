@@ -1,6 +1,6 @@
 """``operator.late_master``: tuples wait for master rows that arrive after them, through the
 runner, against a DuckDB oracle of the same rule, for the plain join and for SSBJ with one
-partition (each step a whole R-cycle; ``tests/pipeline/test_ssbj_late.py`` has more).
+partition (each step a whole R-cycle; ``tests/pipeline/ssbj/test_late.py`` has more).
 
 The oracle: a tuple entering at step ``e`` is probed at every step from ``e`` until its wait
 expires, each against that step's master version; it is answered from the first probed

@@ -1,4 +1,4 @@
-"""The stateful SSBJ / MESHJOIN operator (driven by ``pipeline.ssbj_driver``): one Algorithm 1
+"""The stateful SSBJ / MESHJOIN operator (driven by ``pipeline.ssbj.driver``): one Algorithm 1
 loop iteration per step.
 
 Operator state lives in two Delta tables under ``_operators/<stage>/``:

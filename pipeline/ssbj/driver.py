@@ -1,5 +1,5 @@
 """The driver of an equi stage in ``ssbj`` or ``meshjoin`` mode: the SSBJ operator
-(``pipeline.ssbj_stage``) behind the :class:`~pipeline.stage_driver.StageDriver` protocol.
+(``pipeline.ssbj.stage``) behind the :class:`~pipeline.stage_driver.StageDriver` protocol.
 
 A scheduled step runs ``operator.steps_per_run`` operator steps (none when nothing is
 pending and nothing new arrived); a drain steps until H_S is empty. A backfill re-joins
@@ -24,7 +24,7 @@ from joins.ssbj.step import ENTRY_STEP, pending_tuples, pending_tuples_arrow
 from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.late_table import LATE_SINCE
-from pipeline.ssbj_stage import SsbjStage
+from pipeline.ssbj.stage import SsbjStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import without_tuples
