@@ -10,7 +10,8 @@ ask :class:`StageDrivers` for a stage's driver and use it only through the
 Switching keeps every tuple answered once: a stage whose SSBJ state still holds tuples
 when ``auto`` picks the plain join drains them first (the drain also joins the new input
 with SSBJ), and the plain join takes over at the next step; SSBJ resumes its step count
-above the plain join's (``SsbjStage``), so the output's app transactions keep increasing.
+above the plain join's (``pipeline.ssbj.planning.load_state``), so the output's app
+transactions keep increasing.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.late_table import late_table
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
-from pipeline.ssbj.stage import held_back
+from pipeline.ssbj.state import held_back
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.theta_driver import ThetaDriver

@@ -7,7 +7,7 @@ laid out as one wide table (``joins.ssbj.buckets``), split by the join value's h
 buckets as the step's key routing says (``joins.ssbj.skew.key_routing``: one bucket per Spark task,
 hot keys moved by GreedyFit), and each bucket runs Algorithm 1 (``joins.ssbj.algorithm``).
 The result holds the enriched rows, the whole new state and each bucket's load, so the
-stateful driver (``pipeline.ssbj.stage``) writes two tables per step: the output and the
+stateful driver (``pipeline.ssbj``) writes two tables per step: the output and the
 operator state. The state scales out with executors like a keyed operator: a bucket is one
 group.
 
@@ -337,7 +337,7 @@ class WideTable:
         return keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
 
     # The same layout in the driver's memory, for a step that runs there on an engine
-    # whose reads need no Spark (``pipeline.ssbj.stage``): the rows :meth:`keyed_rows`
+    # whose reads need no Spark (``pipeline.ssbj.step_pass``): the rows :meth:`keyed_rows`
     # would give for the same inputs, with the same key hashes (``joins.ssbj.spark_hash``).
 
     def _fill_arrow(self, rows: pa.Table, role: str, given: dict[str, pa.Array]) -> pa.Table:

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.runner import PipelineRunner
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
-from pipeline.ssbj.stage import held_back
+from pipeline.ssbj.state import held_back
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
 

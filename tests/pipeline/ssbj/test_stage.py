@@ -127,7 +127,7 @@ def test_floating_join_values_meet_as_in_spark_and_duckdb(
     through the bucket hash, the partition rows no tuple asks for dropped (by the semi-join
     before the shuffle, or in each bucket), the disk phase and the cache (the disk phase is
     MESHJOIN's, so this covers that mode too); null meets nothing."""
-    monkeypatch.setattr("pipeline.ssbj.stage.SEMI_JOIN_ROWS_PER_TUPLE", rows_per_tuple)
+    monkeypatch.setattr("pipeline.ssbj.step_pass.SEMI_JOIN_ROWS_PER_TUPLE", rows_per_tuple)
     nan = float("nan")
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", key_type="double")
     h.load_master(
@@ -224,7 +224,7 @@ def test_master_changed_without_change_feed_refreshes_the_cache(
     else:
         added = [(1, 1, 11.0), (7, 0, 7.0), (7, 1, 7.5)]
         h.engine.append(h.master, spark.createDataFrame(added, h.master_schema))
-    with caplog.at_level(logging.INFO, logger="pipeline.ssbj.stage"):
+    with caplog.at_level(logging.INFO, logger="pipeline.ssbj"):
         arrive_and_run(2)
     h.drain()
     assert_same_multiset(h.output(), h.oracle("inner"))
@@ -293,7 +293,7 @@ def test_a_result_the_driver_cannot_take_stays_in_spark_and_the_output_stays_exa
     monkeypatch.setattr(WideTable, "keyed_rows_arrow", out_of_memory)
     if collect_fails:
         monkeypatch.setattr(ClassicDataFrame, "toArrow", too_big)
-    with caplog.at_level(logging.WARNING, logger="pipeline.ssbj.stage"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.ssbj"):
         for run in range(3):
             h.arrive([(run * 3, 1), (run * 3 + 1, 2), (run * 3 + 2, 9)])
             h.run()
