@@ -58,7 +58,7 @@ $(STAMP): pyproject.toml requirements.lock
 # from writing them, and without them every process (each Airflow task, each test
 # subprocess) compiled pyspark, GX, SQLAlchemy and Airflow from source again: `enrich status`
 # took 4.3 s instead of 0.9 s, a task's imports 2-5 s more. Only changed files recompile.
-PROJECT_PACKAGES := benchmarks cache common dags demo jobs joins orchestration pipeline quality reports tests warehouse
+PROJECT_PACKAGES := benchmarks common dags demo jobs joins orchestration pipeline quality reports tests warehouse
 
 bytecode: $(STAMP)
 	$(PY) -m compileall -q -j 0 $(PROJECT_PACKAGES)

@@ -5,8 +5,8 @@
 
 Builds one bucket's table as a step sees it (new tuples and H_S drawn Zipf over the key
 domain, the master partition ``step mod k`` with 4 rows per key) and runs
-``joins.ssbj_buckets.bucket_step`` on it with the columnar pass
-(``joins/ssbj_columnar.py``) and with the reference model (decode every tuple, run
+``joins.ssbj.buckets.bucket_step`` on it with the columnar pass
+(``joins/ssbj/columnar.py``) and with the reference model (decode every tuple, run
 Algorithm 1 in Python, encode), alternately, in one process, at every state of the R-cycle
 machine. It checks that both give the same rows and prints the median seconds of each and
 their ratio as a markdown table. No Spark: this measures the driver's (or a task's) work
@@ -28,11 +28,11 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.revision import has_uncommitted_changes, short_commit
-from cache.inequality import TupleSizes
-from cache.rcycle import StepPosition
-from joins.ssbj_algorithm import StepPlan
-from joins.ssbj_buckets import NEW, PARTITION, PENDING, BucketDeltas, WideLayout, bucket_step
-from joins.ssbj_roles import ROLE, master_field, stream_field
+from joins.ssbj.algorithm import StepPlan
+from joins.ssbj.buckets import NEW, PARTITION, PENDING, BucketDeltas, WideLayout, bucket_step
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.cache.rcycle import StepPosition
+from joins.ssbj.roles import ROLE, master_field, stream_field
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ list scheduling (:mod:`benchmarks.makespan`). Each stage waits for the one befor
 Setup, the same for every method: inputs in 128 partitions, 128 shuffle partitions, and
 AQE partition coalescing off, so a task is one hash partition: binning's tasks hold sets of
 bins, A-DSP's (and Square's and Dynamic's) sets of (plan task, bin) pairs, since a band's
-local join is an equi-join on both (``joins.adsp.binned_local_join``). A-DSP, Square and Dynamic are planned with the per-task memory
+local join is an equi-join on both (``joins.theta.adsp.join.binned_local_join``). A-DSP, Square and Dynamic are planned with the per-task memory
 V = input bytes / ``--memory-divisor`` (16: A-DSP then plans tens of tasks; a task holds
 both an R and an S share, so the count is not the divisor) from the key statistics (a
 counting job and a sampling job, both sides at once), which are counted too.
@@ -52,9 +52,9 @@ from benchmarks.makespan import job_makespan
 from benchmarks.standalone import free_port, standalone_cluster
 from demo.data import ZipfSampler, generate_tpch
 from joins import baseline
-from joins.adsp import join_routed, key_spec, numeric, route
-from joins.theta_predicate import ThetaPredicate
-from joins.theta_stats import plan_from_samples, theta_samples
+from joins.theta.adsp.join import join_routed, key_spec, numeric, route
+from joins.theta.predicate import ThetaPredicate
+from joins.theta.stats import plan_from_samples, theta_samples
 from warehouse.spark import SparkSettings, build_session
 
 logger = logging.getLogger("skew-sim")

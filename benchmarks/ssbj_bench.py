@@ -62,8 +62,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame
 
-from cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
 from demo.data import ZipfSampler, _plain, generate_tpch
+from joins.ssbj.cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner

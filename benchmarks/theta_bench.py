@@ -36,12 +36,12 @@ from pyspark.sql import functions as F
 from benchmarks.frames import stored_frame
 from demo.data import ZipfSampler, generate_tpch, promotions
 from joins import baseline
-from joins.adsp import TASK, adsp_join, key_spec, numeric, route
-from joins.adsp_adapt import carry_lines, task_ranges
-from joins.adsp_migration import Ranges, TaskRanges, migration_plan, task_mapping
-from joins.theta_join import FixedRowBytes, resolve_scheme, scheme_join_flagged
-from joins.theta_predicate import ThetaPredicate
-from joins.theta_stats import plan_from_samples, theta_plan, theta_samples
+from joins.theta.adsp.adapt import carry_lines, task_ranges
+from joins.theta.adsp.join import TASK, adsp_join, key_spec, numeric, route
+from joins.theta.adsp.migration import Ranges, TaskRanges, migration_plan, task_mapping
+from joins.theta.join import FixedRowBytes, resolve_scheme, scheme_join_flagged
+from joins.theta.predicate import ThetaPredicate
+from joins.theta.stats import plan_from_samples, theta_plan, theta_samples
 from warehouse.spark import SparkSettings, build_session
 
 logger = logging.getLogger("theta-bench")

@@ -27,10 +27,10 @@ from pyspark.sql import functions as F
 from benchmarks.frames import stored_frame
 from demo.data import ZipfSampler, generate_tpch
 from joins import baseline
-from joins.adsp import adsp_join, numeric, route
-from joins.adsp_plan import plan_theta
-from joins.theta_predicate import ThetaPredicate
-from joins.theta_stats import master_statistics_of, stream_histogram_of, theta_samples
+from joins.theta.adsp.join import adsp_join, numeric, route
+from joins.theta.adsp.plan import plan_theta
+from joins.theta.predicate import ThetaPredicate
+from joins.theta.stats import master_statistics_of, stream_histogram_of, theta_samples
 from warehouse.spark import SparkSettings, build_session
 
 

@@ -74,7 +74,6 @@ PACKAGE_LOGGERS = (
     "warehouse",
     "pipeline",
     "joins",
-    "cache",
     "quality",
     "reports",
 )

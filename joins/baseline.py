@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from common.errors import JoinError
 from joins.columns import MATCHED, ROW_ID, version_column
 from joins.predicates import theta_condition
-from joins.theta_predicate import ThetaPredicate
+from joins.theta.predicate import ThetaPredicate
 
 
 def _flagged(master: DataFrame, master_name: str, version: int) -> DataFrame:

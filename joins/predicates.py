@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from joins.theta_predicate import ThetaPredicate
+from joins.theta.predicate import ThetaPredicate
 
 
 def theta_condition(predicate: ThetaPredicate, stream: DataFrame, master: DataFrame) -> Column:

@@ -41,8 +41,8 @@ from pydantic import (
 from common.errors import ConfigError
 from common.model import Identifier, Strict
 from common.secrets import looks_secret, mask_url, register_secret, register_url_password
-from joins.theta_choice import SAMPLE_ABOVE_BYTES
-from joins.theta_predicate import ThetaPredicate
+from joins.theta.choice import SAMPLE_ABOVE_BYTES
+from joins.theta.predicate import ThetaPredicate
 from quality.config import QualityConfig
 from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
 
@@ -279,7 +279,7 @@ class SsbjParams(Strict):
         default="auto",
         description=(
             "auto: each step picks SSBJ or the plain join of the batch to the whole master "
-            "from the Delta log's sizes (joins.equi_choice; no Spark job) and logs why; "
+            "from the Delta log's sizes (joins.ssbj.choice; no Spark job) and logs why; "
             "ssbj, meshjoin (SSBJ without its cache) or baseline force one"
         ),
     )
@@ -402,7 +402,7 @@ class SsbjParams(Strict):
         description=(
             "wait for master rows that arrive after the tuples that need them (the "
             "late-arriving dimension): the plain join keeps them in a late table "
-            "(pipeline/late_master.py), SSBJ and MESHJOIN in their state (joins/ssbj_late.py); "
+            "(pipeline/waiting_tuples.py), SSBJ and MESHJOIN in their state (joins/ssbj/late.py); "
             "auto picks the plain join for such a stage"
         ),
     )
@@ -447,7 +447,7 @@ class ThetaParams(Strict):
     scheme: Literal["auto", "adsp", "square", "dynamic", "binning", "spark"] = Field(
         default="auto",
         description="auto picks, per run, Spark's broadcast nested loop, range binning or "
-        "A-DSP from both sides' key samples (joins/theta_choice.py); the others force one",
+        "A-DSP from both sides' key samples (joins/theta/choice.py); the others force one",
     )
     task_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     sample_size: int = Field(
@@ -459,7 +459,7 @@ class ThetaParams(Strict):
         default=SAMPLE_ABOVE_BYTES,
         ge=0,
         description="auto bins a band join whose inputs the optimizer estimates under this "
-        "many bytes, with no counting or sampling job (joins/theta_choice.py); 0 samples "
+        "many bytes, with no counting or sampling job (joins/theta/choice.py); 0 samples "
         "every band join against a master too large to broadcast",
     )
     persist_layout: bool = Field(

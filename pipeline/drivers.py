@@ -2,7 +2,7 @@
 
 ``baseline``: equi stages in ``baseline`` mode; ``ssbj``: equi stages in ``ssbj`` or
 ``meshjoin`` mode; ``theta``: theta stages. An equi stage in ``auto`` mode gets one of the
-first two from :func:`joins.equi_choice.choose_equi_mode` over the Delta logs' sizes (no
+first two from :func:`joins.ssbj.choice.choose_equi_mode` over the Delta logs' sizes (no
 Spark job), decided once per command and logged with its reason. The runner and the audit
 ask :class:`StageDrivers` for a stage's driver and use it only through the
 :class:`~pipeline.stage_driver.StageDriver` protocol.
@@ -10,7 +10,8 @@ ask :class:`StageDrivers` for a stage's driver and use it only through the
 Switching keeps every tuple answered once: a stage whose SSBJ state still holds tuples
 when ``auto`` picks the plain join drains them first (the drain also joins the new input
 with SSBJ), and the plain join takes over at the next step; SSBJ resumes its step count
-above the plain join's (``SsbjStage``), so the output's app transactions keep increasing.
+above the plain join's (``pipeline.ssbj.planning.load_state``), so the output's app
+transactions keep increasing.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
-from joins.equi_choice import EquiChoice, EquiSizes, choose_equi_mode
+from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
-from pipeline.late_master import waiting_records
 from pipeline.late_table import late_table
-from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
-from pipeline.ssbj_stage import held_back
+from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
+from pipeline.ssbj.state import held_back
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
-from pipeline.stateless_driver import EquiBaselineDriver, ThetaDriver
+from pipeline.theta_driver import ThetaDriver
+from pipeline.waiting_tuples import waiting_records
 from warehouse.delta import DeltaEngine
 from warehouse.delta.api import rows_committed
 from warehouse.state_store import StateStore
@@ -79,7 +81,7 @@ class StageDrivers:
         return self._factories[kind](stage)
 
     def _late_waiting(self, stage: AnyStage) -> int:
-        """Tuples of ``stage`` that wait for late master rows (``pipeline.late_master``)."""
+        """Tuples of ``stage`` that wait for late master rows (``pipeline.waiting_tuples``)."""
         records = waiting_records(self.engine, late_table(self.inputs.layout, stage.name))
         return 1 if records is None else records
 

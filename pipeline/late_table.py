@@ -1,7 +1,7 @@
 """Where a stage keeps tuples waiting for late master rows, and the columns it adds to them.
 
 No Spark here: ``enrich status`` reads the table with delta-rs (see
-:mod:`pipeline.late_master` for what the table holds and how steps use it).
+:mod:`pipeline.waiting_tuples` for what the table holds and how steps use it).
 """
 
 from __future__ import annotations

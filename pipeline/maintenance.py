@@ -45,7 +45,7 @@ from typing import Any
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import table_key
-from pipeline.ssbj_stage import OWNED_TABLES as SSBJ_TABLES
+from pipeline.ssbj.wiring import OWNED_TABLES as SSBJ_TABLES
 from warehouse.delta import DeltaEngine, Snapshot
 from warehouse.delta.api import CDF_PROPERTY, Compaction
 from warehouse.state_store import StateStore

@@ -12,7 +12,7 @@ on a table, by any holder, to ``vacuum`` as ``keep_versions``. Holders:
 ``stage.<stage>``  the consumed input version; from a baseline or theta step's plan until
                    the step is done also its planned master version and input versions
 ``late.<stage>``   the late table version a step of a stage with ``operator.late_master``
-                   reads, and after the step the version it wrote (``pipeline.late_master``)
+                   reads, and after the step the version it wrote (``pipeline.waiting_tuples``)
 ``adsp.<stage>``   the master version an A-DSP stage's persisted layout was built from, and
                    the layout version the state records
 ``audit.<table>``  the last audited output (silver) version and the pending-table version
@@ -49,7 +49,7 @@ def stage_holder(stage: str) -> str:
 
 
 def late_holder(stage: str) -> str:
-    """The holder of the late table version a step of ``stage`` reads (pipeline.late_master)."""
+    """The holder of the late table version a step of ``stage`` reads (pipeline.waiting_tuples)."""
     return f"late.{stage}"
 
 

@@ -16,7 +16,7 @@ def measured_row_bytes(frame: DataFrame, sample_rows: int = SIZE_SAMPLE_ROWS) ->
 
 
 class MeasuredRowBytes:
-    """Both sides' measured bytes per row (``joins.theta_join.RowBytes``), each measured on
+    """Both sides' measured bytes per row (``joins.theta.join.RowBytes``), each measured on
     first use only: a join whose scheme needs neither (binning, Spark's own join) runs no
     job for them."""
 

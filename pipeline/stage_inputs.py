@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 
 from common.errors import ConfigError
 from joins.columns import with_interval_start, with_interval_start_arrow
-from joins.ssbj import INPUT_VERSION
+from joins.ssbj.step import INPUT_VERSION
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
 from warehouse.delta import COMMIT_VERSION, DeltaEngine, Snapshot

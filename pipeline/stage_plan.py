@@ -4,9 +4,9 @@ Nothing runs: the inputs are the step metrics the runner recorded in the state s
 operator state, and the Delta logs of the master (read with delta-rs, no Spark session).
 
 - An SSBJ / MESHJOIN stage: the aggregated step cost of Eq. 2 is fitted to its measured
-  steps (``cache.cost_model.fit_step_costs``: seconds against the master rows scanned b,
+  steps (``joins.ssbj.cache.cost_model.fit_step_costs``: seconds against the master rows scanned b,
   the cache-served tuples w_N and the tuples that entered H_S w_S), then
-  ``cache.cost_model.plan`` recommends k, tuples per step and steps per run for the
+  ``joins.ssbj.cache.cost_model.plan`` recommends k, tuples per step and steps per run for the
   measured arrival rate within the stage's memory budget (Eq. 1, 3-5).
 - A theta stage: the scheme the config names, the one ``auto`` chose on its last steps
   (and why, in the task log), and the persisted A-DSP layout if there is one (its scheme,
@@ -24,7 +24,8 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from cache.cost_model import (
+from common.errors import ConfigError
+from joins.ssbj.cache.cost_model import (
     MemoryParams,
     Plan,
     StepCosts,
@@ -32,7 +33,6 @@ from cache.cost_model import (
     fit_step_costs,
     plan,
 )
-from common.errors import ConfigError
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
 from warehouse.state_store import StateStore
@@ -172,12 +172,12 @@ def _theta_plan(
         if names:
             chosen = names[0]
             break
-    from pipeline.theta_stage import STATE_KEY
+    from pipeline.adsp_layout import STATE_KEY
 
     saved: dict[str, Any] = (store.operator_state(stage.name) or {}).get(STATE_KEY) or {}
     tasks = None
     if saved.get("plan"):
-        from joins.adsp_plan import plan_from_dict
+        from joins.theta.adsp.plan import plan_from_dict
 
         tasks = plan_from_dict(saved["plan"]).tasks
     return ThetaStagePlan(

@@ -46,7 +46,7 @@ def late_tuples(path: str) -> dict[str, Any]:
 
 def ssbj_late_tuples(state: dict[str, Any] | None) -> dict[str, Any]:
     """:func:`late_tuples` of an SSBJ stage, from its controller state (the late rows and
-    returned tuples its last step left, ``joins.ssbj_late``)."""
+    returned tuples its last step left, ``joins.ssbj.late``)."""
     waiting = int((state or {}).get("late_waiting", 0))
     if not waiting:
         return {}

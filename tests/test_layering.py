@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # layer: those are independent of each other).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("common",),
-    ("cache", "warehouse", "reports"),
+    ("warehouse", "reports"),
     ("joins",),
     ("quality",),
     ("pipeline",),

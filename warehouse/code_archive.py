@@ -1,7 +1,7 @@
 """The project's Python packages as one zip for a cluster's executors.
 
 On a cluster, the executors' Python workers import the functions a job sends them (the
-``mapInArrow`` and ``applyInArrow`` kernels in ``joins/``, ``cache/``, ``warehouse/``) by
+``mapInArrow`` and ``applyInArrow`` kernels in ``joins/`` and ``warehouse/``) by
 module name, so the project's packages must be on their path, and nothing installs them on
 a worker. The driver zips the packages the distribution ships (``pyproject.toml``,
 ``[tool.setuptools] packages``) and adds the zip to the Spark context

@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from joins.ssbj import ENTRY_STEP
+from joins.ssbj.step import ENTRY_STEP
 from pipeline.drivers import StageDrivers
 from tests.pipeline.ssbj_harness import SsbjHarness
 from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine

@@ -13,15 +13,15 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from cache.inequality import TupleSizes
-from joins.ssbj import cache_entries
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.step import cache_entries
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.context import PipelineContext
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
-from pipeline.ssbj_driver import SsbjDriver
-from pipeline.ssbj_stage import SsbjStage
+from pipeline.ssbj.driver import SsbjDriver
+from pipeline.ssbj.stage import SsbjStage
 from tests.helpers import tiny_pipeline
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
 from warehouse.delta.api import EngineChoice

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import BackfillIncompleteError, ValidationFailedError
-from joins.ssbj import pending_tuples
+from joins.ssbj.step import pending_tuples
 from pipeline.audit import FAILED_EXPECTATIONS, RUN_ID
 from pipeline.backfill import rejoin_interval
 from tests.conftest import REPO_ROOT

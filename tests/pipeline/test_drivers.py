@@ -8,9 +8,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.drivers import driver_kind
-from pipeline.ssbj_driver import SsbjDriver
-from pipeline.stateless_driver import EquiBaselineDriver
+from pipeline.ssbj.driver import SsbjDriver
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.runner import PipelineRunner
-from pipeline.ssbj_driver import SsbjDrainingDriver, SsbjDriver
-from pipeline.ssbj_stage import held_back
-from pipeline.stateless_driver import EquiBaselineDriver
+from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
+from pipeline.ssbj.state import held_back
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
 

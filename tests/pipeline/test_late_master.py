@@ -1,6 +1,6 @@
 """``operator.late_master``: tuples wait for master rows that arrive after them, through the
 runner, against a DuckDB oracle of the same rule, for the plain join and for SSBJ with one
-partition (each step a whole R-cycle; ``tests/pipeline/test_ssbj_late.py`` has more).
+partition (each step a whole R-cycle; ``tests/pipeline/ssbj/test_late.py`` has more).
 
 The oracle: a tuple entering at step ``e`` is probed at every step from ``e`` until its wait
 expires, each against that step's master version; it is answered from the first probed
@@ -21,10 +21,10 @@ from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, ValidationFailedError
 from pipeline.backfill import rejoin_interval
+from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import SsbjParams
 from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
-from pipeline.stateless_driver import EquiBaselineDriver
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, kill_harness_at
 from tests.pipeline.audit_harness import (
@@ -237,8 +237,8 @@ def test_leaving_the_plain_join_while_tuples_wait_is_refused(
 def test_waiting_ages_in_memory_equal_the_spark_ages(spark: SparkSession) -> None:
     from pyspark.sql import types as T
 
-    from pipeline.late_master import waiting_ages, waiting_ages_arrow
     from pipeline.late_table import LATE_SINCE
+    from pipeline.waiting_tuples import waiting_ages, waiting_ages_arrow
 
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
     schema = T.StructType(

@@ -18,7 +18,7 @@ from pipeline.config import PipelineConfig, parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.maintenance import OwnedTable, maintain, only_maintenance_since, vacuum_table
 from pipeline.pins import audit_pins, table_key
-from pipeline.ssbj_stage import STATE_TABLE as SSBJ_STATE_TABLE
+from pipeline.ssbj.wiring import STATE_TABLE as SSBJ_STATE_TABLE
 from tests.helpers import assert_same_multiset, tiny_pipeline
 from tests.pipeline.audit_harness import (
     FIRST_BATCH,
@@ -139,7 +139,7 @@ def test_an_open_plan_is_pinned_until_its_step_completes(
         if name == "ssbj.after_output":
             raise RuntimeError(f"injected crash at {name}")
 
-    monkeypatch.setattr("pipeline.ssbj_stage.crash_point", crash_after_output)
+    monkeypatch.setattr("pipeline.ssbj.commit.crash_point", crash_after_output)
     with pytest.raises(RuntimeError, match="injected crash"):
         h.runner.run_stage_step(stage, "r2")  # step 1 planned at master v2, then killed
     monkeypatch.undo()

@@ -194,7 +194,7 @@ def executors_import_the_shipped_zip(master: str, folder: Path) -> bool:
         "from warehouse.spark import SparkSettings, build_session\n"
         f"spark = build_session(SparkSettings(master={master!r}))\n"
         "paths = spark.sparkContext.parallelize(range(4), 4).map(\n"
-        "    lambda _: __import__('joins.key_sample').key_sample.__file__).collect()\n"
+        "    lambda _: __import__('joins.theta.key_sample').theta.key_sample.__file__).collect()\n"
         "print('\\n'.join(paths))\n"
     )
     done = subprocess.run(

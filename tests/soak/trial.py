@@ -554,7 +554,7 @@ class StageSpec:
     columns: tuple[str, ...]  # the master's columns as the output carries them
     late: bool
     short_wait: bool
-    in_state: bool = False  # SSBJ keeps the waiting tuples in its state (joins/ssbj_late.py)
+    in_state: bool = False  # SSBJ keeps the waiting tuples in its state (joins/ssbj/late.py)
 
 
 def check_trial(root: Path) -> TrialCheck:
@@ -656,7 +656,7 @@ def _allowed(
     - A live step joins a tuple with the master version in force at that step (its plan
       pins it): the step of the run that ingested it, ``V(arrival)``. SSBJ pins a tuple
       to the version in force when it entered and answers it from that version however
-      many steps it waits (``pipeline/ssbj_stage.py``), so the same rule holds.
+      many steps it waits (``pipeline/ssbj/``), so the same rule holds.
     - With late_master, a tuple whose key has no row at its arrival waits: it is answered
       by the first later step (run or drain) whose version has its key, from that version;
       with a short wait it may instead expire unmatched at any step before that one (its

@@ -126,7 +126,7 @@ def test_a_client_session_gets_the_product_settings_and_writes_clean_delta(
         import json
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
-        from joins.theta_stats import key_samples
+        from joins.theta.stats import key_samples
         from warehouse.delta import open_engine
         from warehouse.spark import SparkSettings, build_session, is_connect, plan_size
 

@@ -1,0 +1,585 @@
+"""One loop iteration of SSBJ's Algorithm 1 for one bucket, on Arrow columns.
+
+The same step as ``joins.ssbj.algorithm.run_step`` (the reference model, which the
+property tests compare it with), without decoding a single tuple into Python: each phase
+is a hash join, a membership test or a group-by over the bucket's role tables, so a step
+costs its data in Arrow's C++ kernels rather than a Python loop per tuple.
+
+- cache phase (lines 15–23): new tuples join H_R on the join value; a hit counts
+  f_count, a miss enters H_S pinned to the plan's version;
+- switching (line 33): per value pending in H_S, ``|H_S(j)|·v_S > s_f·s_count(j)·v_R``;
+- disk phase (lines 24–27): H_S joins the partition rows on (value, pinned version);
+- instrumentation (lines 28–29): s_count and the partitions observed, per pending value;
+- s_B collection (line 34), the chunk leaving H_S (lines 39–41) and, at a cycle's
+  start, the move of s_B into H_R (lines 9–10) and the eviction pass (lines 42–49).
+
+Scope: one join column of an integer or string type (their Arrow equality is the join's;
+floating values need the reference model's NaN rule), no master changes to apply this
+step, no split keys and no late rows; ``columnar_result`` returns None for anything else
+and the caller runs the reference model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from joins.ssbj.algorithm import StepCounts, StepPlan
+from joins.ssbj.cache.rcycle import CycleState
+from joins.ssbj.roles import (
+    CACHE,
+    COUNTER,
+    EMPTY,
+    ENTRY_STEP,
+    HITS,
+    LATE_SINCE,
+    MARKED,
+    MASTER_ROWS,
+    MATCHED,
+    METRIC,
+    METRIC_ROLE,
+    NEW,
+    OBSERVED,
+    OUT,
+    PARTITION,
+    PENDING,
+    PINNED_VERSION,
+    ROLE,
+    SWITCH,
+    VALUE,
+    VERSION,
+    master_field,
+    stream_field,
+)
+
+_KEY = "__key"  # the join value, as the master's type, on every role table here
+_POS = "__pos"  # a stream tuple's row in its role table
+
+
+@dataclass(frozen=True)
+class ColumnarLayout:
+    """The bucket table's columns this module reads and writes."""
+
+    stream_fields: tuple[str, ...]  # s__<column>, every stream column
+    master_fields: tuple[str, ...]  # r__<column>, every projected master column
+    stream_key: str  # the stream's join column (its s__ field)
+    master_key: str  # the master's join column (its r__ field)
+
+    @classmethod
+    def of(
+        cls,
+        stream_columns: tuple[str, ...],
+        master_columns: tuple[str, ...],
+        stream_keys: tuple[str, ...],
+        master_keys: tuple[str, ...],
+    ) -> ColumnarLayout | None:
+        """None when the join has more than one column (the reference model runs it)."""
+        if len(stream_keys) != 1 or len(master_keys) != 1:
+            return None
+        return cls(
+            tuple(stream_field(c) for c in stream_columns),
+            tuple(master_field(c) for c in master_columns),
+            stream_field(stream_keys[0]),
+            master_field(master_keys[0]),
+        )
+
+
+def supports(table: pa.Table, layout: ColumnarLayout) -> bool:
+    """Whether the join column's type compares in Arrow as the join compares it."""
+    key = table.schema.field(layout.master_key).type
+    stream = table.schema.field(layout.stream_key).type
+    if pa.types.is_string(key):
+        return pa.types.is_string(stream)
+    # A stream key is cast to the master's type: only one that widens to it casts safely
+    # (a wider value the master type cannot hold would fail, where it just matches nothing).
+    return (
+        pa.types.is_signed_integer(key)
+        and pa.types.is_signed_integer(stream)
+        and stream.bit_width <= key.bit_width
+    )
+
+
+def _role(table: pa.Table, role: str) -> pa.Table:
+    return table.filter(pc.equal(table.column(ROLE), role))
+
+
+def _with_key(rows: pa.Table, column: str, key_type: pa.DataType) -> pa.Table:
+    return rows.append_column(_KEY, rows.column(column).cast(key_type))
+
+
+def _in(values: pa.ChunkedArray | pa.Array, keys: pa.Array) -> pa.ChunkedArray:
+    """Membership (a null is in nothing: null join values match no row)."""
+    return pc.fill_null(pc.is_in(values, value_set=keys, skip_nulls=True), False)
+
+
+def _unique(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    found = pc.unique(values)
+    if isinstance(found, pa.ChunkedArray):
+        found = found.combine_chunks()
+    return found.drop_null()
+
+
+def _counts(values: pa.ChunkedArray | pa.Array, key_type: pa.DataType) -> pa.Table:
+    """(key, n) per distinct non-null value."""
+    table = pa.table({_KEY: values}).filter(pc.is_valid(pa.table({_KEY: values}).column(_KEY)))
+    if table.num_rows == 0:
+        return pa.table({_KEY: pa.array([], key_type), "n": pa.array([], pa.int64())})
+    counted = table.group_by(_KEY).aggregate([(_KEY, "count")])
+    return counted.select([_KEY, f"{_KEY}_count"]).rename_columns([_KEY, "n"])
+
+
+def _lookup(keys: pa.Array | pa.ChunkedArray, table: pa.Table, column: str) -> np.ndarray:
+    """``column`` of ``table`` (one row per key) for each of ``keys``; 0 where absent."""
+    if table.num_rows == 0 or len(keys) == 0:
+        return np.zeros(len(keys), dtype=np.int64)
+    index = pc.index_in(keys, value_set=table.column(_KEY))
+    values = np.asarray(table.column(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+    found = index.to_numpy(zero_copy_only=False)
+    missing = np.isnan(found) if found.dtype.kind == "f" else np.zeros(len(found), bool)
+    where = np.where(missing, 0, np.nan_to_num(found)).astype(np.int64)
+    result = values[where] if len(values) else np.zeros(len(keys), dtype=np.int64)
+    result[missing] = 0
+    return result
+
+
+@dataclass
+class _Counters:
+    """f_count, s_count and the partitions observed, one row per value (key column)."""
+
+    table: pa.Table
+
+    def column(self, name: str) -> np.ndarray:
+        return np.array(self.table.column(name).to_numpy(zero_copy_only=False), np.int64)
+
+    def with_columns(self, columns: dict[str, np.ndarray]) -> _Counters:
+        table = self.table
+        for name, values in columns.items():
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, name, pa.array(values, pa.int64()))
+        return _Counters(table)
+
+    def add(
+        self, key_type: pa.DataType, keys: pa.Array, increments: dict[str, np.ndarray]
+    ) -> _Counters:
+        """Counters of ``keys`` (created at zero) incremented by ``increments``."""
+        absent = keys.filter(pc.invert(_in(keys, self.table.column(_KEY))))
+        table = self.table
+        if len(absent):
+            zeros = pa.array(np.zeros(len(absent), np.int64))
+            table = pa.concat_tables(
+                [
+                    table,
+                    pa.table(
+                        {
+                            _KEY: absent.cast(key_type),
+                            HITS: zeros,
+                            MASTER_ROWS: zeros,
+                            OBSERVED: zeros,
+                        }
+                    ),
+                ]
+            )
+        counters = _Counters(table)
+        at = pc.index_in(table.column(_KEY), value_set=keys).to_numpy(zero_copy_only=False)
+        hit = ~np.isnan(at) if at.dtype.kind == "f" else np.ones(len(at), bool)
+        rows = np.where(hit, np.nan_to_num(at), 0).astype(np.int64)
+        updated = {}
+        for name, values in increments.items():
+            column = counters.column(name)
+            column[hit] += np.asarray(values, np.int64)[rows[hit]]
+            updated[name] = column
+        return counters.with_columns(updated)
+
+
+def columnar_result(
+    table: pa.Table,
+    layout: ColumnarLayout,
+    plan: StepPlan,
+    schema: pa.Schema,
+    tracked: pa.Array | None = None,
+) -> pa.Table | None:
+    """The encoded result of one step of the bucket whose rows are ``table`` (roles new,
+    pending, cache, counter, marked, switch and partition; no change rows), as
+    ``joins.ssbj.buckets.encode_result(run_step(...))`` lays it out; None outside this
+    module's scope (see the module docstring). ``tracked``: the only values instrumented
+    and weighed for switching (``run_step``'s ``tracked``); None counts every value."""
+    if not supports(table, layout):
+        return None
+    key_type = table.schema.field(layout.master_key).type
+    if tracked is not None:
+        tracked = tracked.cast(key_type)
+    position = plan.position
+    version = plan.master_version
+    use_cache = plan.use_cache
+    counts = StepCounts()
+
+    new = _with_key(_role(table, NEW), layout.stream_key, key_type)
+    pending = _with_key(_role(table, PENDING), layout.stream_key, key_type)
+    pinned = pending.column(PINNED_VERSION)
+    if (
+        pending.num_rows
+        and not pc.all(
+            pc.is_in(pinned, value_set=pa.array(sorted(plan.partition_versions), pa.int64()))
+        ).as_py()
+    ):
+        raise ValueError(
+            f"step {plan.step}: a pending tuple is pinned to a master version whose "
+            f"partition the plan does not hold ({sorted(plan.partition_versions)})"
+        )
+    cache = _with_key(_role(table, CACHE), layout.master_key, key_type) if use_cache else None
+    if cache is not None and cache.num_rows:
+        # A value's rows make its entry; an empty-entry marker beside them means nothing.
+        empty = pc.fill_null(cache.column(EMPTY), False)
+        stored = _unique(cache.filter(pc.invert(empty)).column(_KEY))
+        cache = cache.filter(pc.invert(pc.and_(empty, _in(cache.column(_KEY), stored))))
+    counter_rows = _role(table, COUNTER)
+    # One row per value: a split key's replicas handed their counters to its owner (hits
+    # add up, master rows were counted over the same partitions), as ``decode_state`` does.
+    counters = _Counters(
+        pa.table(
+            {
+                _KEY: counter_rows.column(layout.master_key).cast(key_type),
+                HITS: counter_rows.column(HITS).cast(pa.int64()),
+                MASTER_ROWS: counter_rows.column(MASTER_ROWS).cast(pa.int64()),
+                OBSERVED: counter_rows.column(OBSERVED).cast(pa.int64()),
+            }
+        )
+        .group_by(_KEY)
+        .aggregate([(HITS, "sum"), (MASTER_ROWS, "max"), (OBSERVED, "max")])
+        .select([_KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
+        .rename_columns([_KEY, HITS, MASTER_ROWS, OBSERVED])
+    )
+    marked = _unique(_role(table, MARKED).column(layout.master_key).cast(key_type))
+    switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
+    parts = _with_key(_role(table, PARTITION), layout.master_key, key_type)
+    parts = parts.filter(pc.is_valid(parts.column(_KEY)))
+
+    if use_cache and position.starts_cycle:
+        assert cache is not None
+        if position.state is CycleState.PHASE_OUT and len(marked):
+            # Lines 9–10: s_B moves into H_R whole; a marked value without rows is an
+            # empty entry (the negative cache).
+            kept = cache.filter(pc.invert(_in(cache.column(_KEY), marked)))
+            moved = _set(switch, EMPTY, pa.array([False] * switch.num_rows))
+            with_rows = _unique(switch.column(_KEY))
+            bare = marked.filter(pc.invert(_in(marked, with_rows)))
+            cache = pa.concat_tables(
+                [kept, moved.cast(cache.schema), _key_rows(bare, cache.schema, layout, True)]
+            )
+            marked = pa.array([], key_type)
+            switch = switch.slice(0, 0)
+        if position.evicts:
+            cache = _evicted(cache, counters, plan, position.eviction_cycles)
+            counters = counters.with_columns({HITS: np.zeros(counters.table.num_rows, np.int64)})
+        if position.state is CycleState.INCREMENTING:
+            zeros = np.zeros(counters.table.num_rows, np.int64)
+            counters = counters.with_columns({MASTER_ROWS: zeros, OBSERVED: zeros})
+        nonzero = pc.or_(
+            pc.or_(
+                pc.not_equal(counters.table.column(HITS), 0),
+                pc.not_equal(counters.table.column(MASTER_ROWS), 0),
+            ),
+            pc.not_equal(counters.table.column(OBSERVED), 0),
+        )
+        counters = _Counters(counters.table.filter(nonzero))
+
+    # Cache phase, lines 15–23.
+    outputs: list[pa.Table] = []
+    counts.tuples_in = new.num_rows
+    new = new.append_column(_POS, pa.array(np.arange(new.num_rows, dtype=np.int64)))
+    if use_cache:
+        assert cache is not None
+        cached_keys = _unique(cache.column(_KEY))
+        hit = _in(new.column(_KEY), cached_keys)
+    else:
+        cached_keys = pa.array([], key_type)
+        hit = pa.chunked_array([pa.array(np.zeros(new.num_rows, bool))])
+    hits = new.filter(hit)
+    misses = new.filter(pc.invert(hit))
+    counts.cache_hits = hits.num_rows
+    counts.entered_pending = misses.num_rows
+    if hits.num_rows:
+        assert cache is not None
+        per_key = _counts(hits.column(_KEY), key_type)
+        counters = counters.add(
+            key_type, per_key.column(_KEY).combine_chunks(), {HITS: _n(per_key)}
+        )
+        rows = cache.filter(pc.invert(pc.fill_null(cache.column(EMPTY), False)))
+        matched = _join(hits, rows, layout, on_version=False)
+        outputs.append(_versioned(matched, pa.array([version] * matched.num_rows, pa.int64())))
+        if plan.left_join:
+            with_rows = _unique(rows.column(_KEY))
+            empty = hits.filter(pc.invert(_in(hits.column(_KEY), with_rows)))
+            counts.cache_hits_unmatched = empty.num_rows
+            outputs.append(_out_unmatched(empty, layout))
+    entered = misses.drop_columns([_POS])
+    entered = _set(entered, ENTRY_STEP, pa.array([plan.step] * entered.num_rows, pa.int64()))
+    entered = _set(entered, PINNED_VERSION, pa.array([version] * entered.num_rows, pa.int64()))
+    entered = _set(entered, MATCHED, pa.array([False] * entered.num_rows))
+    pending = pa.concat_tables([pending, entered.select(pending.schema.names).cast(pending.schema)])
+    pending = pending.append_column(_POS, pa.array(np.arange(pending.num_rows, dtype=np.int64)))
+
+    if use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
+        assert cache is not None
+        waiting = _counts(pending.column(_KEY), key_type)
+        if tracked is not None:
+            waiting = waiting.filter(_in(waiting.column(_KEY), tracked))
+        candidates = waiting.filter(
+            pc.invert(
+                pc.or_(_in(waiting.column(_KEY), cached_keys), _in(waiting.column(_KEY), marked))
+            )
+        )
+        keys = candidates.column(_KEY).combine_chunks()
+        tuples = _n(candidates)
+        counted = _in(keys, counters.table.column(_KEY)).to_numpy(zero_copy_only=False)
+        master_rows = _lookup(keys, counters.table, MASTER_ROWS)
+        observed = _lookup(keys, counters.table, OBSERVED)
+        if plan.estimator == "extrapolated":
+            usable = counted & (observed > 0)
+            estimate = np.where(
+                usable, master_rows * position.partitions / np.maximum(observed, 1), 0.0
+            )
+        else:
+            usable = np.ones(len(keys), bool)
+            estimate = master_rows.astype(float)
+        sizes, factor = plan.sizes, plan.switch_factor
+        switch_now = (
+            usable
+            & (tuples > 0)
+            & (tuples * sizes.stream_bytes > factor * (estimate * sizes.master_bytes))
+        )
+        marked = (
+            pa.concat_arrays([marked, keys.filter(pa.array(switch_now))])
+            if switch_now.any()
+            else marked
+        )
+
+    # Disk phase, lines 24–27.
+    live = pending.filter(pc.is_valid(pending.column(_KEY)))
+    met = _join(live, parts, layout, on_version=True)
+    outputs.append(_versioned(met, met.column(PINNED_VERSION)))
+    matched_now = _unique(met.column(_POS)) if met.num_rows else pa.array([], pa.int64())
+    was = pc.fill_null(pending.column(MATCHED), False)
+    pending = _set(
+        pending, MATCHED, pc.or_(was, pc.is_in(pending.column(_POS), value_set=matched_now))
+    )
+
+    if use_cache and position.state is CycleState.INCREMENTING:
+        # Lines 28–29: s_count of every pending value over the current partition.
+        current = parts.filter(pc.equal(parts.column(VERSION), version))
+        values = _unique(live.column(_KEY))
+        if tracked is not None:
+            values = values.filter(_in(values, tracked))
+        rows_per_key = _counts(current.column(_KEY), key_type)
+        counters = counters.add(
+            key_type,
+            values,
+            {
+                MASTER_ROWS: _lookup(values, rows_per_key, "n"),
+                OBSERVED: np.ones(len(values), np.int64),
+            },
+        )
+    if use_cache and position.state is CycleState.SWITCHING and plan.switch_version is not None:
+        source = parts.filter(pc.equal(parts.column(VERSION), plan.switch_version))
+        collected = source.filter(_in(source.column(_KEY), marked))
+        switch = pa.concat_tables(
+            [switch, collected.select(switch.schema.names).cast(switch.schema)]
+        )
+
+    # Lines 39–41: the chunk that has now met all k partitions leaves H_S.
+    expiring = plan.expiring_entry_step()
+    leaving = (
+        pc.fill_null(pc.equal(pending.column(ENTRY_STEP), expiring), False)
+        if expiring is not None
+        else pa.chunked_array([pa.array(np.zeros(pending.num_rows, bool))])
+    )
+    gone = pending.filter(leaving)
+    counts.expired = gone.num_rows
+    if plan.left_join:
+        outputs.append(_out_unmatched(gone.filter(pc.invert(gone.column(MATCHED))), layout))
+    kept = pending.filter(pc.invert(leaving))
+
+    out = (
+        pa.concat_tables(
+            [
+                o.select(list(_out_columns(layout))).cast(_out_schema(schema, layout))
+                for o in outputs
+            ]
+        )
+        if outputs
+        else None
+    )
+    counts.output_rows = 0 if out is None else out.num_rows
+    counts.pending_rows = kept.num_rows
+    counts.counter_rows = counters.table.num_rows
+    if use_cache:
+        assert cache is not None
+        counts.cache_rows = cache.num_rows
+    return _encode(schema, layout, out, kept, cache, counters, marked, switch, counts)
+
+
+def _n(table: pa.Table) -> np.ndarray:
+    return np.asarray(table.column("n").to_numpy(zero_copy_only=False), np.int64)
+
+
+def _set(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, table.schema.field(name).with_type(values.type), values)
+
+
+def _join(tuples: pa.Table, master: pa.Table, layout: ColumnarLayout, on_version: bool) -> pa.Table:
+    """Every (tuple, master row) pair with equal join values (and, ``on_version``, the
+    row of the tuple's pinned version): the tuple's stream columns and position, the
+    row's master columns."""
+    # Only the keys and row numbers go through the hash join (Arrow's join cannot carry
+    # nested columns, and need not copy any): the rows are taken by number after it.
+    keys = [_KEY, PINNED_VERSION] if on_version else [_KEY]
+    versions = [VERSION] if on_version else []
+    left = tuples.select(keys).append_column("__left", _row_numbers(tuples.num_rows))
+    right = master.select([_KEY, *versions]).rename_columns(["__rkey", *versions])
+    right = right.append_column("__right", _row_numbers(master.num_rows))
+    if left.num_rows and right.num_rows:
+        pairs = left.join(right, keys=keys, right_keys=["__rkey", *versions], join_type="inner")
+        lefts, rights = pairs.column("__left"), pairs.column("__right")
+    else:
+        lefts = rights = pa.chunked_array([], pa.int64())
+    carried = tuples.select([*layout.stream_fields, LATE_SINCE, _POS, *keys]).take(lefts)
+    rows = master.select(list(layout.master_fields)).take(rights)
+    for name in layout.master_fields:
+        carried = carried.append_column(name, rows.column(name))
+    return carried
+
+
+def _row_numbers(n: int) -> pa.Array:
+    return pa.array(np.arange(n, dtype=np.int64))
+
+
+def _out_columns(layout: ColumnarLayout) -> tuple[str, ...]:
+    return (*layout.stream_fields, LATE_SINCE, *layout.master_fields, "__version")
+
+
+def _out_schema(schema: pa.Schema, layout: ColumnarLayout) -> pa.Schema:
+    return pa.schema(
+        [
+            *(schema.field(c) for c in (*layout.stream_fields, LATE_SINCE)),
+            *(schema.field(c) for c in layout.master_fields),
+            pa.field("__version", pa.int64()),
+        ]
+    )
+
+
+def _versioned(joined: pa.Table, versions: pa.Array | pa.ChunkedArray) -> pa.Table:
+    return joined.append_column("__version", versions)
+
+
+def _out_unmatched(tuples: pa.Table, layout: ColumnarLayout) -> pa.Table:
+    rows = tuples.select([*layout.stream_fields, LATE_SINCE])
+    for c in layout.master_fields:
+        rows = rows.append_column(c, pa.nulls(rows.num_rows))
+    return rows.append_column("__version", pa.nulls(rows.num_rows, pa.int64()))
+
+
+def _key_rows(keys: pa.Array, schema: pa.Schema, layout: ColumnarLayout, empty: bool) -> pa.Table:
+    columns = {}
+    for f in schema:
+        if f.name in (layout.master_key, _KEY):
+            columns[f.name] = keys.cast(f.type)
+        elif f.name == EMPTY:
+            columns[f.name] = pa.array([empty] * len(keys))
+        elif f.name == ROLE:
+            columns[f.name] = pa.array([CACHE] * len(keys), f.type)
+        else:
+            columns[f.name] = pa.nulls(len(keys), f.type)
+    return pa.table(columns, schema=schema)
+
+
+def _evicted(cache: pa.Table, counters: _Counters, plan: StepPlan, cycles: int) -> pa.Table:
+    """Lines 42–49: drop every value with |H_R(j)|·v_R >= s_f·f_count(j)/E·v_S."""
+    if cache.num_rows == 0:
+        return cache
+    stored = pc.cast(pc.invert(pc.fill_null(cache.column(EMPTY), False)), pa.int64())
+    per_key = (
+        pa.table({_KEY: cache.column(_KEY), "n": stored})
+        .group_by(_KEY)
+        .aggregate([("n", "sum")])
+        .select([_KEY, "n_sum"])
+        .rename_columns([_KEY, "n"])
+    )
+    keys = per_key.column(_KEY).combine_chunks()
+    rows = _n(per_key)
+    hits = _lookup(keys, counters.table, HITS)
+    sizes = plan.sizes
+    evict = rows * sizes.master_bytes >= plan.switch_factor * (hits / cycles * sizes.stream_bytes)
+    dropped = keys.filter(pa.array(evict))
+    return cache.filter(pc.invert(_in(cache.column(_KEY), dropped)))
+
+
+def _encode(
+    schema: pa.Schema,
+    layout: ColumnarLayout,
+    out: pa.Table | None,
+    kept: pa.Table,
+    cache: pa.Table | None,
+    counters: _Counters,
+    marked: pa.Array,
+    switch: pa.Table,
+    counts: StepCounts,
+) -> pa.Table:
+    parts: list[pa.Table] = []
+
+    def add(role: str, n: int, columns: dict[str, pa.Array | pa.ChunkedArray]) -> None:
+        if n == 0:
+            return
+        arrays = []
+        for f in schema:
+            if f.name == ROLE:
+                arrays.append(pa.array([role] * n, f.type))
+            elif f.name in columns:
+                arrays.append(columns[f.name].cast(f.type))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        parts.append(pa.Table.from_arrays(arrays, schema=schema))
+
+    if out is not None:
+        carried = (*layout.stream_fields, LATE_SINCE, *layout.master_fields)
+        add(
+            OUT,
+            out.num_rows,
+            {c: out.column(c) for c in carried} | {VERSION: out.column("__version")},
+        )
+    add(
+        PENDING,
+        kept.num_rows,
+        {
+            c: kept.column(c)
+            for c in (*layout.stream_fields, ENTRY_STEP, PINNED_VERSION, MATCHED, LATE_SINCE)
+        },
+    )
+    if cache is not None:
+        add(CACHE, cache.num_rows, {c: cache.column(c) for c in (*layout.master_fields, EMPTY)})
+    ct = counters.table
+    add(
+        COUNTER,
+        ct.num_rows,
+        {
+            layout.master_key: ct.column(_KEY),
+            HITS: ct.column(HITS),
+            MASTER_ROWS: ct.column(MASTER_ROWS),
+            OBSERVED: ct.column(OBSERVED),
+        },
+    )
+    add(MARKED, len(marked), {layout.master_key: marked})
+    add(SWITCH, switch.num_rows, {c: switch.column(c) for c in layout.master_fields})
+    metrics = [(f.name, int(getattr(counts, f.name))) for f in fields(StepCounts)]
+    add(
+        METRIC_ROLE,
+        len(metrics),
+        {
+            METRIC: pa.array([n for n, _ in metrics]),
+            VALUE: pa.array([v for _, v in metrics], pa.int64()),
+        },
+    )
+    return pa.concat_tables(parts) if parts else schema.empty_table()

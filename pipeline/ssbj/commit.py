@@ -1,0 +1,135 @@
+"""Committing an SSBJ step, exactly once: its two Delta commits, the controller state after
+it, and the version pins that keep what a step reads from vacuum.
+
+Both commits carry the step's app transaction, output first, then the operator state; the
+step is then completed in one state-store transaction (offset, step count and controller
+state together). A rerun after a crash anywhere recomputes the same result from the plan's
+versions and skips the commits that landed.
+
+Version pins (holder ``ssbj.<stage>``, see :mod:`pipeline.pins`): the master versions that
+pending chunks are pinned to and that the cache and the switching buffer are at; while a
+step's plan is open also the plan's master version, the master versions whose changes bring
+the cache and the buffer to it, the state table's version and the input versions. The pins
+are set before the plan is saved (``pipeline.ssbj.planning``) and replaced by the completed
+state's pins when the step completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from common.faults import crash_point
+from joins.ssbj.algorithm import Schedule
+from joins.ssbj.cache.intake import OperatorMemory
+from joins.ssbj.cache.rcycle import StepPosition
+from joins.ssbj.step import WideTable
+from pipeline.pins import input_versions, ssbj_holder, union_pins
+from pipeline.ssbj.reading import file_rows
+from pipeline.ssbj.report import SsbjStepReport
+from pipeline.ssbj.state import ControllerState, SavedPlan
+from pipeline.ssbj.wiring import SsbjWiring
+from warehouse.delta import AppTransaction, CommitOutcome, Snapshot
+
+
+def commit_step(
+    w: SsbjWiring,
+    wide: WideTable,
+    append_output: Callable[[AppTransaction], CommitOutcome],
+    overwrite_state: Callable[[AppTransaction], CommitOutcome],
+    step: int,
+    report: SsbjStepReport,
+) -> None:
+    """The step's two commits, in this order, each with the step's app transaction: a
+    rerun after a crash between them skips the one that landed."""
+    outcome = append_output(AppTransaction(f"stage.{w.name}", step + 1))
+    if outcome.committed:
+        report.output_version = outcome.table_version
+    crash_point("ssbj.after_output")
+    w.engine.create_table(w.state_path, wide.schema)
+    overwrite_state(AppTransaction(f"ssbj.{w.name}.state", step))
+    crash_point("ssbj.before_complete")
+
+
+def complete(
+    w: SsbjWiring,
+    state: ControllerState,
+    plan: SavedPlan,
+    position: StepPosition,
+    report: SsbjStepReport,
+    master: Snapshot,
+    reads: Schedule,
+) -> None:
+    """The controller state after the step: chunk pins, versions, counts."""
+    step = plan.step
+    version = plan.master_version
+    chunks = dict(state.chunks)
+    chunk_rows = dict(state.chunk_rows)
+    if report.entered_pending:
+        chunks[str(step)] = version
+        chunk_rows[str(step)] = report.entered_pending
+    expiring = step - position.partitions + 1
+    for entry in [e for e in chunks if int(e) <= expiring]:
+        chunks.pop(entry)
+        chunk_rows.pop(entry, None)
+    state.chunks = chunks
+    state.chunk_rows = chunk_rows
+    state.cache_version = version if w.use_cache else None
+    state.switch_version = reads.next_switch_version(state.switch_version, version)
+    state.pending_rows = report.pending_rows
+    state.cache_rows = report.cache_rows
+    state.counter_rows = report.counter_rows
+    state.late_rows = report.late_rows
+    state.late_waiting = report.late_waiting
+    state.late_oldest_us = report.late_oldest_us
+    state.late_min_version = report.late_min_version
+    state.next_step = step + 1
+    state.plan = None
+    if report.tuples_in + report.returned:
+        state.miss_rate = report.entered_pending / (report.tuples_in + report.returned)
+    sizes = state.tuple_sizes()
+    if sizes is not None:  # Eq. 1's terms, from the sizes measured once per stage
+        report.pending_bytes = int(report.pending_rows * sizes.stream_bytes)
+        report.cache_bytes = int(report.cache_rows * sizes.master_bytes)
+        report.state_bytes = OperatorMemory(
+            file_rows(master.files) / w.params.partitions,
+            report.cache_rows,
+            report.pending_rows,
+        ).bytes(sizes)
+
+
+def finish(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> None:
+    """Complete the step in the state store (offset, step count and controller state in
+    one transaction), then replace the plan's pins by the completed state's."""
+    w.store.complete_step(w.name, plan.input_to, plan.step + 1, state.to_dict())
+    w.store.set_pins(ssbj_holder(w.name), pins(w, state, int(plan.input_to)))
+
+
+def pins(
+    w: SsbjWiring, state: ControllerState, consumed: int, plan: SavedPlan | None = None
+) -> dict[str, list[int]]:
+    """The versions this stage still reads by time travel, by table path, and
+    ``consumed``, the input version it follows the input's added rows after."""
+    master = {int(v) for v in state.chunks.values()}
+    bases = [int(v) for v in (state.cache_version, state.switch_version) if v is not None]
+    master.update(bases)
+    found: dict[str, Iterable[int]] = {}
+    if plan is not None:
+        planned = int(plan.master_version)
+        master.add(planned)
+        for base in bases:  # the changes that bring the cache / the buffer to the plan
+            master.update(range(base, planned + 1))
+        found.update({w.tables[t]: [int(v)] for t, v in plan.tables.items()})
+    reads = input_versions(plan.input_from, plan.input_to) if plan is not None else ()
+    found[w.input_path] = [consumed, *reads]
+    found[w.master_path] = master
+    # The scan copy is read for the chunks' versions, the switching buffer's and the
+    # plan's (the cache follows the master's own changes, not the copy).
+    scanned = {int(v) for v in state.chunks.values()}
+    scanned.update(int(v) for v in (state.switch_version,) if v is not None)
+    if plan is not None:
+        scanned.add(int(plan.master_version))
+    mapping = {int(v): int(t) for v, t in state.scan.items()}
+    scan = sorted({mapping[v] for v in scanned if mapping.get(v, -1) >= 0})
+    if scan:
+        found[w.scan_path] = scan
+    return union_pins(found)

@@ -1,0 +1,231 @@
+"""The driver of an equi stage in ``ssbj`` or ``meshjoin`` mode: the SSBJ operator
+(``pipeline.ssbj.stage``) behind the :class:`~pipeline.stage_driver.StageDriver` protocol.
+
+A scheduled step runs ``operator.steps_per_run`` operator steps (none when nothing is
+pending and nothing new arrived); a drain steps until H_S is empty. A backfill re-joins
+the interval statelessly and tells the operator, which then suppresses the live output of
+tuples the backfill already joined. The pending tuples the audit accounts for are H_S in
+the operator's state table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from joins.ssbj.late import WAITING_SINCE
+from joins.ssbj.step import ENTRY_STEP, pending_tuples, pending_tuples_arrow
+from pipeline.baseline_driver import EquiBaselineDriver
+from pipeline.config import EquiStage, PipelineConfig
+from pipeline.late_table import LATE_SINCE
+from pipeline.ssbj.stage import SsbjStage
+from pipeline.stage_driver import StageReport, StepMetrics
+from pipeline.stage_inputs import StageInputs
+from pipeline.stateless_driver import without_tuples
+from pipeline.waiting_tuples import waiting_ages, waiting_ages_arrow
+from quality.audit_views import MAX_AGE_STEPS, pending_ages, pending_ages_arrow
+from warehouse.delta import DeltaEngine
+from warehouse.state_store import StateStore
+
+
+class SsbjDriver:
+    """Drives one SSBJ / MESHJOIN stage."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+    ) -> None:
+        self._stage = stage
+        self.engine = engine
+        self.store = store
+        self.inputs = inputs
+        self.operator = SsbjStage(
+            stage,
+            config,
+            spark,
+            engine,
+            store,
+            lambda after, to: inputs.new_rows(stage, after, to, keep_version=True),
+            output_path=inputs.layout.staged(stage.output),
+            input_path=inputs.input_path(stage),
+            input_rows_arrow=lambda after, to: inputs.new_rows_arrow(
+                stage, after, to, keep_version=True
+            ),
+        )
+        # A backfill is a stateless re-join of the interval.
+        self._interval_join = _IntervalJoin(
+            stage, spark, engine, store, inputs, self._waiting_tuples
+        )
+
+    @property
+    def stage(self) -> EquiStage:
+        return self._stage
+
+    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+        return self._run(run_id, drain=False, steps=steps)
+
+    def drain(self, run_id: str) -> StageReport:
+        return self._run(run_id, drain=True)
+
+    def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
+        report, input_version = self._interval_join.replace_interval(start, end)
+        self.operator.record_backfill(start, end, input_version)
+        return report
+
+    def _waiting_tuples(self) -> DataFrame | None:
+        """The tuples that wait for late master rows in the operator's state (late rows
+        and returned ones in H_S), as stream tuples; None without a state table."""
+        state = self.operator.state_frame()
+        if state is None:
+            return None
+        return pending_tuples(state).where(F.col(WAITING_SINCE).isNotNull())
+
+    def consumed_version(self) -> int:
+        return self.store.offset(self._stage.name).input_version
+
+    def pending_table(self) -> str | None:
+        return self.operator.state_path
+
+    def pending_version(self) -> int | None:
+        path = self.operator.state_path
+        return self.engine.snapshot(path).version if self.engine.exists(path) else None
+
+    def pending_at(self, version: int) -> DataFrame:
+        return pending_tuples(self.engine.read(self.operator.state_path, version=version))
+
+    def pending_ages(self, id_column: str) -> DataFrame | None:
+        """Steps waited by the tuples in H_S, and intervals waited by those waiting for a
+        late master row (``pipeline.waiting_tuples.waiting_ages``)."""
+        state = self.operator.state_frame()
+        if state is None:
+            return None
+        tuples = pending_tuples(state)
+        waiting = F.col(WAITING_SINCE).isNotNull()
+        in_cycle = pending_ages(tuples.where(~waiting), id_column, ENTRY_STEP, *self._age_steps())
+        late = waiting_ages(
+            tuples.where(waiting).withColumnRenamed(WAITING_SINCE, LATE_SINCE),
+            id_column,
+            *self._late_wait(),
+            datetime.now(UTC),
+        )
+        most = F.lit(self._late_max_age()).cast("long")
+        return in_cycle.unionByName(late.withColumn(MAX_AGE_STEPS, most))
+
+    def input_accounting(
+        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
+    ) -> DataFrame:
+        # The plain join's rule: a tuple must be emitted when its key is in the master.
+        return self._interval_join.input_accounting(tuples, waiting, id_column)
+
+    def pending_at_arrow(self, version: int) -> pa.Table:
+        snapshot = self.engine.snapshot(self.operator.state_path, version)
+        return pending_tuples_arrow(self.engine.read_arrow(snapshot))
+
+    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
+        if not self.engine.exists(self.operator.state_path):
+            return None
+        state = self.engine.read_arrow(self.engine.snapshot(self.operator.state_path))
+        tuples = pending_tuples_arrow(state)
+        waiting = pc.is_valid(tuples.column(WAITING_SINCE))
+        in_cycle = pending_ages_arrow(
+            tuples.filter(pc.invert(waiting)), id_column, ENTRY_STEP, *self._age_steps()
+        )
+        late = waiting_ages_arrow(
+            tuples.filter(waiting).rename_columns(
+                [LATE_SINCE if c == WAITING_SINCE else c for c in tuples.column_names]
+            ),
+            id_column,
+            *self._late_wait(),
+            datetime.now(UTC),
+        )
+        most = self._late_max_age()
+        late = late.set_column(
+            late.schema.get_field_index(MAX_AGE_STEPS),
+            MAX_AGE_STEPS,
+            pa.array([most] * late.num_rows, pa.int64()),
+        )
+        return pa.concat_tables([in_cycle, late.cast(in_cycle.schema)])
+
+    def input_accounting_arrow(
+        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
+    ) -> pa.Table:
+        return self._interval_join.input_accounting_arrow(tuples, waiting, id_column)
+
+    def _late_wait(self) -> tuple[timedelta, timedelta]:
+        """The stage's wait for late master rows (zero without ``late_master``) and its
+        schedule interval: ages of waiting tuples are counted in intervals."""
+        late = self._stage.operator.late_master
+        wait = late.wait_delta if late is not None else timedelta(0)
+        return wait, self.inputs.config.schedule.interval_delta
+
+    def _late_max_age(self) -> int:
+        """The most intervals a tuple waits for a late master row: its wait, the interval a
+        step may take to come, and one R-cycle of k steps (a tuple that returned for a
+        newer version is settled when its cycle ends)."""
+        wait, interval = self._late_wait()
+        return math.ceil(wait / interval) + 1 + self._stage.operator.partitions
+
+    def _age_steps(self) -> tuple[int, int]:
+        """The step the next pending tuple's age is counted to, and the most steps a tuple
+        may wait (one R-cycle of k steps)."""
+        operator_state = self.store.operator_state(self._stage.name) or {}
+        return int(operator_state.get("next_step", 0)), self._stage.operator.partitions
+
+    def _run(self, run_id: str, drain: bool, steps: int | None = None) -> StageReport:
+        stage = self._stage
+        if not self.engine.exists(self.inputs.input_path(stage)):
+            return StageReport(stage.name)
+        taken = self.operator.run(run_id, drain=drain, steps=steps)
+        report = StageReport(
+            stage.name,
+            step=taken[-1].step + 1 if taken else self.store.offset(stage.name).step_seq,
+        )
+        for step in taken:
+            report.tuples_in += step.tuples_in
+            report.output_rows += step.output_rows
+            report.tuples_pending = step.pending_rows
+            report.master_bytes_read += step.master_bytes_read
+            report.seconds += step.seconds
+            report.steps.append(StepMetrics(step.step + 1, step.as_metrics()))
+        return report
+
+
+class SsbjDrainingDriver(SsbjDriver):
+    """An ``auto`` stage leaving SSBJ for the plain join: its scheduled step is a drain, so
+    no tuple is left in H_S when the plain join (which keeps none) takes over."""
+
+    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+        return self.drain(run_id)
+
+
+class _IntervalJoin(EquiBaselineDriver):
+    """The stateless re-join of a backfilled interval for an SSBJ stage: without the
+    tuples that wait for late master rows in the operator's state, which the live steps
+    answer (as the plain join leaves those of its late table to them)."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        inputs: StageInputs,
+        waiting: Callable[[], DataFrame | None],
+    ) -> None:
+        super().__init__(stage, spark, engine, store, inputs)
+        self._waiting = waiting
+
+    def backfilled(self, rows: DataFrame) -> DataFrame:
+        waiting = self._waiting()
+        return rows if waiting is None else without_tuples(rows, waiting)

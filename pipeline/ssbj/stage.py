@@ -1,0 +1,253 @@
+"""The stateful SSBJ / MESHJOIN operator of one equi stage (driven by
+``pipeline.ssbj.driver``): one Algorithm 1 loop iteration per step.
+
+A step reads downward through this package:
+
+1. ``planning``: the controller state it starts from (``state``), its place in the
+   R-cycle, and its plan, saved before anything is written;
+2. ``step_pass``: its reads (``reading``, ``scan_copy``), one pass over the data
+   (``joins.ssbj.step``: the new tuples, the state, master partition ``step mod k`` of each
+   version the step needs and the master's changes, grouped by a hash of the join value,
+   Algorithm 1 per bucket) and two commits, the output rows and the new state
+   (``commit``); then the hot keys' routing and sketch for the next step (``hot_keys``);
+3. ``commit``: the controller state after the step and its pins, completed in one
+   state-store transaction.
+
+Operator state lives in two Delta tables under ``_operators/<stage>/`` (``wiring``):
+
+``state``  everything Algorithm 1 keeps between steps, one row per item with a ``_role``
+           (see ``joins.ssbj.buckets``): the pending tuples of H_S with their entry step,
+           pinned master version and matched flag; the cache H_R at the cache's master
+           version (a value without master rows as one empty-entry row); the per-value
+           counters f_count and s_count; the values marked for switching and the rows of
+           the switching buffer s_B. Each step rewrites it in one commit.
+``scan``   the operator's copy of the master for the cyclic scan, partitioned by
+           ``_scan_part`` = hash(row) mod k, so partition p of every version holds |R|/k
+           rows however the master's writer laid out its files (``scan_copy``)
+
+and small controller state (step counter, versions, chunk pins, row counts) in the state
+store (``state.ControllerState``).
+
+Exactly once: before anything is written, the step's plan (input range, master version,
+state table version, scan copy versions) is saved. All reads use those pinned versions and
+the result is a function of them, both writes carry the app transaction of the step, and
+the step is completed in one state-store transaction. A rerun after a crash anywhere
+recomputes the same result and skips the writes that landed.
+
+Point in time: each tuple is pinned to the master version in force when it entered; the
+disk phase reads partition p of that version by time travel until the tuple expires. The
+cache is brought to the current version from the master's changes before it serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from common.errors import ConfigError
+from joins.ssbj.algorithm import StepCounts
+from joins.ssbj.step import JoinSpec
+from pipeline.config import EquiStage, PipelineConfig, SsbjParams
+from pipeline.ssbj import commit, planning, step_pass
+from pipeline.ssbj.report import SsbjStepReport
+from pipeline.ssbj.state import ControllerState
+from pipeline.ssbj.wiring import SsbjWiring
+from warehouse.delta import DeltaEngine
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class SsbjStage:
+    """Runs SSBJ (or MESHJOIN, with the cache off) steps for one equi stage."""
+
+    def __init__(
+        self,
+        stage: EquiStage,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        input_rows: Callable[[int, int], DataFrame],
+        output_path: str,
+        input_path: str,
+        input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
+    ) -> None:
+        self.stage = stage
+        self.wiring = SsbjWiring.of(
+            stage,
+            config,
+            spark,
+            engine,
+            store,
+            input_rows,
+            output_path=output_path,
+            input_path=input_path,
+            input_rows_arrow=input_rows_arrow,
+        )
+
+    @property
+    def engine(self) -> DeltaEngine:
+        return self.wiring.engine
+
+    @property
+    def store(self) -> StateStore:
+        return self.wiring.store
+
+    @property
+    def params(self) -> SsbjParams:
+        return self.wiring.params
+
+    @property
+    def spec(self) -> JoinSpec:
+        return self.wiring.spec
+
+    @property
+    def state_path(self) -> str:
+        """The operator state table (H_S, H_R, the counters, s_B)."""
+        return self.wiring.state_path
+
+    # ------------------------------------------------------------------ public API
+
+    def run(
+        self, run_id: str, drain: bool = False, steps: int | None = None
+    ) -> list[SsbjStepReport]:
+        """``steps`` steps (default ``operator.steps_per_run``), fewer when idle; then, with
+        ``drain``, steps without new input until nothing is pending."""
+        # Under a memory budget the backlog enters a step at a time, so every step takes
+        # the input that fits; otherwise the run's first step takes all of it.
+        budgeted = self.params.memory_bytes is not None
+        reports: list[SsbjStepReport] = []
+        if steps is not None and steps < 1:
+            raise ConfigError(f"steps: expected a whole number >= 1, found {steps}")
+        for index in range(self.params.steps_per_run if steps is None else steps):
+            take_input = index == 0 or budgeted
+            state = planning.load_state(self.wiring)  # one read a step: idle and step share it
+            if self.idle(take_input, state):
+                # Nothing pending and nothing new: a step would only rewrite the same
+                # state. The operator pauses where it is (the cycle position, the cache
+                # and its version stay; the next step brings the cache forward).
+                logger.info(
+                    "ssbj %s: nothing pending and no input to take; no step taken",
+                    self.stage.name,
+                )
+                break
+            reports.append(self.step(run_id, take_input, state))
+        if drain:
+            state = planning.load_state(self.wiring)
+            while int(state.pending_rows) > 0:
+                reports.append(self.step(run_id, False, state))
+                state = planning.load_state(self.wiring)
+        return reports
+
+    def idle(self, take_input: bool, state: ControllerState | None = None) -> bool:
+        """True when a step from ``state`` (the controller state, read when not given)
+        would have nothing to do: no tuple waits in H_S, no step is half done and (if the
+        step would take input) no input version is new."""
+        state = planning.load_state(self.wiring) if state is None else state
+        return planning.idle(self.wiring, take_input, state)
+
+    def pending_rows(self) -> int:
+        """Tuples in H_S after the last completed step (from the controller state)."""
+        state = self.store.operator_state(self.stage.name)
+        return int(state.get("pending_rows", 0)) if state else 0
+
+    def state_frame(self) -> DataFrame | None:
+        """The operator state table at its latest version, or None before the first step."""
+        if not self.engine.exists(self.state_path):
+            return None
+        return self.engine.read(self.state_path)
+
+    def record_backfill(self, start: Any, end: Any, input_version: int) -> None:
+        """Suppress later live output for tuples a backfill already joined."""
+        state = planning.load_state(self.wiring)
+        backfills = state.backfills
+        backfills.append(
+            {"start": start.isoformat(), "end": end.isoformat(), "input_version": input_version}
+        )
+        state.backfills = backfills
+        self.store.save_operator_state(self.stage.name, state.to_dict())
+
+    # ------------------------------------------------------------------ one step
+
+    def step(
+        self, run_id: str, take_input: bool, state: ControllerState | None = None
+    ) -> SsbjStepReport:
+        """One Algorithm 1 iteration from ``state`` (the controller state, read afresh when
+        not given); the caller records the report's metrics."""
+        w = self.wiring
+        started = time.monotonic()
+        if state is None:
+            state = planning.load_state(w)
+        position = planning.position(w, state)
+        plan = planning.plan_step(w, state, take_input)
+        step = plan.step
+        version = plan.master_version
+        master = self.engine.snapshot(w.master_path, version)
+        report = SsbjStepReport(
+            self.stage.name,
+            step,
+            master_version=version,
+            state=position.state.value,
+            memory_bytes=self.params.memory_bytes,
+            backlog_rows=int(plan.backlog_rows),
+        )
+        done = step_pass.run_pass(w, state, plan, position, master, report)
+        counts = done.counts
+        for counted in fields(StepCounts):  # the buckets' counts, summed (MESHJOIN: no H_R)
+            setattr(report, counted.name, counts[counted.name])
+        report.tuples_in -= report.returned  # returning tuples are not new input
+        for name in ("late_entered", "late_answered", "late_expired", "late_rows", "late_waiting"):
+            setattr(report, name, counts[name])
+        report.late_oldest_us = counts.get("late_oldest_us")
+        report.late_min_version = counts.get("late_min_version")
+        cache_version_before = state.cache_version
+        commit.complete(w, state, plan, position, report, master, done.reads)
+        report.seconds = time.monotonic() - started
+        completing = time.monotonic()
+        commit.finish(w, state, plan)
+        logger.debug(
+            "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
+            "then %.2f to complete the step in the state store",
+            self.stage.name,
+            step,
+            report.seconds,
+            done.planned - started,
+            done.written - done.planned,
+            time.monotonic() - completing,
+        )
+        if report.memory_bytes is not None and report.state_bytes > report.memory_bytes:
+            logger.warning(
+                "ssbj %s step %d: state %.0f B exceeds memory_bytes %d B (the cache grew, or "
+                "more tuples missed it than the last step's miss rate predicted)",
+                self.stage.name,
+                step,
+                report.state_bytes,
+                report.memory_bytes,
+            )
+        logger.info(
+            "ssbj %s step %d (%s, partition %d/%d): %d in, %d cache hits, %d to H_S, %d expired, "
+            "%d out; H_S %d rows, H_R %d rows; master v%d (cache was v%s) %.1fs",
+            self.stage.name,
+            step,
+            position.state.value,
+            position.partition + 1,
+            position.partitions,
+            report.tuples_in,
+            report.cache_hits,
+            report.entered_pending,
+            report.expired,
+            report.output_rows,
+            report.pending_rows,
+            report.cache_rows,
+            version,
+            cache_version_before,
+            report.seconds,
+        )
+        return report

@@ -1,0 +1,94 @@
+"""What every part of one SSBJ stage's step works with, fixed for the stage's lifetime: its
+config, its join, the paths of its tables, the Spark session, the Delta engine and the
+state store (:class:`SsbjWiring`), and the names of the operator's own tables.
+
+Operator state lives in two Delta tables under ``_operators/<stage>/``: ``state`` (what
+Algorithm 1 keeps between steps, ``pipeline.ssbj.step_pass``) and ``scan`` (the master's
+copy for the cyclic scan, ``pipeline.ssbj.scan_copy``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from joins.ssbj.step import JoinSpec
+from pipeline.config import EquiStage, PipelineConfig, SsbjParams
+from pipeline.layout import WarehouseLayout
+from warehouse.delta import DeltaEngine
+from warehouse.state_store import StateStore
+
+STATE_TABLE = "state"
+SCAN_TABLE = "scan"
+# The operator tables a step's plan pins the version of (the scan copy is pinned by the
+# master versions it copies, ``plan.scan``).
+TABLES = (STATE_TABLE,)
+OWNED_TABLES = (STATE_TABLE, SCAN_TABLE)
+
+
+@dataclass(frozen=True)
+class SsbjWiring:
+    """One SSBJ (or MESHJOIN) stage's config, tables and services."""
+
+    name: str  # the stage's
+    params: SsbjParams  # the stage's ``operator``
+    spec: JoinSpec
+    use_cache: bool  # SSBJ (and auto, when it runs this); False for MESHJOIN
+    spark: SparkSession
+    engine: DeltaEngine
+    store: StateStore
+    master_path: str
+    input_path: str
+    output_path: str
+    tables: dict[str, str]  # operator table (TABLES) -> its path
+    scan_path: str
+    # (after_version, to_version) -> new input rows with _input_version and _interval_start
+    input_rows: Callable[[int, int], DataFrame]
+    # The same rows in the driver's memory, for a step that runs there
+    # (``pipeline.ssbj.step_pass.runs_in_driver``).
+    input_rows_arrow: Callable[[int, int], pa.Table] | None
+
+    @property
+    def state_path(self) -> str:
+        return self.tables[STATE_TABLE]
+
+    @classmethod
+    def of(
+        cls,
+        stage: EquiStage,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        input_rows: Callable[[int, int], DataFrame],
+        output_path: str,
+        input_path: str,
+        input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
+    ) -> SsbjWiring:
+        layout = WarehouseLayout.of(config)
+        params = stage.operator
+        return cls(
+            name=stage.name,
+            params=params,
+            spec=JoinSpec(
+                stream_keys=tuple(stage.join_on),
+                master_keys=tuple(stage.join_on.values()),
+                master_columns=tuple(config.masters[stage.master].columns),
+                master_name=stage.master,
+                how=stage.join,
+            ),
+            use_cache=params.mode in ("ssbj", "auto"),  # auto runs this when SSBJ
+            spark=spark,
+            engine=engine,
+            store=store,
+            master_path=layout.master(config, stage.master),
+            input_path=input_path,
+            output_path=output_path,
+            tables={t: layout.operator_state(stage.name, t) for t in TABLES},
+            scan_path=layout.operator_state(stage.name, SCAN_TABLE),
+            input_rows=input_rows,
+            input_rows_arrow=input_rows_arrow,
+        )

@@ -1,0 +1,241 @@
+"""The columnar bucket step (``joins/ssbj/columnar.py``) against the reference model:
+step after step, the same encoded rows of every role (output, H_S, H_R, counters, s_B,
+metrics) from the same bucket tables, over the R-cycle states, eviction, both estimators,
+MESHJOIN, left and inner joins, integer and string join values."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from joins.ssbj.algorithm import run_step
+from joins.ssbj.buckets import (
+    NEW,
+    PARTITION,
+    ROLE,
+    STATE_ROLES,
+    VERSION,
+    BucketDeltas,
+    WideLayout,
+    _partition_rows,
+    _Roles,
+    bucket_step,
+    decode_state,
+    encode_result,
+    stream_field,
+)
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.columnar import ColumnarLayout, columnar_result
+from tests.joins.ssbj.test_algorithm import (
+    MASTER,
+    STREAM,
+    plan_for,
+    role_rows,
+    wide_schema,
+)
+
+LAYOUT = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+
+
+def rows_of(table: pa.Table) -> Counter[tuple[Any, ...]]:
+    return Counter(
+        tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in table.to_pylist()
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    seed=st.integers(0, 10_000),
+    k=st.integers(1, 3),
+    period=st.integers(1, 3),
+    use_cache=st.booleans(),
+    left=st.booleans(),
+    estimator=st.sampled_from(["paper", "extrapolated"]),
+    steps=st.integers(1, 16),
+    strings=st.booleans(),
+    factor=st.sampled_from([0.5, 1.0, 1.5]),
+    tracked=st.sampled_from([None, (), (1,), (1, 2, 7)]),
+    sizes=st.sampled_from([(24.0, 40.0), (40.0, 24.0), (10.0, 30.0)]),
+)
+def test_the_columnar_step_equals_the_reference_model(
+    seed: int,
+    k: int,
+    period: int,
+    use_cache: bool,
+    left: bool,
+    estimator: str,
+    steps: int,
+    strings: bool,
+    factor: float,
+    sizes: tuple[float, float],
+    tracked: tuple[int, ...] | None,
+) -> None:
+    rng = random.Random(seed)
+    key_type = pa.string() if strings else pa.int64()
+
+    def key(value: int) -> Any:
+        return f"k{value}" if strings else value
+
+    # Keys 1-6 with 0, 1 or 2 master rows; a second master version changes some prices.
+    master = [(key(v), s, float(s)) for v in range(1, 7) for s in range(v % 3)]
+    versions = [master, [(m, s, p + 1.0 if s == 0 else p) for m, s, p in master]]
+    stored = wide_schema(key_type).empty_table()
+    control: dict[str, Any] = {"cache_version": None, "switch_version": None}
+    pinned: set[int] = set()
+    compared = 0
+    for step in range(steps):
+        # The master changes only while nothing is cached (the columnar step does not
+        # apply master changes: with them the reference model runs, as here).
+        version = 1 if step >= steps // 2 and control["cache_version"] is None else 0
+        version = max(version, control["cache_version"] or 0)
+        values = [
+            rng.choice([1, 1, 1, 2, 2, 3, 4, 5, 6, 7, None]) for _ in range(rng.randint(0, 8))
+        ]
+        new = [(step * 10 + i, None if v is None else key(v)) for i, v in enumerate(values)]
+        state = _pending_versions(stored)
+        plan, reads = plan_for(
+            step, k, period, version, use_cache, left, estimator, state, control, bool(new)
+        )
+        partitions = [
+            dict(zip(MASTER, m, strict=True)) | {VERSION: v}
+            for v in reads.partition_versions
+            for m in versions[v]
+            if (int(str(m[0]).lstrip("k")) * 31 + m[1]) % k == step % k
+        ]
+        table = pa.concat_tables(
+            [
+                stored,
+                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new], key_type),
+                role_rows(PARTITION, partitions, key_type),
+            ]
+        )
+        arrow_plan = replace(
+            plan,
+            stream_key=LAYOUT.stream_key_positions,
+            switch_factor=factor,
+            sizes=TupleSizes(*sizes),
+        )
+        if reads.cache_from is not None:
+            break  # a master change to apply: outside the columnar step's scope
+        shape = ColumnarLayout.of(
+            LAYOUT.stream_columns, LAYOUT.master_columns, LAYOUT.stream_keys, LAYOUT.master_keys
+        )
+        assert shape is not None
+        values = None if tracked is None else pa.array([key(v) for v in tracked], key_type)
+        columnar = columnar_result(table, shape, arrow_plan, table.schema, values)
+        assert columnar is not None
+        if tracked is None:
+            reference = bucket_step(table, LAYOUT, arrow_plan, BucketDeltas(), columnar=False)
+            fast = bucket_step(table, LAYOUT, arrow_plan, BucketDeltas())
+            assert rows_of(fast) == rows_of(reference)
+        else:
+            reference = reference_step(table, arrow_plan, frozenset((key(v),) for v in tracked))
+        assert rows_of(columnar) == rows_of(reference), f"step {step}"
+        compared += 1
+        stored = reference.filter(pc.is_in(reference.column(ROLE), pa.array(list(STATE_ROLES))))
+        pinned |= {v for v in stored.column("_pinned_version").to_pylist() if v is not None}
+        control = {
+            "cache_version": version if use_cache else None,
+            "switch_version": reads.next_switch_version(control["switch_version"], version),
+        }
+    assert compared >= 1
+
+
+def reference_step(table: pa.Table, plan: Any, tracked: frozenset[tuple[Any, ...]]) -> pa.Table:
+    """The reference model's step with only ``tracked`` values instrumented (what
+    ``bucket_step`` runs for a table whose rows carry key hashes)."""
+    roles = _Roles(table)
+    state = decode_state(roles, LAYOUT, plan)
+    new, _ = roles.stream_tuples(NEW, LAYOUT)
+    wanted = {t.key for t in state.pending} | {plan.stream_key_of(row) for row in new}
+    wanted |= set(state.switch_buffer)
+    parts = _partition_rows(roles, LAYOUT, wanted)
+    result = run_step(plan, state, new, parts, tracked=tracked)
+    return encode_result(result, LAYOUT, plan, table, table.schema)
+
+
+def _pending_versions(stored: pa.Table) -> Any:
+    """What ``plan_for`` reads of the state: the pending tuples' pinned versions."""
+    from joins.ssbj.algorithm import BucketState, PendingTuple
+
+    pending = stored.filter(pc.equal(stored.column(ROLE), "pending"))
+    return BucketState(
+        pending=[
+            PendingTuple((), (), 0, int(v)) for v in pending.column("_pinned_version").to_pylist()
+        ]
+    )
+
+
+def test_the_columnar_step_leaves_floating_and_multi_column_joins_to_the_reference() -> None:
+    assert ColumnarLayout.of(("a", "b"), ("x", "y"), ("a", "b"), ("x", "y")) is None
+    shape = ColumnarLayout.of(LAYOUT.stream_columns, LAYOUT.master_columns, ("k",), ("mk",))
+    assert shape is not None
+    table = wide_schema(pa.float64()).empty_table()
+    plan, _ = plan_for(0, 2, 1, 0, True, True, "paper", _pending_versions(table), {
+        "cache_version": None, "switch_version": None}, False)  # fmt: skip
+    assert columnar_result(table, shape, plan, table.schema) is None
+
+
+def _one_step(table: pa.Table, layout: WideLayout = LAYOUT) -> tuple[pa.Table, pa.Table]:
+    plan, _ = plan_for(1, 2, 1, 0, True, True, "paper", _pending_versions(table), {
+        "cache_version": None, "switch_version": None}, True)  # fmt: skip
+    plan = replace(plan, stream_key=layout.stream_key_positions)
+    fast = bucket_step(table, layout, plan, BucketDeltas())
+    return fast, bucket_step(table, layout, plan, BucketDeltas(), columnar=False)
+
+
+def test_counters_handed_over_by_a_split_keys_replicas_are_merged_as_the_reference_does() -> None:
+    counters = [
+        {MASTER[0]: 1, "_hits": 2, "_master_rows": 3, "_observed": 1},
+        {MASTER[0]: 1, "_hits": 5, "_master_rows": 4, "_observed": 2},
+    ]
+    table = pa.concat_tables(
+        [
+            role_rows("counter", counters),
+            role_rows(NEW, [{STREAM[0]: 1, STREAM[1]: 1}, {STREAM[0]: 2, STREAM[1]: 2}]),
+            role_rows(PARTITION, [{MASTER[0]: 1, MASTER[1]: 0, MASTER[2]: 1.0, VERSION: 0}]),
+        ]
+    )
+    fast, reference = _one_step(table)
+    assert rows_of(fast) == rows_of(reference)
+    merged = fast.filter(pc.equal(fast.column(ROLE), "counter")).to_pylist()
+    # Key 1: hits 2 + 5, master rows max(3, 4) + its one row in this partition, observed
+    # max(1, 2) + this step (an incrementing one).
+    assert [
+        (r["_hits"], r["_master_rows"], r["_observed"]) for r in merged if r[MASTER[0]] == 1
+    ] == [(7, 5, 3)]
+
+
+def test_nested_stream_columns_ride_along_and_narrowing_keys_are_left_to_the_reference() -> None:
+    schema = wide_schema().append(pa.field(stream_field("tags"), pa.list_(pa.string())))
+    layout = WideLayout(("id", "k", "tags"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    rows = [
+        {ROLE: NEW, STREAM[0]: 1, STREAM[1]: 1, stream_field("tags"): ["a", "b"]},
+        {ROLE: PARTITION, MASTER[0]: 1, MASTER[1]: 0, MASTER[2]: 1.0, VERSION: 0},
+    ]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    fast, reference = _one_step(table, layout)
+    assert rows_of(fast) == rows_of(reference)
+    nested = ColumnarLayout.of(layout.stream_columns, layout.master_columns, ("k",), ("mk",))
+    assert nested is not None
+    plan, _ = plan_for(1, 2, 1, 0, True, True, "paper", _pending_versions(table), {
+        "cache_version": None, "switch_version": None}, True)  # fmt: skip
+    plan = replace(plan, stream_key=layout.stream_key_positions)
+    direct = columnar_result(table, nested, plan, table.schema)
+    assert direct is not None and rows_of(direct) == rows_of(reference)
+    # An int64 stream key against an int32 master key: the columnar pass declines.
+    narrow = wide_schema().set(
+        wide_schema().get_field_index(MASTER[0]), pa.field(MASTER[0], pa.int32())
+    )
+    shape = ColumnarLayout.of(LAYOUT.stream_columns, LAYOUT.master_columns, ("k",), ("mk",))
+    assert shape is not None
+    plan, _ = plan_for(0, 2, 1, 0, True, True, "paper", _pending_versions(narrow.empty_table()), {
+        "cache_version": None, "switch_version": None}, False)  # fmt: skip
+    assert columnar_result(narrow.empty_table(), shape, plan, narrow) is None
