@@ -19,7 +19,7 @@ Per batch, in one process and one warm Spark session (local[2]), on the same bat
   Delta table;
 - ``slice``: the same plain PySpark join, of what an SSBJ step joins: the batch plus as many
   waiting tuples as SSBJ's H_S held before the step, against the same 1/k slice of the master
-  (the files of partition p of ``joins.mesh_partitions``), appended to a Delta table. Issue
+  (the files of partition p of ``joins.ssbj.mesh_partitions``), appended to a Delta table. Issue
   35's "a step costs its data" compares an SSBJ step to it;
 - ``duckdb``: DuckDB joining the batch's Parquet file to the master's Parquet files, written
   to a Parquet file.
@@ -57,7 +57,7 @@ from deltalake import DeltaTable
 from benchmarks.revision import has_uncommitted_changes, short_commit
 from benchmarks.ssbj_bench import MASTERS, Case, _table_versions, build_config, stream_batch
 from demo.data import ZipfSampler, _plain, generate_tpch
-from joins.mesh_partitions import partition_by_bytes
+from joins.ssbj.mesh_partitions import partition_by_bytes
 from pipeline.config import EquiStage
 from pipeline.schemas import bronze_schema
 from warehouse.delta import AppTransaction
