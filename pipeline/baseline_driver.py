@@ -21,7 +21,11 @@ from joins import baseline
 from joins.columns import MATCHED
 from pipeline.config import EquiStage
 from pipeline.emission import equi_input_accounting, equi_input_accounting_arrow, master_keys_arrow
-from pipeline.late_master import (
+from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
+from pipeline.pins import late_holder
+from pipeline.stage_driver import StageReport
+from pipeline.stateless_driver import StatelessDriver, without_tuples
+from pipeline.waiting_tuples import (
     answered,
     nothing_to_do,
     plan_late_step,
@@ -33,11 +37,7 @@ from pipeline.late_master import (
     waiting_ages_arrow,
     waiting_records,
 )
-from pipeline.late_master import counts as late_counts
-from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
-from pipeline.pins import late_holder
-from pipeline.stage_driver import StageReport
-from pipeline.stateless_driver import StatelessDriver, without_tuples
+from pipeline.waiting_tuples import counts as late_counts
 from warehouse.delta import AppTransaction, Snapshot
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
     """An equi stage in ``baseline`` mode: Spark joins each batch to the master snapshot.
 
     With ``operator.late_master``, tuples without a master row wait in the stage's late
-    table for later master versions (:mod:`pipeline.late_master`); the audit sees them as
+    table for later master versions (:mod:`pipeline.waiting_tuples`); the audit sees them as
     the stage's pending tuples."""
 
     @property
@@ -129,7 +129,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
     ) -> None:
         """A step with tuples that may wait: the new and the waiting tuples against
         ``master``; answered rows appended, the still-waiting ones the late table's next
-        content (module :mod:`pipeline.late_master`)."""
+        content (module :mod:`pipeline.waiting_tuples`)."""
         stage, wait = self.stage, self._wait()
         exists = self.engine.exists(self.late_path)
         plan = plan_late_step(
