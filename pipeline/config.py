@@ -284,32 +284,35 @@ class SsbjParams(Strict):
         ),
     )
     ssbj_above_bytes: int = Field(
-        default=32 * 1024**2,
+        default=0,
         ge=0,
         description=(
             "auto: a master of at most this many bytes (its live files) is joined whole to "
             "each batch; only a larger one, also ssbj_master_batches times the batch's rows, "
-            "gets SSBJ. 32 MiB: between the masters where the plain join and SSBJ were each "
-            "measured to win (BENCHMARKS.md, section 3)"
+            "gets SSBJ. 0: an SSBJ step cost less than the plain join's at every master "
+            "measured (BENCHMARKS.md, section 3); raise it where a scan of the master is cheap"
         ),
     )
     ssbj_master_batches: float = Field(
-        default=100.0,
+        default=0.25,
         gt=0,
         description=(
             "auto: SSBJ only where the master has at least this many times the rows of the "
-            "step's batch (reading 1/k of it saves little on a master not far larger)"
+            "step's batch (a batch far larger than the master makes an SSBJ step too large "
+            "for the driver, where it is cheap)"
         ),
     )
     collect_rows: int = Field(
-        default=1_000_000,
+        default=10_000_000,
         ge=0,
         description=(
             "a step whose result (the state, its new tuples' rows) is expected under this "
             "many rows runs its buckets in the driver and writes the output and the state "
             "from there: on the embedded engine its rows are read in the driver too (no "
             "Spark job), else collected in one Spark job; a larger one, or any with 0, runs "
-            "its buckets in Spark tasks and writes the result with Spark jobs"
+            "its buckets in Spark tasks and writes the result with Spark jobs. 10M: a "
+            "200k-tuple step against 80k master rows took 1.7 s in the driver and 6.6 s in "
+            "Spark tasks on 2 cores (BENCHMARKS.md, section 3); lower it for a small driver"
         ),
     )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")

@@ -9,17 +9,20 @@ batch and answers every tuple at once.
 
 Invariant: the choice is SSBJ only when both hold
 
-- the master's live files exceed ``ssbj_above_bytes`` (a scan of a smaller master costs
-  less than an SSBJ step's bookkeeping), and
-- the master has at least ``ssbj_master_batches`` times the batch's rows (reading 1/k of a
-  master not far larger than the batch saves little of a step's cost);
+- the master's live files exceed ``ssbj_above_bytes`` (where a scan of the whole master
+  costs less than an SSBJ step's bookkeeping), and
+- the master has at least ``ssbj_master_batches`` times the batch's rows (a batch far
+  larger than the master makes an SSBJ step too large to run in the driver, where it is
+  cheap: ``operator.collect_rows``);
 
-otherwise the plain join. The config's defaults (32 MiB, 100 batches) sit between the last
-measured points (BENCHMARKS.md, section 3: 20k-tuple batches, z = 1): SF1 partsupp
-(11.6 MB, 40 batches), where the plain join's rate was 1.32x SSBJ's, and SF10 (119 MB, 400
-batches), where SSBJ's was 1.46x the plain join's. The sizes come from the Delta log (file
-sizes and ``numRecords`` statistics), so deciding runs no Spark job. A master with no record
-counts in its log is weighed by bytes alone.
+otherwise the plain join. The config's defaults (0 bytes, 0.25 batches) follow the
+measured points (BENCHMARKS.md, section 3, ``benchmarks.ssbj_scale``): since an SSBJ step
+runs in the driver on Arrow columns (no Python loop per tuple, no Spark job), it costs
+less than the plain join's step at every master measured with 20k-tuple batches, from
+TPC-H SF0.01 customer (1,500 rows) to SF30 partsupp (24M rows), and ties it with a
+200k-tuple batch against an 80k-row master (0.4 batches). The sizes come from the Delta
+log (file sizes and ``numRecords`` statistics), so deciding runs no Spark job. A master
+with no record counts in its log is weighed by bytes alone.
 """
 
 from __future__ import annotations

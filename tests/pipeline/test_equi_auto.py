@@ -21,8 +21,10 @@ from pipeline.ssbj.state import held_back
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness, config_for
 
-# Thresholds that make any master "large" for auto, so that it picks SSBJ.
+# Thresholds that make any master "large" for auto, so that it picks SSBJ, and one that
+# makes the test's master "small".
 SSBJ_ALWAYS = {"ssbj_above_bytes": 0, "ssbj_master_batches": 0.001}
+SMALL_MASTER = {"ssbj_above_bytes": 1024**3}
 MASTER = [(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(1 + k % 3)]
 
 
@@ -36,7 +38,7 @@ def reconfigure(h: SsbjHarness, root: Path, how: str, operator: dict[str, Any]) 
 def test_auto_joins_a_small_master_whole_and_says_why(
     spark: SparkSession, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    h = SsbjHarness(spark, tmp_path, "auto", 2, 1, how)
+    h = SsbjHarness(spark, tmp_path, "auto", 2, 1, how, operator=SMALL_MASTER)
     h.load_master(MASTER, files=2)
     h.arrive([(0, 1), (1, 2), (2, 2), (3, 99), (4, 5)])
     with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
@@ -76,7 +78,7 @@ def test_switching_between_ssbj_and_the_plain_join_answers_every_tuple_once(
     h.run()
     assert h.operator().pending_rows() > 0  # SSBJ holds tuples when the master "shrinks"
 
-    reconfigure(h, tmp_path, "left", {})  # default thresholds: the plain join
+    reconfigure(h, tmp_path, "left", SMALL_MASTER)  # the master is "small": the plain join
     assert isinstance(h.runner.driver(h.config.stage("enrich")), SsbjDrainingDriver)
     h.arrive([(6, 5), (7, 6), (8, 1)])
     h.run()  # drains H_S with SSBJ, new tuples included

@@ -43,6 +43,7 @@ from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -1155,15 +1156,19 @@ def _partition_groups(
         return []
     if not partitions:
         return [({}, data)]
+    keys = data.select(list(partitions))
+    if all(pc.count_distinct(keys.column(c), mode="all").as_py() == 1 for c in partitions):
+        # One group (a step's rows of one interval, say): the table as it is, no take.
+        return [(keys.slice(0, 1).to_pylist()[0], data)]
     position = "__row_position"
-    indexed = data.select(list(partitions)).append_column(
-        position, pa.array(range(data.num_rows), pa.int64())
-    )
+    indexed = keys.append_column(position, pa.array(np.arange(data.num_rows, dtype=np.int64)))
     grouped = indexed.group_by(list(partitions)).aggregate([(position, "list")])
+    lists = grouped.column(f"{position}_list")
     groups = []
-    for key in grouped.to_pylist():
-        rows = key.pop(f"{position}_list")
-        groups.append((key, data.take(pa.array(rows, pa.int64()))))
+    # The positions stay Arrow arrays: a group of 800k rows converted to Python ints and
+    # back cost a step 0.3 s.
+    for index, key in enumerate(grouped.select(list(partitions)).to_pylist()):
+        groups.append((key, data.take(lists[index].values)))
     return groups
 
 
