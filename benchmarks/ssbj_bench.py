@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import logging
 import statistics
 import sys
@@ -332,35 +331,37 @@ def render(results: Sequence[dict], args: argparse.Namespace) -> str:
 
 
 def mesh_stage(multiple: float) -> str:
-    """The stage name of MESHJOIN at ``multiple`` x the budget M (``meshjoin`` at 1)."""
-    return "meshjoin" if multiple == 1 else f"meshjoin_x{multiple:g}"
+    """The stage name of MESHJOIN at ``multiple`` x the budget M (``meshjoin`` at 1); stage
+    names are identifiers, so 1.5 gives ``meshjoin_x1p5``."""
+    if not multiple > 0:
+        raise ValueError(f"a memory multiple must be > 0, found {multiple}")
+    if multiple == 1:
+        return "meshjoin"
+    text = f"{multiple:g}"
+    if "e" in text:
+        raise ValueError(f"a memory multiple must be written plainly, found {text}")
+    return "meshjoin_x" + text.replace(".", "p")
 
 
 def memory_config(
     root: Path, master: str, partitions: int, budget: int, mesh_multiples: Sequence[float] = (1,)
 ) -> dict:
-    """SSBJ at M = ``budget``; MESHJOIN at M and at each of ``mesh_multiples`` x M."""
-    operators = {"ssbj": OPERATORS["ssbj"]}
-    for multiple in sorted({1.0, *mesh_multiples}):
-        operators[mesh_stage(multiple)] = OPERATORS["meshjoin"]
+    """SSBJ at M = ``budget``; MESHJOIN at M and at each of ``mesh_multiples`` x M. The
+    result's ``multiples`` maps each stage to its multiple of M."""
+    multiples = {"ssbj": 1.0} | {mesh_stage(m): float(m) for m in sorted({1.0, *mesh_multiples})}
+    operators = {name: OPERATORS["ssbj" if name == "ssbj" else "meshjoin"] for name in multiples}
     config = build_config(root, master, partitions, operators)
     config["stages"] = [
         {
             **stage,
             "operator": {
                 **stage["operator"],
-                "memory_bytes": int(
-                    budget
-                    * (
-                        1
-                        if stage["name"] in ("ssbj", "meshjoin")
-                        else float(stage["name"].removeprefix("meshjoin_x"))
-                    )
-                ),
+                "memory_bytes": int(budget * multiples[stage["name"]]),
             },
         }
         for stage in config["stages"]
     ]
+    config["multiples"] = multiples
     return config
 
 
@@ -378,6 +379,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     budget = int(args.memory_share * table.num_rows * v_r)
     k = args.memory_partitions
     config = memory_config(root, master, k, budget, args.mesh_multiples)
+    multiples = config.pop("multiples")
     modes = [stage["name"] for stage in config["stages"]]
     case = Case.open(spark, config)
     # One file, as delta-rs and many small writers lay a dimension out: the scan copy must
@@ -410,6 +412,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
         "k": k,
         "rows": table.num_rows,
         "modes": modes,
+        "multiples": multiples,
     }
     for mode in modes:
         measured = [v for step, v in sorted(metrics[mode].items()) if step > warmup]
@@ -431,24 +434,31 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
 def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
     """MESHJOIN's state where its service rate equals SSBJ's at M, over SSBJ's state.
 
-    MESHJOIN ran at several multiples of M; between the two whose rates bracket SSBJ's
-    rate, its state is interpolated linearly in the rate. None when no tested multiple
-    reaches SSBJ's rate (the ratio is then above the largest one's: the text says so).
+    MESHJOIN ran at several multiples of M. Going up the multiples, the first whose rate
+    reaches SSBJ's and the one below it bracket SSBJ's rate; MESHJOIN's state is
+    interpolated linearly in the rate between them. A multiple that had no input in its
+    measured steps (the backlog ran out) says nothing and is left out. None when no tested
+    multiple reaches SSBJ's rate (the text then gives the largest one's state ratio).
     """
     target = result["ssbj"]["rate"]
     ssbj_state = max(1.0, result["ssbj"]["state_mean"])
-    points = sorted(
-        (result[m]["rate"], result[m]["state_mean"]) for m in result["modes"] if m != "ssbj"
-    )
-    for (r0, s0), (r1, s1) in itertools.pairwise(points):
-        if r0 <= target <= r1:
-            state = s0 + (s1 - s0) * (target - r0) / max(1e-9, r1 - r0)
-            return state / ssbj_state, "interpolated"
-    if points and points[0][0] >= target:
-        return points[0][1] / ssbj_state, "at M (MESHJOIN already as fast)"
-    if points:
-        return None, f"> {points[-1][1] / ssbj_state:.2f}x (no tested M reached SSBJ's rate)"
-    return None, "no MESHJOIN run"
+    points = [
+        (result["multiples"][m], result[m]["rate"], result[m]["state_mean"])
+        for m in result["modes"]
+        if m != "ssbj" and result[m]["tuples_per_step"] > 0
+    ]
+    points.sort()
+    if not points:
+        return None, "no MESHJOIN run with input"
+    for index, (multiple, rate, state) in enumerate(points):
+        if rate < target:
+            continue
+        if index == 0:
+            return state / ssbj_state, f"at {multiple:g} x M (MESHJOIN already as fast)"
+        _, r0, s0 = points[index - 1]
+        interpolated = s0 + (state - s0) * (target - r0) / max(1e-9, rate - r0)
+        return interpolated / ssbj_state, "interpolated"
+    return None, f"> {points[-1][2] / ssbj_state:.2f}x (no tested M reached SSBJ's rate)"
 
 
 def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:

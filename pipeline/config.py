@@ -312,7 +312,9 @@ class SsbjParams(Strict):
             "Spark job), else collected in one Spark job; a larger one, or any with 0, runs "
             "its buckets in Spark tasks and writes the result with Spark jobs. 10M: a "
             "200k-tuple step against 80k master rows took 1.7 s in the driver and 6.6 s in "
-            "Spark tasks on 2 cores (BENCHMARKS.md, section 3); lower it for a small driver"
+            "Spark tasks on 2 cores, on the embedded engine (BENCHMARKS.md, section 3); on "
+            "the native engine the collect ships the master partition through the JVM "
+            "driver too: lower it for a small driver"
         ),
     )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from benchmarks.ssbj_bench import mesh_stage, state_at_equal_rate
+from benchmarks.ssbj_bench import memory_config, mesh_stage, state_at_equal_rate
 from benchmarks.ssbj_scale import Shape
+from pipeline.config import parse_config
 
 
 def _result(ssbj: tuple[float, float], mesh: dict[str, tuple[float, float]]) -> dict:
-    result: dict = {"modes": ["ssbj", *mesh]}
-    result["ssbj"] = {"rate": ssbj[0], "state_mean": ssbj[1]}
+    multiples = {"meshjoin": 1.0, "meshjoin_x2": 2.0, "meshjoin_x4": 4.0}
+    result: dict = {"modes": ["ssbj", *mesh], "multiples": multiples}
+    result["ssbj"] = {"rate": ssbj[0], "state_mean": ssbj[1], "tuples_per_step": 1}
     for name, (rate, state) in mesh.items():
-        result[name] = {"rate": rate, "state_mean": state}
+        result[name] = {"rate": rate, "state_mean": state, "tuples_per_step": 1 if rate else 0}
     return result
 
 
@@ -33,13 +37,44 @@ def test_state_at_equal_rate_says_when_no_budget_reaches_ssbj() -> None:
 
 def test_state_at_equal_rate_when_meshjoin_is_already_as_fast() -> None:
     result = _result((50, 5), {"meshjoin": (100, 10)})
-    assert state_at_equal_rate(result) == (2.0, "at M (MESHJOIN already as fast)")
+    assert state_at_equal_rate(result) == (2.0, "at 1 x M (MESHJOIN already as fast)")
 
 
-def test_mesh_stage_names() -> None:
+def test_state_at_equal_rate_goes_up_the_multiples_and_skips_runs_without_input() -> None:
+    # 4M ran dry (no input measured); 2M is slower than M (noise): the bracket is M..?
+    # Going up the multiples, M (100) is under 150, 2M (90) too, so none reaches it.
+    result = _result(
+        (150, 5), {"meshjoin": (100, 10), "meshjoin_x2": (90, 20), "meshjoin_x4": (0, 40)}
+    )
+    ratio, how = state_at_equal_rate(result)
+    assert ratio is None
+    assert how.startswith("> 4.00x")
+    # With 4M measured and fast enough, the bracket is 2M..4M (not M..4M by rate order).
+    result = _result(
+        (150, 5), {"meshjoin": (100, 10), "meshjoin_x2": (90, 20), "meshjoin_x4": (190, 40)}
+    )
+    ratio, how = state_at_equal_rate(result)
+    assert how == "interpolated"
+    assert ratio == pytest.approx((20 + 20 * (150 - 90) / (190 - 90)) / 5)
+
+
+def test_mesh_stage_names_are_identifiers_the_config_takes(tmp_path: Path) -> None:
     assert mesh_stage(1) == "meshjoin"
     assert mesh_stage(4.0) == "meshjoin_x4"
-    assert mesh_stage(1.5) == "meshjoin_x1.5"
+    assert mesh_stage(1.5) == "meshjoin_x1p5"
+    with pytest.raises(ValueError, match="> 0"):
+        mesh_stage(0)
+    config = memory_config(tmp_path, "customer", 4, 1_000_000, (1.5, 2))
+    multiples = config.pop("multiples")
+    assert multiples == {"ssbj": 1.0, "meshjoin": 1.0, "meshjoin_x1p5": 1.5, "meshjoin_x2": 2.0}
+    parsed = parse_config(config)
+    budgets = {s.name: s.operator.memory_bytes for s in parsed.stages}
+    assert budgets == {
+        "ssbj": 1_000_000,
+        "meshjoin": 1_000_000,
+        "meshjoin_x1p5": 1_500_000,
+        "meshjoin_x2": 2_000_000,
+    }
 
 
 def test_shape_parse() -> None:
