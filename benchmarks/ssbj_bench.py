@@ -417,6 +417,9 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     for mode in modes:
         measured = [v for step, v in sorted(metrics[mode].items()) if step > warmup]
         tuples = sum(s.get("tuples_in", 0) for s in measured)
+        if not tuples:  # the backlog ran out before the measured steps: nothing measured
+            logger.warning("memory %s: no input in the measured steps (raise --backlog)", mode)
+            measured = measured or [{}]
         result[mode] = {
             "rate": tuples / sum(timings[mode]),
             "tuples_per_step": tuples / len(measured),
