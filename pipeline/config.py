@@ -294,12 +294,13 @@ class SsbjParams(Strict):
         ),
     )
     ssbj_master_batches: float = Field(
-        default=0.25,
+        default=5.0,
         gt=0,
         description=(
             "auto: SSBJ only where the master has at least this many times the rows of the "
-            "step's batch (a batch far larger than the master makes an SSBJ step too large "
-            "for the driver, where it is cheap)"
+            "step's batch. 5: with a master under 5 batches SSBJ's step saved at most 10% "
+            "of the plain join's and the interval's audit of a 200k-tuple SSBJ step cost "
+            "more than it saved (BENCHMARKS.md, section 3)"
         ),
     )
     collect_rows: int = Field(

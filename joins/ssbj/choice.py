@@ -11,18 +11,20 @@ Invariant: the choice is SSBJ only when both hold
 
 - the master's live files exceed ``ssbj_above_bytes`` (where a scan of the whole master
   costs less than an SSBJ step's bookkeeping), and
-- the master has at least ``ssbj_master_batches`` times the batch's rows (a batch far
-  larger than the master makes an SSBJ step too large to run in the driver, where it is
-  cheap: ``operator.collect_rows``);
+- the master has at least ``ssbj_master_batches`` times the batch's rows (against a
+  master not much larger than the batch, reading 1/k of it saves little);
 
-otherwise the plain join. The config's defaults (0 bytes, 0.25 batches) follow the
-measured points (BENCHMARKS.md, section 3, ``benchmarks.ssbj_scale``): since an SSBJ step
-runs in the driver on Arrow columns (no Python loop per tuple, no Spark job), it costs
-less than the plain join's step at every master measured with 20k-tuple batches, from
-TPC-H SF0.01 customer (1,500 rows) to SF30 partsupp (24M rows), and ties it with a
-200k-tuple batch against an 80k-row master (0.4 batches). The sizes come from the Delta
-log (file sizes and ``numRecords`` statistics), so deciding runs no Spark job. A master
-with no record counts in its log is weighed by bytes alone.
+otherwise the plain join. The config's defaults (0 bytes, 5 batches) follow the measured
+points (BENCHMARKS.md, sections 1 and 3, ``benchmarks.ssbj_scale``): since an SSBJ step
+runs in the driver on Arrow columns (no Python loop per tuple, no Spark job), it cost less
+than the plain join's step at every master of at least 5 batches measured, from TPC-H SF1
+partsupp (800k rows, 40 batches of 20k) to SF30 (24M rows); with fewer batches it saved at
+most 10% of a step with 200k-tuple batches (SF0.1 and SF1 partsupp, 0.4 and 4 batches), and
+a whole interval of SF1 partsupp with 200k tuples (4 batches) cost twice the plain join's,
+its audit most of it. Below 5 batches the rule gives up one measured win: SF0.1 partsupp
+with 20k tuples (4 batches), where SSBJ's step took 0.36 s and the plain join's 0.67 s.
+The sizes come from the Delta log (file sizes and ``numRecords`` statistics), so deciding
+runs no Spark job. A master with no record counts in its log is weighed by bytes alone.
 """
 
 from __future__ import annotations
