@@ -22,10 +22,12 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import types as T
 
 from benchmarks.revision import has_uncommitted_changes, short_commit
 from joins.ssbj.algorithm import StepPlan
@@ -33,24 +35,13 @@ from joins.ssbj.buckets import NEW, PARTITION, PENDING, BucketDeltas, WideLayout
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.roles import ROLE, master_field, stream_field
+from joins.ssbj.step import JoinSpec, WideTable
+from warehouse.delta.schema import spark_to_arrow
 
 logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 LAYOUT = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
-OPERATOR_COLUMNS = (
-    ("_entry_step", pa.int64()),
-    ("_pinned_version", pa.int64()),
-    ("_matched", pa.bool_()),
-    ("_version", pa.int64()),
-    ("_empty", pa.bool_()),
-    ("_change", pa.string()),
-    ("_hits", pa.int64()),
-    ("_master_rows", pa.int64()),
-    ("_observed", pa.int64()),
-    ("_metric", pa.string()),
-    ("_value", pa.int64()),
-)
 
 
 @dataclass(frozen=True)
@@ -62,18 +53,19 @@ class BucketShape:
     zipf: float
 
 
+@cache
 def wide_schema() -> pa.Schema:
-    return pa.schema(
+    """The wide table a step lays out for ``LAYOUT`` (``WideTable.schema``, in Arrow)."""
+    spec = JoinSpec(LAYOUT.stream_keys, LAYOUT.master_keys, LAYOUT.master_columns, "m", "inner")
+    stream = T.StructType([T.StructField(c, T.LongType()) for c in LAYOUT.stream_columns])
+    master = T.StructType(
         [
-            (ROLE, pa.string()),
-            (stream_field("id"), pa.int64()),
-            (stream_field("k"), pa.int64()),
-            (master_field("mk"), pa.int64()),
-            (master_field("supplier"), pa.int64()),
-            (master_field("price"), pa.float64()),
-            *OPERATOR_COLUMNS,
+            T.StructField("mk", T.LongType()),
+            T.StructField("supplier", T.LongType()),
+            T.StructField("price", T.DoubleType()),
         ]
     )
+    return spark_to_arrow(WideTable.of(spec, stream, master).schema)
 
 
 def _rows(role: str, columns: dict[str, np.ndarray]) -> pa.Table:
