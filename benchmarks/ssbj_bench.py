@@ -345,9 +345,9 @@ def mesh_stage(multiple: float) -> str:
 
 def memory_config(
     root: Path, master: str, partitions: int, budget: int, mesh_multiples: Sequence[float] = (1,)
-) -> dict:
-    """SSBJ at M = ``budget``; MESHJOIN at M and at each of ``mesh_multiples`` x M. The
-    result's ``multiples`` maps each stage to its multiple of M."""
+) -> tuple[dict, dict[str, float]]:
+    """SSBJ at M = ``budget``; MESHJOIN at M and at each of ``mesh_multiples`` x M: the
+    pipeline config, and each stage's multiple of M."""
     multiples = {"ssbj": 1.0} | {mesh_stage(m): float(m) for m in sorted({1.0, *mesh_multiples})}
     operators = {name: OPERATORS["ssbj" if name == "ssbj" else "meshjoin"] for name in multiples}
     config = build_config(root, master, partitions, operators)
@@ -361,8 +361,7 @@ def memory_config(
         }
         for stage in config["stages"]
     ]
-    config["multiples"] = multiples
-    return config
+    return config, multiples
 
 
 def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
@@ -378,8 +377,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     v_r = measured_row_bytes(frame) or 1.0
     budget = int(args.memory_share * table.num_rows * v_r)
     k = args.memory_partitions
-    config = memory_config(root, master, k, budget, args.mesh_multiples)
-    multiples = config.pop("multiples")
+    config, multiples = memory_config(root, master, k, budget, args.mesh_multiples)
     modes = [stage["name"] for stage in config["stages"]]
     case = Case.open(spark, config)
     # One file, as delta-rs and many small writers lay a dimension out: the scan copy must

@@ -244,9 +244,8 @@ def run_shape(spark: Any, shape: Shape, args: argparse.Namespace) -> ShapeResult
         batch_file = root / "batches" / f"{step:05d}.parquet"
         batch_file.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(batch.drop(["_source_file", "_batch_id"]), batch_file)
-        for mode in STAGE_MODES:
-            if not stateless and mode not in STATEFUL:
-                continue
+        ran = [m for m in STAGE_MODES if stateless or m in STATEFUL]
+        for mode in ran:
             stage_tables = Path(case.layout.operator_state(mode, "x")).parent
             output = Path(case.layout.staged(f"out_{mode}"))
             before = _table_versions(stage_tables) + _table_versions(output)
@@ -260,7 +259,12 @@ def run_shape(spark: Any, shape: Shape, args: argparse.Namespace) -> ShapeResult
                 t.seconds.append(seconds)
                 t.jobs.append(len(tracker.getJobIdsForGroup(group)))
                 t.commits.append(_table_versions(stage_tables) + _table_versions(output) - before)
-                t.master_bytes.append(_latest(case.metrics()[mode], "master_bytes_read"))
+        step_metrics = case.metrics()  # the runner recorded each stage's step (read once)
+        if measured:
+            for mode in ran:
+                times[mode].master_bytes.append(_latest(step_metrics[mode], "master_bytes_read"))
+        # What SSBJ held in H_S after this step: the waiting tuples of the next slice join.
+        pending_after = _latest(step_metrics["ssbj"], "pending_rows")
         if stateless:
             # What SSBJ's step joined: the batch and the tuples waiting in H_S before it.
             waiting = int(pending_before)
@@ -292,7 +296,7 @@ def run_shape(spark: Any, shape: Shape, args: argparse.Namespace) -> ShapeResult
                     t.jobs.append(len(tracker.getJobIdsForGroup(group)))
                     t.commits.append(0 if mode == "duckdb" else 1)
                     t.master_bytes.append(read[mode])
-        pending_before = _latest(case.metrics()["ssbj"], "pending_rows")
+        pending_before = pending_after
         logger.info("%s: step %d/%d", shape.label, step + 1, steps)
     spark.sparkContext.setJobGroup("", "")
     metrics = case.metrics()

@@ -64,8 +64,7 @@ def test_mesh_stage_names_are_identifiers_the_config_takes(tmp_path: Path) -> No
     assert mesh_stage(1.5) == "meshjoin_x1p5"
     with pytest.raises(ValueError, match="> 0"):
         mesh_stage(0)
-    config = memory_config(tmp_path, "customer", 4, 1_000_000, (1.5, 2))
-    multiples = config.pop("multiples")
+    config, multiples = memory_config(tmp_path, "customer", 4, 1_000_000, (1.5, 2))
     assert multiples == {"ssbj": 1.0, "meshjoin": 1.0, "meshjoin_x1p5": 1.5, "meshjoin_x2": 2.0}
     parsed = parse_config(config)
     budgets = {s.name: s.operator.memory_bytes for s in parsed.stages}
