@@ -7,7 +7,7 @@ Runs ``benchmarks.ssbj_scale`` for one shape and profiles the named stage's
 ``PipelineRunner.run_stage_step`` calls from ``--from-step`` on (the measured steps by
 default: after the 2 warm-up R-cycles of k steps), every other mode running unprofiled
 beside it; writes the functions by cumulative time (pstats), summed over the profiled
-steps.
+steps, and the raw statistics as ``<out>.prof`` (``python -m pstats`` reads them).
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
     args.out.write_text(text.getvalue())
+    # The raw statistics beside it, for callers and callees (python -m pstats FILE).
+    profiler.dump_stats(str(args.out.with_suffix(".prof")))
     logger.info("profiled %d step(s) of %s: %s", profiled, args.stage, args.out)
     return code
 

@@ -29,6 +29,7 @@ from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.late_table import late_table
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj.state import held_back
+from pipeline.ssbj.warm import WarmCache
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.theta_driver import ThetaDriver
@@ -71,6 +72,9 @@ class StageDrivers:
             "auto": self._auto,
         }
         self._choices: dict[str, EquiChoice] = {}
+        # Each SSBJ stage's warm cache, kept across its drivers for this registry's
+        # lifetime (``pipeline.ssbj.warm``): a driver is built for every step.
+        self._warm: dict[str, WarmCache] = {}
 
     def driver(self, stage: AnyStage) -> StageDriver:
         kind = driver_kind(stage)
@@ -148,7 +152,13 @@ class StageDrivers:
                 held,
             )
             return SsbjDrainingDriver(
-                stage, self.config, self.spark, self.engine, self.store, self.inputs
+                stage,
+                self.config,
+                self.spark,
+                self.engine,
+                self.store,
+                self.inputs,
+                self._warm.setdefault(stage.name, WarmCache()),
             )
         return self._baseline(stage)
 
@@ -168,7 +178,15 @@ class StageDrivers:
         return EquiBaselineDriver(stage, self.spark, self.engine, self.store, self.inputs)
 
     def _ssbj(self, stage: EquiStage) -> SsbjDriver:
-        return SsbjDriver(stage, self.config, self.spark, self.engine, self.store, self.inputs)
+        return SsbjDriver(
+            stage,
+            self.config,
+            self.spark,
+            self.engine,
+            self.store,
+            self.inputs,
+            self._warm.setdefault(stage.name, WarmCache()),
+        )
 
     def _theta(self, stage: ThetaStage) -> ThetaDriver:
         return ThetaDriver(stage, self.spark, self.engine, self.store, self.inputs)

@@ -10,7 +10,7 @@ The Spark side (``joins.ssbj.step``) ships each bucket's rows here as Arrow
 State of a bucket (:class:`BucketState`):
 
 - H_S: the pending stream tuples, each with its entry step (its chunk in the queue Q), the
-  master version it is pinned to, and whether it has met a master row (left joins);
+  master version it is pinned to, and (left joins only) whether it has met a master row;
 - H_R: the cache, every master row of each cached join value at the cache's version; a value
   with no master rows is cached as an empty entry (the paper's negative cache);
 - per value: f_count since the last eviction pass, s_count and the partitions it was counted
@@ -440,7 +440,9 @@ def run_step(
         matches = index[tup.pinned_version].get(tup.key)
         if matches:
             output.extend((tup.row, master, tup.pinned_version) for master in matches)
-            tup.matched = True
+            # Only a left join reads the flag; an inner join's H_S rows stay as they
+            # entered, so a chunk the step did not change is not rewritten.
+            tup.matched = tup.matched or plan.left_join
 
     if plan.use_cache and position.state is CycleState.INCREMENTING:
         # Lines 28–29: s_count of every pending value over the current partition.

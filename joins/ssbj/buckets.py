@@ -19,7 +19,7 @@ and of a master partition only the rows whose join value the bucket's tuples or 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -40,7 +40,7 @@ from joins.ssbj.algorithm import (
     join_value,
     run_step,
 )
-from joins.ssbj.columnar import ColumnarLayout, columnar_result
+from joins.ssbj.columnar import ColumnarLayout, columnar_result, supports
 from joins.ssbj.late import (
     LateRule,
     SortedLateRows,
@@ -723,6 +723,163 @@ def _keys_of(
     return keys
 
 
+@dataclass(frozen=True)
+class BucketStep:
+    """Algorithm 1 over one bucket's rows: what ``applyInArrow`` calls per bucket (see
+    :func:`bucket_step`), and :meth:`all_buckets` for a step whose rows the driver holds."""
+
+    layout: WideLayout
+    plan: StepPlan
+    deltas: BucketDeltas
+    top_keys: int = 0
+    split_owners: Mapping[int, int] | None = None
+    tracked: Sequence[int] | None = None
+    sketch: SketchShape | None = None
+    split_ways: Mapping[int, int] | None = None
+    late: LateRule | None = None
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return bucket_step(
+            table,
+            self.layout,
+            self.plan,
+            self.deltas,
+            self.top_keys,
+            self.split_owners,
+            self.tracked,
+            self.sketch,
+            self.split_ways,
+            self.late,
+        )
+
+    def all_buckets(self, keyed: pa.Table, partitions_asked: bool = False) -> pa.Table | None:
+        """Every bucket's step at once, from the keyed rows of all buckets (with their
+        ``_bucket`` labels and ``_key_hash``): the same rows as running :meth:`__call__`
+        on each bucket's rows and concatenating, as a multiset. None outside the columnar
+        scope (late rows, split keys, master changes, a join the columnar pass does not
+        compare as the join does): the caller then runs the buckets one by one.
+
+        Why it is the same: every decision of Algorithm 1 concerns one join value
+        (``joins.ssbj.algorithm``), and without split keys all rows of a value are in one
+        bucket, so one pass over the union decides as the buckets would. What is per
+        bucket, the loads (:func:`key_loads`) and key sketches, is computed per label.
+
+        ``partitions_asked``: the master partition rows are only those whose join value a
+        tuple asks for (read so in the driver), so there are none to drop."""
+        if (
+            self.late is not None
+            or self.split_owners
+            or self.deltas.cache is not None
+            or self.deltas.switch is not None
+            or KEY_HASH not in keyed.schema.names
+        ):
+            return None
+        shape = ColumnarLayout.of(
+            self.layout.stream_columns,
+            self.layout.master_columns,
+            self.layout.stream_keys,
+            self.layout.master_keys,
+        )
+        if shape is None or not supports(keyed, shape):
+            return None
+        if pc.any(pc.equal(keyed.column(ROLE), LATE)).as_py():
+            raise ValueError("a bucket holds late rows, but the step has no rule to settle them")
+        # Hashes are per value, and a value is in one bucket: the asked hashes of all
+        # buckets drop exactly the rows each bucket's own would.
+        if not partitions_asked:
+            keyed = unasked_partition_rows_dropped(keyed)
+        schema = pa.schema(
+            [*(f for f in keyed.schema if f.name not in (BUCKET, KEY_HASH)), *LOAD_FIELDS]
+        )
+        if keyed.num_rows == 0:
+            return schema.empty_table()
+        loads = key_loads_by_bucket(keyed, self.top_keys)
+        tracked_values = None
+        if self.tracked is not None:
+            keys = _keys_of(keyed, pa.array(self.tracked, pa.int64()), self.layout, self.plan, True)
+            tracked_values = pa.array([key[0] for key in keys if key[0] is not None])
+        sketches = _sketch_rows(keyed, self.layout, self.sketch)
+        table = keyed.drop_columns([BUCKET, KEY_HASH])
+        encoded = columnar_result(table, shape, self.plan, schema, tracked_values)
+        if encoded is None:  # pragma: no cover - supports() checked the same scope above
+            return None
+        enc = _Encoder(schema)
+        enc.add(KEY_LOAD, loads.num_rows, {n: loads.column(n) for n in loads.column_names})
+        labels = [label for label, _ in sketches]
+        enc.add(KEY_SKETCH, len(sketches), {BUCKET: labels, SKETCH: [s for _, s in sketches]})
+        return pa.concat_tables([encoded, enc.table()])
+
+
+def key_loads_by_bucket(table: pa.Table, top: int) -> pa.Table:
+    """:func:`key_loads` of every bucket of ``table`` (rows of several ``_bucket`` labels,
+    no split keys, so a key hash is in one bucket) in one pass: the same rows as
+    concatenating it per bucket."""
+    roles = table.column(ROLE)
+    stored = pc.cast(pc.is_in(roles, value_set=pa.array(LOADED_ROLES)), pa.int64())
+    probes = pc.cast(pc.is_in(roles, value_set=pa.array(PROBING_ROLES)), pa.int64())
+    per_key = (
+        pa.table(
+            {
+                KEY_HASH: table.column(KEY_HASH),
+                BUCKET: table.column(BUCKET),
+                STORED: stored,
+                PROBES: probes,
+            }
+        )
+        .group_by(KEY_HASH)
+        .aggregate([(BUCKET, "min"), (STORED, "sum"), (PROBES, "sum")])
+        .rename_columns([KEY_HASH, BUCKET, STORED, PROBES])
+    )
+    schema = pa.schema([*LOAD_FIELDS[:4]])
+    parts = []
+    for label in sorted(pc.unique(per_key.column(BUCKET)).to_pylist()):
+        keys = per_key.filter(pc.equal(per_key.column(BUCKET), label))
+        total_stored = pc.sum(keys.column(STORED)).as_py() or 0
+        total_probes = pc.sum(keys.column(PROBES)).as_py() or 0
+        gain = pc.add(
+            pc.multiply(keys.column(PROBES), total_stored),
+            pc.multiply(keys.column(STORED), total_probes),
+        )
+        ranked = keys.append_column("gain", gain)
+        if top > 0 and ranked.num_rows:
+            heaviest = ranked.take(
+                pc.select_k_unstable(
+                    ranked,
+                    k=min(top, ranked.num_rows),
+                    sort_keys=[("gain", "descending"), (KEY_HASH, "ascending")],
+                )
+            )
+            parts.append(heaviest.select(schema.names).cast(schema))
+        parts.append(
+            pa.table(
+                {
+                    BUCKET: pa.array([label], pa.int32()),
+                    KEY_HASH: pa.nulls(1, pa.int64()),
+                    STORED: pa.array([total_stored], pa.int64()),
+                    PROBES: pa.array([total_probes], pa.int64()),
+                },
+                schema=schema,
+            )
+        )
+    return pa.concat_tables([schema.empty_table(), *parts])
+
+
+def _sketch_rows(
+    table: pa.Table, layout: WideLayout, shape: SketchShape | None
+) -> list[tuple[int, bytes]]:
+    """(bucket label, its :func:`new_key_sketch` as JSON) of every bucket of ``table``."""
+    if shape is None:
+        return []
+    labels = pc.unique(table.column(BUCKET)).to_pylist()
+    new = table.filter(pc.equal(table.column(ROLE), NEW))
+    found = []
+    for label in sorted(labels):
+        rows = new.filter(pc.equal(new.column(BUCKET), label))
+        sketch = new_key_sketch(rows, layout, shape)
+        found.append((label, json.dumps(sketch.to_dict(), separators=(",", ":")).encode()))
+    return found
+
+
 def bucket_function(
     layout: WideLayout,
     plan: StepPlan,
@@ -733,21 +890,8 @@ def bucket_function(
     sketch: SketchShape | None = None,
     split_ways: Mapping[int, int] | None = None,
     late: LateRule | None = None,
-) -> Callable[[pa.Table], pa.Table]:
+) -> BucketStep:
     """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
-
-    def run(table: pa.Table) -> pa.Table:
-        return bucket_step(
-            table,
-            layout,
-            plan,
-            deltas,
-            top_keys,
-            split_owners,
-            tracked,
-            sketch,
-            split_ways,
-            late,
-        )
-
-    return run
+    return BucketStep(
+        layout, plan, deltas, top_keys, split_owners, tracked, sketch, split_ways, late
+    )

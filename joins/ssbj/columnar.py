@@ -361,11 +361,12 @@ def columnar_result(
     live = pending.filter(pc.is_valid(pending.column(_KEY)))
     met = _join(live, parts, layout, on_version=True)
     outputs.append(_versioned(met, met.column(PINNED_VERSION)))
-    matched_now = _unique(met.column(_POS)) if met.num_rows else pa.array([], pa.int64())
-    was = pc.fill_null(pending.column(MATCHED), False)
-    pending = _set(
-        pending, MATCHED, pc.or_(was, pc.is_in(pending.column(_POS), value_set=matched_now))
-    )
+    if plan.left_join:  # the flag is a left join's (``joins.ssbj.algorithm``)
+        matched_now = _unique(met.column(_POS)) if met.num_rows else pa.array([], pa.int64())
+        was = pc.fill_null(pending.column(MATCHED), False)
+        pending = _set(
+            pending, MATCHED, pc.or_(was, pc.is_in(pending.column(_POS), value_set=matched_now))
+        )
 
     if use_cache and position.state is CycleState.INCREMENTING:
         # Lines 28–29: s_count of every pending value over the current partition.

@@ -72,12 +72,14 @@ from joins.ssbj.buckets import (
     VALUE,
     VERSION,
     BucketDeltas,
+    BucketStep,
     WideLayout,
     bucket_function,
     master_field,
     stream_field,
 )
 from joins.ssbj.late import LATE, LATE_SINCE, WAITING_SINCE, LateRule
+from joins.ssbj.segments import SEGMENT, SHARED_SEGMENTS
 from joins.ssbj.skew.asketch import SketchShape
 from joins.ssbj.skew.greedyfit import KeyLoad
 from joins.ssbj.skew.key_routing import BucketLoad, KeyRouting, task_labels
@@ -302,7 +304,12 @@ class WideTable:
         The rows of :meth:`keyed_rows`, grouped by bucket, each group through ``function``
         (:meth:`bucket_function`) in a Spark task; :meth:`step_in_driver` runs the same
         groups in the driver."""
-        return keyed.groupBy(BUCKET).applyInArrow(function, self.step_schema)
+        # A plain one-argument function: applyInArrow reads the function's arguments to
+        # tell ``f(table)`` from ``f(key, table)``, and would count a callable's ``self``.
+        return keyed.groupBy(BUCKET).applyInArrow(
+            lambda table: function(table),  # noqa: PLW0108 - see above
+            self.step_schema,
+        )
 
     def keyed_rows(
         self,
@@ -447,7 +454,7 @@ class WideTable:
         tracked: Sequence[int] | None = None,
         sketch: SketchShape | None = None,
         late: LateRule | None = None,
-    ) -> Callable[[pa.Table], pa.Table]:
+    ) -> BucketStep:
         """Algorithm 1 over one bucket's rows. Each bucket reports its ``top_keys`` heaviest
         keys; with ``sketch``, only the ``tracked`` key hashes are instrumented and each
         bucket reports an ASketch of its new tuples; ``late`` keeps the tuples no master
@@ -459,11 +466,18 @@ class WideTable:
             self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways, late
         )
 
-    def step_in_driver(self, keyed: pa.Table, function: Callable[[pa.Table], pa.Table]) -> pa.Table:
-        """:meth:`step`'s result from :meth:`keyed_rows` collected into the driver: each
-        bucket's rows through ``function`` here, as the Spark tasks would run them (the
-        same groups, so the same result), with the step's Arrow schema."""
+    def step_in_driver(
+        self, keyed: pa.Table, function: BucketStep, partitions_asked: bool = False
+    ) -> pa.Table:
+        """:meth:`step`'s result from :meth:`keyed_rows` collected into the driver, with
+        the step's Arrow schema: every bucket at once where the columnar pass can
+        (``BucketStep.all_buckets``), else each bucket's rows through ``function`` here,
+        as the Spark tasks would run them (the same groups, so the same result).
+        ``partitions_asked``: see ``BucketStep.all_buckets``."""
         schema = spark_to_arrow(self.step_schema)
+        whole = function.all_buckets(keyed, partitions_asked)
+        if whole is not None:
+            return whole.select(schema.names).cast(schema)
         labels = keyed.column(BUCKET)
         results = [
             function(keyed.filter(pc.equal(labels, label)))
@@ -577,9 +591,16 @@ _LOAD_COLUMNS = (BUCKET, KEY_HASH, STORED, PROBES, SKETCH)
 _SUMMARY_COLUMNS = (ROLE, METRIC, VALUE, BUCKET, KEY_HASH, STORED, PROBES, SKETCH)
 
 
-def state_of(result: DataFrame) -> DataFrame:
-    """The new operator state in a step's result (without the load columns)."""
-    return result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(*_LOAD_COLUMNS)
+def state_of(result: DataFrame, segmented: bool = False) -> DataFrame:
+    """The new operator state in a step's result (without the load columns); with
+    ``segmented``, each row's ``_segment`` (``joins.ssbj.segments``) after them."""
+    state = result.where(F.col(ROLE).isin(*STATE_ROLES)).drop(*_LOAD_COLUMNS)
+    if not segmented:
+        return state
+    segment = F.when(F.col(ROLE) == F.lit(PENDING), F.col(ENTRY_STEP).cast("long"))
+    for role, value in SHARED_SEGMENTS.items():
+        segment = segment.when(F.col(ROLE) == F.lit(role), F.lit(value).cast("long"))
+    return state.withColumn(SEGMENT, segment)
 
 
 def state_of_arrow(result: pa.Table) -> pa.Table:

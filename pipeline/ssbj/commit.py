@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from pyspark.sql.types import LongType, StructField, StructType
+
 from common.faults import crash_point
 from joins.ssbj.algorithm import Schedule
 from joins.ssbj.cache.intake import OperatorMemory
 from joins.ssbj.cache.rcycle import StepPosition
+from joins.ssbj.segments import SEGMENT
 from joins.ssbj.step import WideTable
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.ssbj.reading import file_rows
@@ -35,19 +38,43 @@ def commit_step(
     w: SsbjWiring,
     wide: WideTable,
     append_output: Callable[[AppTransaction], CommitOutcome],
-    overwrite_state: Callable[[AppTransaction], CommitOutcome],
+    write_state: Callable[[AppTransaction], CommitOutcome] | None,
     step: int,
     report: SsbjStepReport,
-) -> None:
-    """The step's two commits, in this order, each with the step's app transaction: a
-    rerun after a crash between them skips the one that landed."""
+    segmented: bool,
+    state_exists: bool,
+) -> CommitOutcome | None:
+    """The step's commits, in this order, each with the step's app transaction: a rerun
+    after a crash between them skips the one that landed. ``write_state`` None: the
+    state table holds the new state already (no segment changed), and is not written.
+    Returns the state commit's outcome."""
     outcome = append_output(AppTransaction(f"stage.{w.name}", step + 1))
     if outcome.committed:
         report.output_version = outcome.table_version
     crash_point("ssbj.after_output")
-    w.engine.create_table(w.state_path, wide.schema)
-    overwrite_state(AppTransaction(f"ssbj.{w.name}.state", step))
+    if not state_exists:  # the plan read no state table: the first step creates it
+        if segmented:
+            w.engine.create_table(w.state_path, segmented_schema(wide), (SEGMENT,))
+        else:
+            w.engine.create_table(w.state_path, wide.schema)
+    written = None
+    if write_state is not None:
+        written = write_state(AppTransaction(f"ssbj.{w.name}.state", step))
     crash_point("ssbj.before_complete")
+    return written
+
+
+def segmented_schema(wide: WideTable) -> StructType:
+    """The state table's schema when it is segmented (``joins.ssbj.segments``)."""
+    return StructType([*wide.schema.fields, StructField(SEGMENT, LongType(), True)])
+
+
+def state_segmented(w: SsbjWiring, state: ControllerState) -> bool:
+    """Whether the state table is segmented, or, not created yet, will be: a table an
+    earlier release created whole stays whole (its steps rewrite it in full)."""
+    if state.segments is not None or not w.engine.exists(w.state_path):
+        return True
+    return SEGMENT in w.engine.snapshot(w.state_path).partition_columns
 
 
 def complete(

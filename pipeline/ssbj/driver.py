@@ -25,6 +25,7 @@ from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj.stage import SsbjStage
+from pipeline.ssbj.warm import WarmCache
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import without_tuples
@@ -45,7 +46,10 @@ class SsbjDriver:
         engine: DeltaEngine,
         store: StateStore,
         inputs: StageInputs,
+        warm: WarmCache | None = None,
     ) -> None:
+        """``warm``: what this stage's earlier steps in this process left for the next
+        (``pipeline.ssbj.warm``); a fresh one when not given."""
         self._stage = stage
         self.engine = engine
         self.store = store
@@ -62,6 +66,7 @@ class SsbjDriver:
             input_rows_arrow=lambda after, to: inputs.new_rows_arrow(
                 stage, after, to, keep_version=True
             ),
+            warm=warm,
         )
         # A backfill is a stateless re-join of the interval.
         self._interval_join = _IntervalJoin(

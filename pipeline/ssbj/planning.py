@@ -223,7 +223,9 @@ def admit_input(
     horizon = min(latest, offset + ADMISSION_HORIZON_VERSIONS)
     sizes = state.tuple_sizes()
     if sizes is None:  # the first step: sample the next input (a DataFrame per version)
-        sizes = measure_sizes(w, state, w.input_rows(offset, min(horizon, offset + 8)), master)
+        sizes = measure_sizes(
+            w, state, lambda: w.input_rows(offset, min(horizon, offset + 8)), master
+        )
     k = w.params.partitions
     # The chunk that expires at the end of this step leaves room for this step's chunk.
     expiring = int(state.chunk_rows.get(str(step - k + 1), 0))

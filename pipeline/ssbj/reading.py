@@ -12,7 +12,7 @@ stage.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.types import StructType
 
 from common.errors import NotAppendOnlyError
 from joins.columns import INTERVAL_START
@@ -119,6 +120,17 @@ def new_rows(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> DataFram
     )
 
 
+def new_rows_schema(w: SsbjWiring, plan: SavedPlan, rows: Callable[[], DataFrame]) -> StructType:
+    """The Spark schema of the step's new input rows (:func:`new_rows`), asking the
+    DataFrame ``rows`` builds only the first time this process meets the input table's
+    schema (``pipeline.ssbj.warm``)."""
+    key = w.engine.snapshot(w.input_path, int(plan.input_to)).schema.json()
+    known = w.warm.input_schemas.get(key)
+    if known is None:
+        known = w.warm.input_schemas[key] = rows().schema
+    return known
+
+
 def asking_tuples(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> int:
     """The tuples that probe this step's master partition: H_S after the last step, the
     late rows (any may return) and the new input's rows (from the input's commit
@@ -179,8 +191,7 @@ def keyed_rows_in_driver(
         new = new.filter(pc.invert(covered))
     inputs = [wide.stream_rows_arrow(new)]
     if STATE_TABLE in plan.tables:
-        stored = w.engine.snapshot(w.state_path, plan.tables[STATE_TABLE])
-        rows = wide.state_rows_arrow(w.engine.read_arrow(stored))
+        rows = wide.state_rows_arrow(stored_state_arrow(w, plan.tables[STATE_TABLE]))
         covered = covered_arrow(
             rows, state, stream_field(INTERVAL_START), stream_field(INPUT_VERSION)
         )
@@ -210,6 +221,15 @@ def keyed_rows_in_driver(
     report.master_bytes_read += sum(f.size_bytes for f in read)
     report.master_rows_read += file_rows(read)
     return keyed
+
+
+def stored_state_arrow(w: SsbjWiring, version: int) -> pa.Table:
+    """The state table's rows at ``version``: from memory when this process committed
+    that version (``pipeline.ssbj.warm``), else read from its files."""
+    held = w.warm.held_state(version)
+    if held is not None:
+        return held
+    return w.engine.read_arrow(w.engine.snapshot(w.state_path, version))
 
 
 def _may_hold(file: DataFile, bounds: dict[str, tuple[Any, Any] | None]) -> bool:
@@ -286,13 +306,14 @@ def _utc(moment: str) -> datetime:
 
 
 def measure_sizes(
-    w: SsbjWiring, state: ControllerState, rows: DataFrame, master: Snapshot
+    w: SsbjWiring, state: ControllerState, rows: Callable[[], DataFrame], master: Snapshot
 ) -> TupleSizes:
-    """v_S and v_R measured as Arrow bytes of sampled projected rows, once per stage."""
+    """v_S and v_R measured as Arrow bytes of sampled projected rows (the new input's,
+    ``rows`` builds them), once per stage."""
     known = state.tuple_sizes()
     if known is not None:
         return known
-    stream_bytes = measured_row_bytes(rows.drop(INPUT_VERSION))
+    stream_bytes = measured_row_bytes(rows().drop(INPUT_VERSION))
     master_bytes = measured_row_bytes(w.engine.read_files(master).select(*w.spec.master_columns))
     if stream_bytes is None or master_bytes is None:
         return TupleSizes(1.0, 1.0)  # nothing to measure yet; measured on a later step

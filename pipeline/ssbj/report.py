@@ -58,6 +58,10 @@ class SsbjStepReport:
     late_waiting: int = 0  # tuples waiting after the step: late rows and returned ones in H_S
     late_oldest_us: int | None = None  # when the longest-waiting of them first met no row
     late_min_version: int | None = None  # the oldest version a late row met no row at
+    # What the step wrote to the state table (``joins.ssbj.segments``): its rows and, when
+    # it replaced segments, how many; None when written from Spark tasks (not counted).
+    state_rows_written: int | None = None
+    state_segments_written: int | None = None
 
     def as_metrics(self) -> dict[str, float]:
         values: dict[str, float] = {
@@ -99,6 +103,10 @@ class SsbjStepReport:
             )
         if self.output_version is not None:
             values["output_version"] = self.output_version
+        if self.state_rows_written is not None:
+            values["state_rows_written"] = self.state_rows_written
+        if self.state_segments_written is not None:
+            values["state_segments_written"] = self.state_segments_written
         if self.memory_bytes is not None:
             values["memory_bytes"] = self.memory_bytes
         return values

@@ -57,6 +57,7 @@ from pipeline.config import EquiStage, PipelineConfig, SsbjParams
 from pipeline.ssbj import commit, planning, step_pass
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState
+from pipeline.ssbj.warm import WarmCache
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
@@ -78,6 +79,7 @@ class SsbjStage:
         output_path: str,
         input_path: str,
         input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
+        warm: WarmCache | None = None,
     ) -> None:
         self.stage = stage
         self.wiring = SsbjWiring.of(
@@ -90,6 +92,7 @@ class SsbjStage:
             output_path=output_path,
             input_path=input_path,
             input_rows_arrow=input_rows_arrow,
+            warm=warm,
         )
 
     @property

@@ -195,6 +195,10 @@ class ControllerState(Stored):
     late_oldest_us: int | None = None  # when the longest-waiting of them first met no row
     late_min_version: int | None = None  # the oldest version a late row met no row at
     miss_rate: float = 1.0  # the share of tuples that entered H_S in the last step
+    # What the segmented state table holds, segment -> [rows, matched]
+    # (``joins.ssbj.segments``); None when not known (the table is not segmented, or the
+    # last step wrote it from Spark tasks), and the next step rewrites it whole.
+    segments: dict[str, list[int]] | None = None
 
     # The keys a fresh state is written with, in order.
     KEYS: ClassVar[tuple[str, ...]] = (

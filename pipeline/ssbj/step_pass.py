@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache, partial
 from typing import Any
 
 import pyarrow as pa
@@ -32,8 +33,16 @@ from pyspark.sql import DataFrame
 
 from joins.columns import INTERVAL_START
 from joins.ssbj.algorithm import Schedule, StepPlan, schedule
-from joins.ssbj.buckets import KEY_LOAD, KEY_SKETCH, LATE_MIN_METRICS, METRIC_ROLE, BucketDeltas
+from joins.ssbj.buckets import (
+    KEY_LOAD,
+    KEY_SKETCH,
+    LATE_MIN_METRICS,
+    METRIC_ROLE,
+    BucketDeltas,
+    BucketStep,
+)
 from joins.ssbj.cache.rcycle import StepPosition
+from joins.ssbj.segments import SEGMENT, changed_segments, prints_of, with_segments
 from joins.ssbj.skew.asketch import ASketch
 from joins.ssbj.skew.key_routing import BucketLoad, KeyRouting
 from joins.ssbj.step import (
@@ -45,11 +54,11 @@ from joins.ssbj.step import (
     summary_rows_arrow,
 )
 from pipeline.ssbj import hot_keys, planning, reading
-from pipeline.ssbj.commit import commit_step
+from pipeline.ssbj.commit import commit_step, state_segmented
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState, SavedPlan
-from pipeline.ssbj.wiring import SsbjWiring
-from warehouse.delta import Snapshot
+from pipeline.ssbj.wiring import STATE_TABLE, SsbjWiring
+from warehouse.delta import AppTransaction, CommitOutcome, PartitionFilter, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +94,11 @@ def run_pass(
     for the next step, into ``state``."""
     step = plan.step
     version = plan.master_version
-    new_rows = reading.new_rows(w, state, plan)
+    # The new input's DataFrame is built only when used: a step that runs in the driver
+    # reads the rows as Arrow, and needs only their schema (known after the first step).
+    new_rows = cache(lambda: reading.new_rows(w, state, plan))
     sizes = reading.measure_sizes(w, state, new_rows, master)
-    wide = WideTable.of(w.spec, new_rows.schema, master.schema)
+    wide = WideTable.of(w.spec, reading.new_rows_schema(w, plan, new_rows), master.schema)
 
     late = planning.late_rule(w, state, plan)
     reads = schedule(
@@ -124,7 +135,7 @@ def run_pass(
         deltas = BucketDeltas()
     else:
         inputs, partitions, deltas = reading.spark_inputs(
-            w, state, plan, scans, master, reads, wide, new_rows, report
+            w, state, plan, scans, master, reads, wide, new_rows(), report
         )
     stream_key, master_key = wide.plan_positions()
     report.late_waits = late is not None and late.waits
@@ -158,7 +169,8 @@ def run_pass(
     )
     collected = None
     if keyed_in_driver is not None:
-        collected = wide.step_in_driver(keyed_in_driver, function)
+        # Read in the driver, the partitions hold only the rows a tuple asks for.
+        collected = wide.step_in_driver(keyed_in_driver, function, partitions_asked=True)
     else:
         # A collected step ships its whole partition: the buckets drop the rows no
         # tuple asks for (``unasked_partition_rows_dropped``) in the driver, and the
@@ -170,10 +182,10 @@ def run_pass(
         if collected_step:
             collected = collect(w, wide, keyed, function)
     if collected is not None:
-        counts, loads, sketches = write_collected(w, wide, collected, routing, step, report)
+        counts, loads, sketches = write_collected(w, wide, collected, routing, state, plan, report)
     else:
         result = wide.step(keyed, function)
-        counts, loads, sketches = run_and_write(w, wide, result, routing, step, report)
+        counts, loads, sketches = run_and_write(w, wide, result, routing, state, plan, report)
     written = time.monotonic()
     hot_keys.rebalance_after_step(w, state, routing, loads, report)
     hot_keys.merge_sketches(state, position, shape, saved_sketch, sketches, report)
@@ -219,7 +231,7 @@ def collect(
     w: SsbjWiring,
     wide: WideTable,
     keyed: DataFrame,
-    function: Callable[[pa.Table], pa.Table],
+    function: BucketStep,
 ) -> pa.Table | None:
     """The step's result computed in the driver: its keyed rows collected as Arrow (one
     Spark job: the reads, the semi-join, the hashes and the buckets' labels), then each
@@ -251,22 +263,61 @@ def write_collected(
     wide: WideTable,
     result: pa.Table,
     routing: KeyRouting,
-    step: int,
+    state: ControllerState,
+    plan: SavedPlan,
     report: SsbjStepReport,
 ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
     """The output and the state of a step whose result was collected, written from the
-    driver (the embedded engine writes them without a Spark job)."""
+    driver (the embedded engine writes them without a Spark job). A segmented state
+    table gets only the segments that changed (``joins.ssbj.segments``); the new state
+    is held for this process's next step (``pipeline.ssbj.warm``)."""
     counts, loads, sketches = summary(summary_rows_arrow(result), routing)
-    commit_step(
+    new_state = state_of_arrow(result)
+    segmented = state_segmented(w, state)
+    write_state: Callable[[AppTransaction], CommitOutcome] | None
+    report.state_rows_written = new_state.num_rows
+    if not segmented:
+        write_state = partial(w.engine.overwrite_arrow, w.state_path, new_state)
+    else:
+        new_state = with_segments(new_state)
+        prints = prints_of(new_state)
+        stored = state.segments
+        if stored is None or STATE_TABLE not in plan.tables:
+            write_state = partial(w.engine.overwrite_arrow, w.state_path, new_state)
+        else:
+            change = changed_segments(
+                new_state,
+                prints,
+                {int(s): (int(p[0]), int(p[1])) for s, p in stored.items()},
+                w.warm.held_state(plan.tables[STATE_TABLE]),
+            )
+            where = [PartitionFilter(SEGMENT, "in", list(change.segments))]
+            write_state = (
+                partial(w.engine.replace_arrow, w.state_path, change.rows, where)
+                if change.segments
+                else None
+            )
+            report.state_segments_written = len(change.segments)
+            report.state_rows_written = change.rows.num_rows
+        state.segments = {str(s): [n, m] for s, (n, m) in sorted(prints.items())}
+    outcome = commit_step(
         w,
         wide,
         lambda txn: w.engine.append_arrow(
             w.output_path, wide.enriched_arrow(result), txn, (INTERVAL_START,)
         ),
-        lambda txn: w.engine.overwrite_arrow(w.state_path, state_of_arrow(result), txn),
-        step,
+        write_state,
+        plan.step,
         report,
+        segmented,
+        STATE_TABLE in plan.tables,
     )
+    if outcome is None:  # nothing changed: the version the step read holds the new state
+        w.warm.hold_state(plan.tables.get(STATE_TABLE), new_state)
+    elif outcome.committed:
+        w.warm.hold_state(outcome.table_version, new_state)
+    else:  # landed before (a rerun): its version is not known here
+        w.warm.forget_state()
     return counts, loads, sketches
 
 
@@ -275,14 +326,18 @@ def run_and_write(
     wide: WideTable,
     step_result: DataFrame,
     routing: KeyRouting,
-    step: int,
+    state: ControllerState,
+    plan: SavedPlan,
     report: SsbjStepReport,
 ) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
     """Compute the step once, then commit its output and its state; the step's counts,
     the buckets' loads and their key sketches (none unless ``key_counts: sketch``).
 
     The first action (counts and loads) materialises every bucket's result; both writes
-    read it back, so the data is read and joined once whatever the writes' plans."""
+    read it back, so the data is read and joined once whatever the writes' plans. The
+    state table is rewritten whole (its segments' prints would take another job)."""
+    w.warm.forget_state()
+    segmented = state_segmented(w, state)
     result = step_result.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts, loads, sketches = summary(
@@ -294,12 +349,15 @@ def run_and_write(
             lambda txn: w.engine.append(
                 w.output_path, wide.enriched(result), txn, (INTERVAL_START,)
             ),
-            lambda txn: w.engine.overwrite(w.state_path, state_of(result), txn),
-            step,
+            lambda txn: w.engine.overwrite(w.state_path, state_of(result, segmented), txn),
+            plan.step,
             report,
+            segmented,
+            STATE_TABLE in plan.tables,
         )
     finally:
         result.unpersist()
+    state.segments = None
     return counts, loads, sketches
 
 

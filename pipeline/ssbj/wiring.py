@@ -10,7 +10,7 @@ copy for the cyclic scan, ``pipeline.ssbj.scan_copy``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from joins.ssbj.step import JoinSpec
 from pipeline.config import EquiStage, PipelineConfig, SsbjParams
 from pipeline.layout import WarehouseLayout
+from pipeline.ssbj.warm import WarmCache
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
@@ -50,6 +51,8 @@ class SsbjWiring:
     # The same rows in the driver's memory, for a step that runs there
     # (``pipeline.ssbj.step_pass.runs_in_driver``).
     input_rows_arrow: Callable[[int, int], pa.Table] | None
+    # What this process's steps hand to the next (``pipeline.ssbj.warm``).
+    warm: WarmCache = field(default_factory=WarmCache, compare=False, repr=False)
 
     @property
     def state_path(self) -> str:
@@ -67,6 +70,7 @@ class SsbjWiring:
         output_path: str,
         input_path: str,
         input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
+        warm: WarmCache | None = None,
     ) -> SsbjWiring:
         layout = WarehouseLayout.of(config)
         params = stage.operator
@@ -91,4 +95,5 @@ class SsbjWiring:
             scan_path=layout.operator_state(stage.name, SCAN_TABLE),
             input_rows=input_rows,
             input_rows_arrow=input_rows_arrow,
+            warm=WarmCache() if warm is None else warm,
         )

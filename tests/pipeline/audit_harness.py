@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from joins.ssbj.step import ENTRY_STEP
 from pipeline.drivers import StageDrivers
 from tests.pipeline.ssbj_harness import SsbjHarness
-from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine
+from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, PartitionFilter
 
 OUTPUT_COLUMNS = [
     "id",
@@ -163,6 +163,17 @@ class DefectEngine:
         if path == self._path:
             return self.overwrite(path, _frame(data), txn)
         return self._inner.overwrite_arrow(path, data, txn)
+
+    def replace_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        where: Sequence[PartitionFilter],
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        if path == self._path:
+            return self._inner.replace(path, self._defect(_frame(data)), where, txn)
+        return self._inner.replace_arrow(path, data, where, txn)
 
 
 def _frame(data: pa.Table) -> DataFrame:

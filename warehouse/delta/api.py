@@ -284,6 +284,17 @@ class DeltaEngine(Protocol):
         """:meth:`overwrite` with rows the driver holds as Arrow (see :meth:`append_arrow`)."""
         ...
 
+    def replace_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        where: Sequence[PartitionFilter],
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        """:meth:`replace` with rows the driver holds as Arrow (see :meth:`append_arrow`):
+        the partitions ``where`` selects hold exactly ``data``'s rows after one commit."""
+        ...
+
     def delete_partitions(
         self, path: str, where: Sequence[PartitionFilter], txn: AppTransaction | None = None
     ) -> CommitOutcome:

@@ -174,7 +174,18 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         return DeltaTable.is_deltatable(table_root(path))
 
     def _definition(self, root: str) -> Snapshot:
-        return self.snapshot(root)
+        """The latest version's schema, partitioning and properties, without listing its
+        files (a table a step appends to is checked every step)."""
+        table = self._open(root)
+        metadata = table.metadata()
+        return Snapshot(
+            table_path=root,
+            version=table.version(),
+            schema=arrow_to_spark(table.schema().to_arrow()),
+            partition_columns=tuple(metadata.partition_columns),
+            files=(),
+            properties={k: v for k, v in metadata.configuration.items() if v is not None},
+        )
 
     def _create(
         self,
@@ -671,6 +682,23 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """:meth:`overwrite` of Arrow rows, written with pyarrow on the driver."""
         return self._write(path, data, None, txn, "overwrite")
 
+    def replace_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        where: Sequence[PartitionFilter],
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        """:meth:`replace` of Arrow rows, written with pyarrow on the driver (no Spark job)."""
+        root = table_root(path)
+        self._require_partition_predicate(root, where, "replace")
+        if data.num_rows and not pc.all(_arrow_condition(where, data)).as_py():
+            raise DeltaTableError(
+                f"replace on {root}: the data has rows outside the replace predicate "
+                f"{describe_filters(where)}; they would survive a later replace of the same range"
+            )
+        return self._write(path, data, where, txn, "replace")
+
     def merge(
         self,
         path: str,
@@ -1030,6 +1058,24 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             current_version,
         )
 
+    def _commit_id_at(self, root: str, version: int) -> str | None:
+        """The commit id recorded in the commitInfo of ``version``'s commit file, or None
+        (no such file, no id, or a file this reader cannot parse)."""
+        try:
+            lines = self._commit_lines(root, version)
+        except (OSError, UnicodeDecodeError):
+            return None
+        for line in lines:
+            if '"commitInfo"' not in line:
+                continue
+            try:
+                info = json.loads(line).get("commitInfo") or {}
+            except ValueError:
+                return None
+            found = info.get(COMMIT_ID_KEY)
+            return found if isinstance(found, str) else None
+        return None
+
     @staticmethod
     def _find_commit(latest: DeltaTable, after_version: int, commit_id: str) -> int | None:
         """The version after ``after_version`` whose commitInfo carries ``commit_id``."""
@@ -1044,7 +1090,18 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def _landed(
         self, root: str, after_version: int, commit_id: str, written: _Written
     ) -> CommitOutcome:
-        """The outcome of a commit delta-rs reported as done, at the version that is ours."""
+        """The outcome of a commit delta-rs reported as done, at the version that is ours:
+        the next version's commit file when it carries our id (no table to open), else
+        the log after ``after_version`` searched for it."""
+        if self._commit_id_at(root, after_version + 1) == commit_id:
+            logger.info(
+                "committed %d file(s) to %s at version %d (commit %s)",
+                len(written.adds),
+                root,
+                after_version + 1,
+                commit_id,
+            )
+            return written.outcome(after_version + 1)
         latest = self._open(root)
         version = self._find_commit(latest, after_version, commit_id)
         if version is None:
@@ -1263,6 +1320,30 @@ def _spark_condition(where: Sequence[PartitionFilter]) -> Column:
             "not in": lambda c, v: ~c.isin(list(v)),
         }[f.op](column, f.value)
         condition = term if condition is None else condition & term
+    assert condition is not None
+    return condition
+
+
+def _arrow_condition(where: Sequence[PartitionFilter], data: pa.Table) -> pa.ChunkedArray:
+    """Where ``data``'s rows satisfy every filter of ``where`` (null: they do not)."""
+    condition = None
+    for f in where:
+        column = data.column(f.column)
+        if f.op in ("in", "not in"):
+            term = pc.is_in(column, value_set=pa.array(list(f.value), column.type))
+            term = pc.invert(term) if f.op == "not in" else term
+        else:
+            scalar = pa.scalar(f.value, column.type)
+            term = {
+                "=": pc.equal,
+                "!=": pc.not_equal,
+                "<": pc.less,
+                "<=": pc.less_equal,
+                ">": pc.greater,
+                ">=": pc.greater_equal,
+            }[f.op](column, scalar)
+        term = pc.fill_null(term, False)
+        condition = term if condition is None else pc.and_(condition, term)
     assert condition is not None
     return condition
 

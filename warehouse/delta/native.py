@@ -633,6 +633,16 @@ class NativeDeltaEngine(EngineBase[Any]):
         """:meth:`overwrite` of Arrow rows (delta-spark writes them: one Spark job)."""
         return self.overwrite(path, self._spark.createDataFrame(data), txn)
 
+    def replace_arrow(
+        self,
+        path: str,
+        data: pa.Table,
+        where: Sequence[PartitionFilter],
+        txn: AppTransaction | None = None,
+    ) -> CommitOutcome:
+        """:meth:`replace` of Arrow rows (delta-spark writes them: one Spark job)."""
+        return self.replace(path, self._spark.createDataFrame(data), where, txn)
+
     def replace(
         self,
         path: str,

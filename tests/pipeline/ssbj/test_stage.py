@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.errors import PySparkException
@@ -18,8 +20,10 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from common.errors import JoinError
 from joins.ssbj.buckets import BUCKET
 from joins.ssbj.cache.inequality import should_switch_into_cache
+from joins.ssbj.segments import SEGMENT
 from joins.ssbj.skew.asketch import ASketch, SketchShape
 from joins.ssbj.step import SCAN_PART, JoinSpec, WideTable, scan_rows
+from pipeline.runner import PipelineRunner
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness
 
@@ -504,3 +508,68 @@ def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
             assert max(replicas) == ways - 1, replicas
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous or "2")
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_a_step_writes_the_segments_that_changed_and_a_cold_process_goes_on_exactly(
+    spark: SparkSession, tmp_path: Path, how: str
+) -> None:
+    """The state table is partitioned by segment (``joins.ssbj.segments``): once H_S holds
+    several chunks, a step writes its new chunk (and the shared segments), not H_S, and
+    holds the new state for its next step; a new process (a new runner, nothing held)
+    reads the segments back and goes on to the oracle's output."""
+    rng = random.Random(5)
+    h = SsbjHarness(spark, tmp_path, "meshjoin", 4, 1, how)
+    h.load_master([(k, s, float(10 * k + s)) for k in range(1, 9) for s in range(k % 3)], 2)
+    next_id = 0
+    for run in range(7):
+        if run == 4:  # a cold process: the runner's drivers and warm caches are new
+            h.runner = PipelineRunner(h.config, spark, h.engine, h.store)
+        keys = zipf_keys(rng, [*range(1, 9), 900], 1.0, 6)
+        h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
+        next_id += len(keys)
+        h.run()
+    state_path = h.paths_of("state")
+    assert h.engine.snapshot(state_path).partition_columns == (SEGMENT,)
+    metrics = sorted(h.store.metrics(), key=lambda m: m.step)
+    written = [m.value for m in metrics if m.name == "state_rows_written"]
+    pending = [m.value for m in metrics if m.name == "pending_rows"]
+    assert written[0] == pending[0] == 6
+    assert all(p > 12 for p in pending[3:]), pending
+    if how == "inner":
+        # From the fourth step H_S holds 3-4 chunks of 6 tuples; a step writes its own.
+        assert all(w == 6 for w in written[3:]), (written, pending)
+    else:
+        # A left join's chunks change when their tuples first match: those are
+        # rewritten too, the others not.
+        assert any(6 <= w < p for w, p in zip(written[3:], pending[3:], strict=True)), written
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle(how))
+
+
+def test_a_state_table_of_an_earlier_release_stays_whole_and_exact(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A state table created without segments (before they existed) is rewritten whole
+    by every step, as it was, and the output stays the oracle's."""
+    h = SsbjHarness(spark, tmp_path, "ssbj", 3, 1, "inner")
+    h.load_master([(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(k % 3)], 1)
+    h.arrive([(i, 1 + i % 6) for i in range(8)])
+    h.run()
+    # Lay the state table out as an earlier release did: the same rows, no segments.
+    state_path = h.paths_of("state")
+    rows = DeltaTable(state_path).to_pyarrow_table()
+    shutil.rmtree(state_path)
+    whole = rows.drop_columns([SEGMENT])
+    write_deltalake(state_path, whole)
+    controller = h.store.operator_state("enrich")
+    assert controller is not None
+    controller.pop("segments")
+    h.store.save_operator_state("enrich", controller)
+    h.runner = PipelineRunner(h.config, spark, h.engine, h.store)
+    for run in range(3):
+        h.arrive([(100 + 10 * run + i, 1 + (run + i) % 6) for i in range(5)])
+        h.run()
+    assert h.engine.snapshot(state_path).partition_columns == ()
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle("inner"))

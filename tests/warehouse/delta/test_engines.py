@@ -304,6 +304,30 @@ def test_replace_predicates_and_rows_outside_them(
         assert_same_multiset(engine.read(path), [(1, "a", None, None, 5.0), LABELS[1]])
 
 
+def test_replace_arrow_replaces_only_the_selected_partitions_exactly_once(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> None:
+    schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("part", T.LongType())])
+    path = str(tmp_path / "t")
+    engine.create_table(path, schema, ("part",))
+    engine.append(path, spark.createDataFrame([(1, 1), (2, 2), (3, 3)], schema))
+    rows = pa.table(
+        {"id": pa.array([20, 21, 40], pa.int64()), "part": pa.array([2, 2, 4], pa.int64())}
+    )
+    where = [PartitionFilter("part", "in", [1, 2, 4])]
+    txn = AppTransaction("segments", 1)
+    outcome = engine.replace_arrow(path, rows, where, txn)
+    assert outcome.committed
+    # Partition 1 is removed (no rows given), 2 replaced, 4 added, 3 untouched.
+    assert_same_multiset(engine.read(path), [(20, 2), (21, 2), (3, 3), (40, 4)])
+    again = engine.replace_arrow(path, rows.slice(0, 1), where, txn)  # a rerun: skipped
+    assert not again.committed
+    assert_same_multiset(engine.read(path), [(20, 2), (21, 2), (3, 3), (40, 4)])
+    with pytest.raises(DeltaTableError, match="outside the replace predicate"):
+        engine.replace_arrow(path, rows, [PartitionFilter("part", "=", 2)])
+    assert engine.snapshot(path).version == outcome.table_version
+
+
 def test_replace_range_of_dates(spark: SparkSession, engine: DeltaEngine, tmp_path: Path) -> None:
     path = str(tmp_path / "t")
     engine.create_table(path, SCHEMA, ("day",))
