@@ -47,7 +47,6 @@ from joins.ssbj.roles import (
 SEGMENT = "_segment"
 # The segment of every state role but ``pending`` (whose segment is its entry step).
 SHARED_SEGMENTS: Mapping[str, int] = {CACHE: -1, COUNTER: -2, MARKED: -3, SWITCH: -3, LATE: -4}
-COUNTER_SEGMENT = SHARED_SEGMENTS[COUNTER]
 
 # Segment -> (rows, of them matched): what the state table holds, by segment.
 Prints = dict[int, tuple[int, int]]
@@ -117,23 +116,16 @@ def changed_segments(
 ) -> SegmentWrite:
     """The segments of the new state ``new`` (with ``_segment``; ``new_prints`` its
     :func:`prints_of`) that differ from the stored table's (``stored``: its prints;
-    ``before``: its rows with ``_segment``, when at hand), and their rows.
-
-    The counters' segment is not compared: it changes with every cache hit and every
-    pending value of an incrementing cycle, so comparing it would mostly find it changed."""
+    ``before``: its rows with ``_segment``, when at hand), and their rows."""
     changed = set(stored) ^ set(new_prints)
     changed |= {s for s in set(stored) & set(new_prints) if stored[s] != new_prints[s]}
     compared = sorted(s for s in set(stored) & set(new_prints) - changed if s < 0)
-    if COUNTER_SEGMENT in compared:
-        changed.add(COUNTER_SEGMENT)
-        compared.remove(COUNTER_SEGMENT)
     if compared and before is None:
         changed.update(compared)
     elif compared:
         assert before is not None
-        old_rows, new_rows = _shared(before, compared), _shared(new, compared)
         for segment in compared:
-            if not _rows_in(old_rows, segment).equals(_rows_in(new_rows, segment)):
+            if not _rows_in(before, segment).equals(_rows_in(new, segment)):
                 changed.add(segment)
     ordered = tuple(sorted(changed))
     if not ordered:
@@ -142,10 +134,8 @@ def changed_segments(
     return SegmentWrite(ordered, new.filter(keep))
 
 
-def _shared(state: pa.Table, segments: list[int]) -> pa.Table:
-    """The rows of ``segments`` (shared ones, few rows beside H_S): one pass over H_S."""
-    return state.filter(pc.is_in(state.column(SEGMENT), value_set=pa.array(segments, pa.int64())))
-
-
 def _rows_in(state: pa.Table, segment: int) -> pa.Table:
-    return state.filter(pc.equal(state.column(SEGMENT), segment)).combine_chunks()
+    """The rows of one segment, taken by position: a filter would pass over every column
+    of H_S's rows to keep a shared segment's few."""
+    at = pc.indices_nonzero(pc.equal(state.column(SEGMENT), segment))
+    return state.take(at).combine_chunks()

@@ -95,9 +95,12 @@ def test_shared_segments_are_compared_with_the_rows_before_when_at_hand() -> Non
     assert changed_segments(same, prints_of(same), prints, None).segments == (-3, -1)
 
 
-def test_the_counters_are_rewritten_whenever_there_are_any() -> None:
+def test_counters_are_rewritten_when_they_changed() -> None:
     before = state([{"_role": COUNTER, "r__mk": 1, "_hits": 1}])
-    after = state([{"_role": COUNTER, "r__mk": 1, "_hits": 1}])
-    assert changed_segments(after, prints_of(after), prints_of(before), before).segments == (-2,)
+    same = state([{"_role": COUNTER, "r__mk": 1, "_hits": 1}])
+    hit = state([{"_role": COUNTER, "r__mk": 1, "_hits": 2}])
+    prints = prints_of(before)
+    assert changed_segments(same, prints_of(same), prints, before).segments == ()
+    assert changed_segments(hit, prints_of(hit), prints, before).segments == (-2,)
     empty = state([])
     assert changed_segments(empty, {}, {}, empty).segments == ()
