@@ -76,7 +76,7 @@ STAGE_MODES = {
 STATEFUL = ("meshjoin", "ssbj", "auto")
 PLAIN_MODES = ("spark", "slice", "duckdb")
 MODES = (*STAGE_MODES, *PLAIN_MODES)
-MASTER_CHECK_COLUMN = {"partsupp": "ps_suppkey", "customer": "c_name"}
+MASTER_CHECK_COLUMN = {"partsupp": "ps_suppkey", "customer": "c_name", "customer_wide": "c_comment"}
 DEFAULT_SHAPES = (
     "0.1:partsupp:20000:1:4",
     "0.1:partsupp:200000:1:4",
@@ -196,7 +196,7 @@ def run_shape(spark: Any, shape: Shape, args: argparse.Namespace) -> ShapeResult
     import duckdb
 
     spec = MASTERS[shape.master]
-    tpch = generate_tpch(shape.scale, Path("var/bench"), (shape.master,))
+    tpch = generate_tpch(shape.scale, Path("var/bench"), (spec.table,))
     root = Path(tempfile.mkdtemp(prefix=f"ssbj-scale-{shape.master}-", dir=args.tmp))
     config = build_config(root, shape.master, shape.k, STAGE_MODES)
     # The baseline reads a bronze of its own that gets only the batches it is timed on (and
@@ -351,7 +351,7 @@ def check_outputs(
     con = duckdb.connect()
     stream = pa.concat_tables(batches).select(["sid", spec.stream_key])
     master = pq.read_table(
-        generate_tpch(shape.scale, Path("var/bench"), (shape.master,)) / spec.file,
+        generate_tpch(shape.scale, Path("var/bench"), (spec.table,)) / spec.file,
         columns=[spec.key, column],
     )
     con.register("stream", stream)

@@ -176,6 +176,9 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def _definition(self, root: str) -> Snapshot:
         """The latest version's schema, partitioning and properties, without listing its
         files (a table a step appends to is checked every step)."""
+        known = self._snapshots.latest(root)
+        if known is not None:
+            return known
         table = self._open(root)
         metadata = table.metadata()
         return Snapshot(
@@ -211,13 +214,20 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> Snapshot:
         root = table_root(path)
-        if version is not None and timestamp is None:
-            known = self._snapshots.get(root, version)
+        if timestamp is None:
+            known = (
+                self._snapshots.latest(root)
+                if version is None
+                else self._snapshots.get(root, version)
+            )
             if known is not None:
                 return known
         table = self._open(root, version)
         if timestamp is not None:
             table.load_as_version(timestamp)
+        known = self._snapshots.get(root, table.version())
+        if known is not None:  # the latest version, already listed: no file listing
+            return known
         snapshot = self._snapshot_of(root, table)
         self._snapshots.put(root, snapshot.version, snapshot)
         return snapshot
@@ -577,6 +587,12 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         if skipped:
             return skipped
         partitions = list(table.metadata().partition_columns)
+        if where and any(f.column not in partitions for f in where):
+            raise UnsupportedOperationError(
+                f"{operation} on {root} needs a predicate over partition columns {partitions}; "
+                f"got columns {[f.column for f in where]}. Predicates on data columns need the "
+                "native delta-spark engine."
+            )
         if operation == "append":
             written = self._write_data(root, data, schema, partitions)
             return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
@@ -691,7 +707,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     ) -> CommitOutcome:
         """:meth:`replace` of Arrow rows, written with pyarrow on the driver (no Spark job)."""
         root = table_root(path)
-        self._require_partition_predicate(root, where, "replace")
+        if not where:  # the columns are checked against the table's partitions on write
+            raise UnsupportedOperationError(f"replace on {root} needs a partition predicate")
         if data.num_rows and not pc.all(_arrow_condition(where, data)).as_py():
             raise DeltaTableError(
                 f"replace on {root}: the data has rows outside the replace predicate "
@@ -953,7 +970,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         base_version = base.version()
         attempts = self._max_commit_retries + 1
         for attempt in range(1, attempts + 1):
-            current = self._open(root)
+            # The handle asked against, unless a newer version exists (a local table
+            # says so by its next commit file, without opening the table again).
+            newer = "://" in root or os.path.exists(commit_file_location(root, base_version + 1))
+            current = self._open(root) if newer or attempt > 1 else base
             if current.version() != base_version:
                 skipped = self._skip_if_committed(root, current, txn)
                 if skipped:

@@ -64,6 +64,19 @@ class VersionCache(Generic[Value]):
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
 
+    def latest(self, root: str) -> Value | None:
+        """The entry of ``root``'s newest version when that is still the table's latest
+        (the next version's commit file does not exist; a local path only), else None."""
+        if "://" in root:
+            return None
+        versions = [v for r, v in self._entries if r == root]
+        if not versions:
+            return None
+        newest = max(versions)
+        if os.path.exists(commit_file_location(root, newest + 1)):
+            return None
+        return self.get(root, newest)
+
     def latest_before(self, root: str, version: int) -> tuple[int, Value] | None:
         """The newest still-valid entry of ``root`` below ``version``, for building the
         version from it and the commits in between."""

@@ -1,0 +1,45 @@
+"""Entries by table version (``warehouse/delta/version_cache.py``): kept while the version's
+commit file is the one they were built from; the newest one stands for the latest version
+only while no newer commit file exists."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from warehouse.delta.version_cache import VersionCache
+
+
+def commit(root: Path, value: int) -> None:
+    write_deltalake(str(root), pa.table({"a": [value]}), mode="append")
+
+
+def test_the_newest_entry_is_the_latest_until_a_newer_commit_lands(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    commit(root, 1)
+    cache: VersionCache[str] = VersionCache(4)
+    assert cache.latest(str(root)) is None  # nothing cached yet
+    cache.put(str(root), 0, "v0")
+    assert cache.latest(str(root)) == "v0"
+    commit(root, 2)
+    assert cache.latest(str(root)) is None  # version 1 exists now
+    assert cache.get(str(root), 0) == "v0"  # a version never changes
+    cache.put(str(root), 1, "v1")
+    assert cache.latest(str(root)) == "v1"
+
+
+def test_a_table_created_again_at_the_path_is_not_taken_for_the_old_one(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    commit(root, 1)
+    commit(root, 2)
+    cache: VersionCache[str] = VersionCache(4)
+    cache.put(str(root), 1, "old v1")
+    shutil.rmtree(root)
+    commit(root, 3)
+    commit(root, 4)  # version 1 again, another commit file
+    assert cache.get(str(root), 1) is None
+    assert cache.latest(str(root)) is None
+    assert cache.latest("s3://bucket/t") is None  # object stores are not probed
