@@ -273,7 +273,7 @@ class _Encoder:
         for f in self.schema:
             value = columns.get(f.name)
             if f.name == ROLE:
-                arrays.append(pa.array([role] * n, f.type))
+                arrays.append(pa.repeat(pa.scalar(role, f.type), n))
             elif value is None:
                 arrays.append(pa.nulls(n, f.type))
             elif isinstance(value, pa.ChunkedArray | pa.Array):
@@ -464,7 +464,7 @@ def key_loads(table: pa.Table, top: int, replicated: pa.Array | None = None) -> 
     n = heaviest.num_rows + 1
     return pa.table(
         {
-            BUCKET: pa.array([label] * n, pa.int32()),
+            BUCKET: pa.repeat(pa.scalar(label, pa.int32()), n),
             KEY_HASH: pa.concat_arrays(
                 [heaviest.column(KEY_HASH).combine_chunks(), pa.nulls(1, pa.int64())]
             ),

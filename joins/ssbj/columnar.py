@@ -265,7 +265,7 @@ def columnar_result(
             # Lines 9–10: s_B moves into H_R whole; a marked value without rows is an
             # empty entry (the negative cache).
             kept = cache.filter(pc.invert(_in(cache.column(_KEY), marked)))
-            moved = _set(switch, EMPTY, pa.array([False] * switch.num_rows))
+            moved = _set(switch, EMPTY, pa.repeat(pa.scalar(False, pa.bool_()), switch.num_rows))
             with_rows = _unique(switch.column(_KEY))
             bare = marked.filter(pc.invert(_in(marked, with_rows)))
             cache = pa.concat_tables(
@@ -311,16 +311,16 @@ def columnar_result(
         )
         rows = cache.filter(pc.invert(pc.fill_null(cache.column(EMPTY), False)))
         matched = _join(hits, rows, layout, on_version=False)
-        outputs.append(_versioned(matched, pa.array([version] * matched.num_rows, pa.int64())))
+        outputs.append(_versioned(matched, _constant(version, pa.int64(), matched.num_rows)))
         if plan.left_join:
             with_rows = _unique(rows.column(_KEY))
             empty = hits.filter(pc.invert(_in(hits.column(_KEY), with_rows)))
             counts.cache_hits_unmatched = empty.num_rows
             outputs.append(_out_unmatched(empty, layout))
     entered = misses.drop_columns([_POS])
-    entered = _set(entered, ENTRY_STEP, pa.array([plan.step] * entered.num_rows, pa.int64()))
-    entered = _set(entered, PINNED_VERSION, pa.array([version] * entered.num_rows, pa.int64()))
-    entered = _set(entered, MATCHED, pa.array([False] * entered.num_rows))
+    entered = _set(entered, ENTRY_STEP, _constant(plan.step, pa.int64(), entered.num_rows))
+    entered = _set(entered, PINNED_VERSION, _constant(version, pa.int64(), entered.num_rows))
+    entered = _set(entered, MATCHED, _constant(False, pa.bool_(), entered.num_rows))
     pending = pa.concat_tables([pending, entered.select(pending.schema.names).cast(pending.schema)])
     pending = pending.append_column(_POS, pa.array(np.arange(pending.num_rows, dtype=np.int64)))
 
@@ -424,6 +424,11 @@ def columnar_result(
     return _encode(schema, layout, out, kept, cache, counters, marked, switch, counts)
 
 
+def _constant(value: object, kind: pa.DataType, n: int) -> pa.Array:
+    """``n`` times ``value`` (pa.repeat: a Python list of n values costs ~1 µs a row)."""
+    return pa.repeat(pa.scalar(value, kind), n)
+
+
 def _n(table: pa.Table) -> np.ndarray:
     return np.asarray(table.column("n").to_numpy(zero_copy_only=False), np.int64)
 
@@ -491,9 +496,9 @@ def _key_rows(keys: pa.Array, schema: pa.Schema, layout: ColumnarLayout, empty: 
         if f.name in (layout.master_key, _KEY):
             columns[f.name] = keys.cast(f.type)
         elif f.name == EMPTY:
-            columns[f.name] = pa.array([empty] * len(keys))
+            columns[f.name] = pa.repeat(pa.scalar(empty, pa.bool_()), len(keys))
         elif f.name == ROLE:
-            columns[f.name] = pa.array([CACHE] * len(keys), f.type)
+            columns[f.name] = pa.repeat(pa.scalar(CACHE, f.type), len(keys))
         else:
             columns[f.name] = pa.nulls(len(keys), f.type)
     return pa.table(columns, schema=schema)
@@ -539,7 +544,7 @@ def _encode(
         arrays = []
         for f in schema:
             if f.name == ROLE:
-                arrays.append(pa.array([role] * n, f.type))
+                arrays.append(pa.repeat(pa.scalar(role, f.type), n))
             elif f.name in columns:
                 arrays.append(columns[f.name].cast(f.type))
             else:

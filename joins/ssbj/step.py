@@ -351,7 +351,7 @@ class WideTable:
         """:meth:`_fill` of rows in memory: each wide field from ``given``, else null."""
         schema = spark_to_arrow(self.schema)
         count = rows.num_rows
-        columns: list[pa.Array | pa.ChunkedArray] = [pa.array([role] * count, pa.string())]
+        columns: list[pa.Array | pa.ChunkedArray] = [pa.repeat(pa.scalar(role, pa.string()), count)]
         for field in list(schema)[1:]:
             value = given.get(field.name)
             columns.append(pa.nulls(count, field.type) if value is None else value.cast(field.type))
@@ -366,7 +366,7 @@ class WideTable:
     def partition_rows_arrow(self, rows: pa.Table, version: int) -> pa.Table:
         """:meth:`partition_rows` of rows in memory."""
         given = {master_field(c): rows.column(c) for c in self.spec.master_columns}
-        given[VERSION] = pa.array([int(version)] * rows.num_rows, pa.int64())
+        given[VERSION] = pa.repeat(pa.scalar(int(version), pa.int64()), rows.num_rows)
         return self._fill_arrow(rows, PARTITION, given)
 
     def state_rows_arrow(self, state: pa.Table) -> pa.Table:

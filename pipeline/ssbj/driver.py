@@ -158,7 +158,7 @@ class SsbjDriver:
         late = late.set_column(
             late.schema.get_field_index(MAX_AGE_STEPS),
             MAX_AGE_STEPS,
-            pa.array([most] * late.num_rows, pa.int64()),
+            pa.repeat(pa.scalar(most, pa.int64()), late.num_rows),
         )
         return pa.concat_tables([in_cycle, late.cast(in_cycle.schema)])
 

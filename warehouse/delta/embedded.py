@@ -448,7 +448,9 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         for version, files in by_version.items():
             rows = _arrow_of_files(end.snapshot, files)
             parts.append(
-                rows.append_column(COMMIT_VERSION, pa.array([version] * len(rows), pa.int64()))
+                rows.append_column(
+                    COMMIT_VERSION, pa.repeat(pa.scalar(version, pa.int64()), len(rows))
+                )
             )
         return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()
 
@@ -1280,7 +1282,7 @@ def _arrow_of_files(
         for field in schema:
             if field.name in snapshot.partition_columns:
                 value = file.partition_values.get(field.name)
-                out.append(pa.array([value] * rows, type=field.type))
+                out.append(pa.repeat(pa.scalar(value, type=field.type), rows))
             elif field.name in data.column_names:
                 out.append(data.column(field.name).cast(field.type))
             else:  # a column added to the table after this file was written
