@@ -10,7 +10,8 @@ The Spark side (``joins.ssbj.step``) ships each bucket's rows here as Arrow
 State of a bucket (:class:`BucketState`):
 
 - H_S: the pending stream tuples, each with its entry step (its chunk in the queue Q), the
-  master version it is pinned to, and (left joins only) whether it has met a master row;
+  master version it is pinned to, and (left joins, and steps that keep late tuples, which
+  run as left joins) whether it has met a master row;
 - H_R: the cache, every master row of each cached join value at the cache's version; a value
   with no master rows is cached as an empty entry (the paper's negative cache);
 - per value: f_count since the last eviction pass, s_count and the partitions it was counted

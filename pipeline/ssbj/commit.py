@@ -1,4 +1,5 @@
-"""Committing an SSBJ step, exactly once: its two Delta commits, the controller state after
+"""Committing an SSBJ step, exactly once: its Delta commits (the output, then the state
+segments that changed, if any), the controller state after
 it, and the version pins that keep what a step reads from vacuum.
 
 Both commits carry the step's app transaction, output first, then the operator state; the

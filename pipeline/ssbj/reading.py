@@ -226,7 +226,7 @@ def keyed_rows_in_driver(
 def stored_state_arrow(w: SsbjWiring, version: int) -> pa.Table:
     """The state table's rows at ``version``: from memory when this process committed
     that version (``pipeline.ssbj.warm``), else read from its files."""
-    held = w.warm.held_state(version)
+    held = w.warm.held_state(w.state_path, version)
     if held is not None:
         return held
     return w.engine.read_arrow(w.engine.snapshot(w.state_path, version))

@@ -8,7 +8,8 @@ A step reads downward through this package:
 2. ``step_pass``: its reads (``reading``, ``scan_copy``), one pass over the data
    (``joins.ssbj.step``: the new tuples, the state, master partition ``step mod k`` of each
    version the step needs and the master's changes, grouped by a hash of the join value,
-   Algorithm 1 per bucket) and two commits, the output rows and the new state
+   Algorithm 1 per bucket) and at most two commits, the output rows and the state segments
+   that changed
    (``commit``); then the hot keys' routing and sketch for the next step (``hot_keys``);
 3. ``commit``: the controller state after the step and its pins, completed in one
    state-store transaction.
@@ -20,7 +21,8 @@ Operator state lives in two Delta tables under ``_operators/<stage>/`` (``wiring
            pinned master version and matched flag; the cache H_R at the cache's master
            version (a value without master rows as one empty-entry row); the per-value
            counters f_count and s_count; the values marked for switching and the rows of
-           the switching buffer s_B. Each step rewrites it in one commit.
+           the switching buffer s_B. Partitioned by segment (``joins.ssbj.segments``): a step
+           replaces the segments that changed, in one commit (none if none did).
 ``scan``   the operator's copy of the master for the cyclic scan, partitioned by
            ``_scan_part`` = hash(row) mod k, so partition p of every version holds |R|/k
            rows however the master's writer laid out its files (``scan_copy``)

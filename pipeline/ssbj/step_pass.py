@@ -1,5 +1,5 @@
 """One SSBJ step's pass over its data (seeds/ssbj_semi_stream_balanced_join.txt,
-Algorithm 1, one loop iteration), and its two commits.
+Algorithm 1, one loop iteration), and its commits (at most two).
 
 The step's rows (``pipeline.ssbj.reading``) are laid out as one wide table, split by the
 join value's hash into key buckets as the step's routing says, and each bucket runs
@@ -289,7 +289,7 @@ def write_collected(
                 new_state,
                 prints,
                 {int(s): (int(p[0]), int(p[1])) for s, p in stored.items()},
-                w.warm.held_state(plan.tables[STATE_TABLE]),
+                w.warm.held_state(w.state_path, plan.tables[STATE_TABLE]),
             )
             where = [PartitionFilter(SEGMENT, "in", list(change.segments))]
             write_state = (
@@ -313,11 +313,17 @@ def write_collected(
         STATE_TABLE in plan.tables,
     )
     if outcome is None:  # nothing changed: the version the step read holds the new state
-        w.warm.hold_state(plan.tables.get(STATE_TABLE), new_state)
+        w.warm.hold_state(w.state_path, plan.tables.get(STATE_TABLE), new_state)
     elif outcome.committed:
-        w.warm.hold_state(outcome.table_version, new_state)
-    else:  # landed before (a rerun): its version is not known here
+        w.warm.hold_state(w.state_path, outcome.table_version, new_state)
+    else:
+        # An earlier attempt of this step landed the state: what it wrote may differ from
+        # this attempt's (a backfill in between suppressed tuples), so the segments it left
+        # are not known here, and the next step rewrites the table whole.
         w.warm.forget_state()
+        report.state_rows_written = report.state_segments_written = 0
+        if segmented:
+            state.segments = None
     return counts, loads, sketches
 
 

@@ -7,9 +7,11 @@ not read back what it has just written.
 - the operator state table at the version this process committed: the next step's plan
   pins that version, and reads it from memory instead of decoding its Parquet files.
 
-Both are keyed by what cannot change under them (a Delta table version is immutable, a
-schema is its own key), so an entry is either exact or unused; a process that starts cold
-(an Airflow task, a rerun after a crash) reads everything from the tables.
+Both are keyed by what cannot change under them (a Delta table version, with its commit
+file's identity, which a table created again at the path does not share; a schema is its
+own key), so an entry is either exact or unused; only a local table's state is held. A
+process that starts cold (an Airflow task, a rerun after a crash) reads everything from
+the tables.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
+from warehouse.delta.table_paths import table_root
+from warehouse.delta.version_cache import CommitStamp, commit_stamp
+
 logger = logging.getLogger(__name__)
 
 
@@ -29,24 +34,34 @@ class WarmCache:
 
     input_schemas: dict[str, StructType] = field(default_factory=dict)
     state_version: int | None = None
+    # The version's commit file as it was when held (inode, size, mtime): a table deleted
+    # and created again at the path has another, and its rows are not these.
+    state_stamp: CommitStamp | None = None
     state_rows: pa.Table | None = None
 
-    def held_state(self, version: int) -> pa.Table | None:
-        """The state table's rows at ``version`` when this process committed that
-        version, else None (read it from the table)."""
+    def held_state(self, path: str, version: int) -> pa.Table | None:
+        """The rows of the state table at ``path`` at ``version`` when this process
+        committed that version, else None (read it from the table)."""
         if self.state_version is None or self.state_version != int(version):
+            return None
+        if commit_stamp(table_root(path), int(version)) != self.state_stamp:
+            self.forget_state()
             return None
         return self.state_rows
 
-    def hold_state(self, version: int | None, rows: pa.Table) -> None:
-        """Remember ``rows`` as the state table's content at ``version`` (None: the
-        commit's version is not known, so nothing is held)."""
-        if version is None:
+    def hold_state(self, path: str, version: int | None, rows: pa.Table) -> None:
+        """Remember ``rows`` as the content of the state table at ``path`` at ``version``
+        (None: the commit's version is not known). Only a local table's version is held:
+        its commit file says whether the version is still the one written."""
+        stamp = None if version is None else commit_stamp(table_root(path), int(version))
+        if version is None or stamp is None:
             self.forget_state()
             return
         self.state_version = int(version)
+        self.state_stamp = stamp
         self.state_rows = rows
 
     def forget_state(self) -> None:
         self.state_version = None
+        self.state_stamp = None
         self.state_rows = None
