@@ -446,12 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = build_session(
         SparkSettings(app_name="ssbj-scale", conf={"spark.sql.shuffle.partitions": "4"})
     )
+    # The code measured is the code at the start: a long run outlives later commits.
+    commit = short_commit(Path.cwd()) + (
+        " (uncommitted changes)" if has_uncommitted_changes(Path.cwd()) else ""
+    )
     results = []
     for shape in shapes:
         results.append(run_shape(spark, shape, args))
-        commit = short_commit(Path.cwd()) + (
-            " (uncommitted changes)" if has_uncommitted_changes(Path.cwd()) else ""
-        )
         table = render(results, args, commit)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table + "\n")  # after each shape: a long run keeps what it measured
