@@ -151,15 +151,7 @@ class StageDrivers:
                 stage.name,
                 held,
             )
-            return SsbjDrainingDriver(
-                stage,
-                self.config,
-                self.spark,
-                self.engine,
-                self.store,
-                self.inputs,
-                self._warm.setdefault(stage.name, WarmCache()),
-            )
+            return self._ssbj(stage, SsbjDrainingDriver)
         return self._baseline(stage)
 
     def _refuse_held_tuples(self, stage: AnyStage, kind: str) -> None:
@@ -177,8 +169,8 @@ class StageDrivers:
     def _baseline(self, stage: EquiStage) -> EquiBaselineDriver:
         return EquiBaselineDriver(stage, self.spark, self.engine, self.store, self.inputs)
 
-    def _ssbj(self, stage: EquiStage) -> SsbjDriver:
-        return SsbjDriver(
+    def _ssbj(self, stage: EquiStage, kind: type[SsbjDriver] = SsbjDriver) -> SsbjDriver:
+        return kind(
             stage,
             self.config,
             self.spark,
