@@ -164,13 +164,15 @@ class SsbjHarness:
         )
         self.pending_batches.append(list(tuples))
 
-    def run(self, run_id: str | None = None) -> None:
+    def run(self, run_id: str | None = None, steps: int | None = None) -> None:
         """One scheduled run of the stage; tuples that arrived are pinned to the current master."""
         version = self.engine.snapshot(self.master).version
         for batch in self.pending_batches:
             self.batches.append((batch, version))
         self.pending_batches = []
-        self.runner.run_stage_step(self.config.stage("enrich"), run_id or f"run{len(self.batches)}")
+        self.runner.run_stage_step(
+            self.config.stage("enrich"), run_id or f"run{len(self.batches)}", steps
+        )
 
     def drain(self) -> None:
         self.runner.drain("drain")

@@ -72,7 +72,11 @@ def test_defect_is_caught_quarantined_and_reported(
     path = h.layout.staged("out") if table == "out" else h.paths_of(table)
     h.arrive(SECOND_BATCH)
     with defect_in(h, path, inject):
-        h.run("r2")
+        # A defect in the state table is written by the step's commit. A second step of
+        # the same run would go on from the state this process holds (the rows it meant to
+        # write, pipeline/ssbj/warm.py) and expire the chunk the defect made stale, so the
+        # run takes one step and the audit sees the table as the defect left it.
+        h.run("r2", steps=1 if table == "state" else None)
 
     with pytest.raises(ValidationFailedError, match=r"out \(\d+ rows\)") as failure:
         validate(h, "r2")
