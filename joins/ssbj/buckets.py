@@ -449,8 +449,15 @@ def key_loads(table: pa.Table, top: int, replicated: pa.Array | None = None) -> 
         .aggregate([(STORED, "sum"), (PROBES, "sum")])
         .rename_columns([KEY_HASH, STORED, PROBES])
     )
-    total_stored = pc.sum(stored).as_py() or 0
-    total_probes = pc.sum(probes).as_py() or 0
+    label = table.column(BUCKET)[0].as_py() if table.num_rows else None
+    return _load_rows(per_key, label, top)
+
+
+def _load_rows(per_key: pa.Table, label: int | None, top: int) -> pa.Table:
+    """One bucket's load rows from its per-key ``stored`` and ``probes`` (one row per key
+    hash): its ``top`` heaviest keys by Eq. 8's gain (ties by hash), then the totals."""
+    total_stored = pc.sum(per_key.column(STORED)).as_py() or 0
+    total_probes = pc.sum(per_key.column(PROBES)).as_py() or 0
     gain = pc.add(
         pc.multiply(per_key.column(PROBES), total_stored),
         pc.multiply(per_key.column(STORED), total_probes),
@@ -460,7 +467,6 @@ def key_loads(table: pa.Table, top: int, replicated: pa.Array | None = None) -> 
         sort_keys=[("gain", "descending"), (KEY_HASH, "ascending")],
     )
     heaviest = per_key.take(order[: max(0, top)])
-    label = table.column(BUCKET)[0].as_py() if table.num_rows else None
     n = heaviest.num_rows + 1
     return pa.table(
         {
@@ -470,7 +476,8 @@ def key_loads(table: pa.Table, top: int, replicated: pa.Array | None = None) -> 
             ),
             STORED: pa.array([*heaviest.column(STORED).to_pylist(), total_stored], pa.int64()),
             PROBES: pa.array([*heaviest.column(PROBES).to_pylist(), total_probes], pa.int64()),
-        }
+        },
+        schema=_LOAD_SCHEMA,
     )
 
 
@@ -481,6 +488,7 @@ LOAD_FIELDS = (
     pa.field(PROBES, pa.int64()),
     pa.field(SKETCH, pa.binary()),
 )
+_LOAD_SCHEMA = pa.schema(LOAD_FIELDS[:4])  # a load row's columns
 
 
 def bucket_step(
@@ -555,24 +563,15 @@ def bucket_step(
     spread = _owned_spread(table, split_owners or {}, split_ways or {}, layout, plan)
     table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
     late_rows = None
-    if late is None and pc.any(pc.equal(table.column(ROLE), LATE)).as_py():
-        # Only a step that settles late rows may see them: another would drop them.
-        raise ValueError("a bucket holds late rows, but the step has no rule to settle them")
-    if late is not None:
+    if late is None:
+        _refuse_late_rows(table)
+    else:
         sorted_rows = sort_late_rows(table, late)
         table = sorted_rows.table
         late_rows = LateRows(late, sorted_rows)
     encoded = None
-    if (
-        columnar
-        and late_rows is None
-        and not split_owners
-        and deltas.cache is None
-        and deltas.switch is None
-    ):
-        shape = ColumnarLayout.of(
-            layout.stream_columns, layout.master_columns, layout.stream_keys, layout.master_keys
-        )
+    if columnar:
+        shape = _columnar_layout(layout, deltas, split_owners, late)
         if shape is not None:
             schema = table.schema if loads is None else pa.schema([*table.schema, *LOAD_FIELDS])
             tracked_values = (
@@ -613,6 +612,27 @@ def bucket_step(
     return _with_loads(encoded, loads, partial)
 
 
+def _refuse_late_rows(table: pa.Table) -> None:
+    """Only a step that settles late rows may see them: another would drop them."""
+    if pc.any(pc.equal(table.column(ROLE), LATE)).as_py():
+        raise ValueError("a bucket holds late rows, but the step has no rule to settle them")
+
+
+def _columnar_layout(
+    layout: WideLayout,
+    deltas: BucketDeltas,
+    split_owners: Mapping[int, int] | None,
+    late: LateRule | None,
+) -> ColumnarLayout | None:
+    """The columnar pass's layout for a step in its scope (``joins.ssbj.columnar``: one
+    join column, no master changes to apply, no split keys, no late rows), else None."""
+    if late is not None or split_owners or deltas.cache is not None or deltas.switch is not None:
+        return None
+    return ColumnarLayout.of(
+        layout.stream_columns, layout.master_columns, layout.stream_keys, layout.master_keys
+    )
+
+
 def _with_loads(encoded: pa.Table, loads: pa.Table, partial: ASketch | None) -> pa.Table:
     """A bucket's encoded result with its load rows (and its key sketch) after it."""
     schema = encoded.schema
@@ -624,7 +644,7 @@ def _with_loads(encoded: pa.Table, loads: pa.Table, partial: ASketch | None) -> 
             1,
             {
                 BUCKET: [loads.column(BUCKET)[0].as_py()],
-                SKETCH: [json.dumps(partial.to_dict(), separators=(",", ":")).encode()],
+                SKETCH: [_sketch_json(partial)],
             },
         )
     return pa.concat_tables([encoded, enc.table()])
@@ -766,24 +786,12 @@ class BucketStep:
 
         ``partitions_asked``: the master partition rows are only those whose join value a
         tuple asks for (read so in the driver), so there are none to drop."""
-        if (
-            self.late is not None
-            or self.split_owners
-            or self.deltas.cache is not None
-            or self.deltas.switch is not None
-            or KEY_HASH not in keyed.schema.names
-        ):
+        if KEY_HASH not in keyed.schema.names:
             return None
-        shape = ColumnarLayout.of(
-            self.layout.stream_columns,
-            self.layout.master_columns,
-            self.layout.stream_keys,
-            self.layout.master_keys,
-        )
+        shape = _columnar_layout(self.layout, self.deltas, self.split_owners, self.late)
         if shape is None or not supports(keyed, shape):
             return None
-        if pc.any(pc.equal(keyed.column(ROLE), LATE)).as_py():
-            raise ValueError("a bucket holds late rows, but the step has no rule to settle them")
+        _refuse_late_rows(keyed)
         # Hashes are per value, and a value is in one bucket: the asked hashes of all
         # buckets drop exactly the rows each bucket's own would.
         if not partitions_asked:
@@ -830,38 +838,16 @@ def key_loads_by_bucket(table: pa.Table, top: int) -> pa.Table:
         .aggregate([(BUCKET, "min"), (STORED, "sum"), (PROBES, "sum")])
         .rename_columns([KEY_HASH, BUCKET, STORED, PROBES])
     )
-    schema = pa.schema([*LOAD_FIELDS[:4]])
-    parts = []
-    for label in sorted(pc.unique(per_key.column(BUCKET)).to_pylist()):
-        keys = per_key.filter(pc.equal(per_key.column(BUCKET), label))
-        total_stored = pc.sum(keys.column(STORED)).as_py() or 0
-        total_probes = pc.sum(keys.column(PROBES)).as_py() or 0
-        gain = pc.add(
-            pc.multiply(keys.column(PROBES), total_stored),
-            pc.multiply(keys.column(STORED), total_probes),
+    per_key_columns = [KEY_HASH, STORED, PROBES]
+    parts = [
+        _load_rows(
+            per_key.filter(pc.equal(per_key.column(BUCKET), label)).select(per_key_columns),
+            label,
+            top,
         )
-        ranked = keys.append_column("gain", gain)
-        if top > 0 and ranked.num_rows:
-            heaviest = ranked.take(
-                pc.select_k_unstable(
-                    ranked,
-                    k=min(top, ranked.num_rows),
-                    sort_keys=[("gain", "descending"), (KEY_HASH, "ascending")],
-                )
-            )
-            parts.append(heaviest.select(schema.names).cast(schema))
-        parts.append(
-            pa.table(
-                {
-                    BUCKET: pa.array([label], pa.int32()),
-                    KEY_HASH: pa.nulls(1, pa.int64()),
-                    STORED: pa.array([total_stored], pa.int64()),
-                    PROBES: pa.array([total_probes], pa.int64()),
-                },
-                schema=schema,
-            )
-        )
-    return pa.concat_tables([schema.empty_table(), *parts])
+        for label in sorted(pc.unique(per_key.column(BUCKET)).to_pylist())
+    ]
+    return pa.concat_tables([_LOAD_SCHEMA.empty_table(), *parts])
 
 
 def _sketch_rows(
@@ -876,8 +862,13 @@ def _sketch_rows(
     for label in sorted(labels):
         rows = new.filter(pc.equal(new.column(BUCKET), label))
         sketch = new_key_sketch(rows, layout, shape)
-        found.append((label, json.dumps(sketch.to_dict(), separators=(",", ":")).encode()))
+        found.append((label, _sketch_json(sketch)))
     return found
+
+
+def _sketch_json(sketch: ASketch) -> bytes:
+    """A bucket's key sketch as its ``key_sketch`` row holds it."""
+    return json.dumps(sketch.to_dict(), separators=(",", ":")).encode()
 
 
 def bucket_function(
