@@ -179,16 +179,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         known = self._snapshots.latest(root)
         if known is not None:
             return known
-        table = self._open(root)
-        metadata = table.metadata()
-        return Snapshot(
-            table_path=root,
-            version=table.version(),
-            schema=arrow_to_spark(table.schema().to_arrow()),
-            partition_columns=tuple(metadata.partition_columns),
-            files=(),
-            properties={k: v for k, v in metadata.configuration.items() if v is not None},
-        )
+        return self._snapshot_of(root, self._open(root), with_files=False)
 
     def _create(
         self,
@@ -232,10 +223,12 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         self._snapshots.put(root, snapshot.version, snapshot)
         return snapshot
 
-    def _snapshot_of(self, root: str, table: DeltaTable) -> Snapshot:
+    def _snapshot_of(self, root: str, table: DeltaTable, with_files: bool = True) -> Snapshot:
+        """``table``'s version as a Snapshot; without ``with_files``, its definition only
+        (schema, partitioning, properties: no file listing)."""
         metadata = table.metadata()
         partitions = tuple(metadata.partition_columns)
-        actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pylist() if with_files else []
         schema = arrow_to_spark(table.schema().to_arrow())
         files = tuple(
             DataFile(
@@ -589,12 +582,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         if skipped:
             return skipped
         partitions = list(table.metadata().partition_columns)
-        if where and any(f.column not in partitions for f in where):
-            raise UnsupportedOperationError(
-                f"{operation} on {root} needs a predicate over partition columns {partitions}; "
-                f"got columns {[f.column for f in where]}. Predicates on data columns need the "
-                "native delta-spark engine."
-            )
+        if where is not None:
+            _check_partition_predicate(root, partitions, where, operation)
         if operation == "append":
             written = self._write_data(root, data, schema, partitions)
             return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
@@ -633,22 +622,14 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         self._require_partition_predicate(root, where, "replace")
         outside = data.filter(~F.coalesce(_spark_condition(where), F.lit(False))).limit(1)
         if outside.count():
-            raise DeltaTableError(
-                f"replace on {root}: the data has rows outside the replace predicate "
-                f"{describe_filters(where)}; they would survive a later replace of the same range"
-            )
+            raise _rows_outside(root, where)
         return self._write(path, data, where, txn, "replace")
 
     def _require_partition_predicate(
         self, root: str, where: Sequence[PartitionFilter], operation: str
     ) -> list[str]:
         partitions = list(self._open(root).metadata().partition_columns)
-        if not where or any(f.column not in partitions for f in where):
-            raise UnsupportedOperationError(
-                f"{operation} on {root} needs a predicate over partition columns {partitions}; "
-                f"got columns {[f.column for f in where]}. Predicates on data columns need the "
-                "native delta-spark engine."
-            )
+        _check_partition_predicate(root, partitions, where, operation)
         return partitions
 
     def delete_partitions(
@@ -708,14 +689,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
         """:meth:`replace` of Arrow rows, written with pyarrow on the driver (no Spark job)."""
-        root = table_root(path)
-        if not where:  # the columns are checked against the table's partitions on write
-            raise UnsupportedOperationError(f"replace on {root} needs a partition predicate")
-        if data.num_rows and not pc.all(_arrow_condition(where, data)).as_py():
-            raise DeltaTableError(
-                f"replace on {root}: the data has rows outside the replace predicate "
-                f"{describe_filters(where)}; they would survive a later replace of the same range"
-            )
+        # The predicate's columns (and that there is one) are checked against the table's
+        # partitions on the handle ``_write`` opens.
+        if where and data.num_rows and not pc.all(_arrow_condition(where, data)).as_py():
+            raise _rows_outside(table_root(path), where)
         return self._write(path, data, where, txn, "replace")
 
     def merge(
@@ -1115,29 +1092,23 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """The outcome of a commit delta-rs reported as done, at the version that is ours:
         the next version's commit file when it carries our id (no table to open), else
         the log after ``after_version`` searched for it."""
-        if self._commit_id_at(root, after_version + 1) == commit_id:
-            logger.info(
-                "committed %d file(s) to %s at version %d (commit %s)",
-                len(written.adds),
-                root,
-                after_version + 1,
-                commit_id,
-            )
-            return written.outcome(after_version + 1)
-        latest = self._open(root)
-        version = self._find_commit(latest, after_version, commit_id)
-        if version is None:
-            # Not expected: delta-rs returned without error. Report the newest version
-            # rather than fail a commit that happened.
-            logger.warning(
-                "commit %s to %s succeeded but is not in the log after version %d; "
-                "reporting the latest version %d",
-                commit_id,
-                root,
-                after_version,
-                latest.version(),
-            )
-            version = latest.version()
+        version = after_version + 1
+        if self._commit_id_at(root, after_version + 1) != commit_id:
+            latest = self._open(root)
+            found = self._find_commit(latest, after_version, commit_id)
+            if found is None:
+                # Not expected: delta-rs returned without error. Report the newest version
+                # rather than fail a commit that happened.
+                logger.warning(
+                    "commit %s to %s succeeded but is not in the log after version %d; "
+                    "reporting the latest version %d",
+                    commit_id,
+                    root,
+                    after_version,
+                    latest.version(),
+                )
+                found = latest.version()
+            version = found
         logger.info(
             "committed %d file(s) to %s at version %d (commit %s)",
             len(written.adds),
@@ -1344,6 +1315,25 @@ def _spark_condition(where: Sequence[PartitionFilter]) -> Column:
         condition = term if condition is None else condition & term
     assert condition is not None
     return condition
+
+
+def _check_partition_predicate(
+    root: str, partitions: Sequence[str], where: Sequence[PartitionFilter], operation: str
+) -> None:
+    """Refuse a replace or delete without a predicate, or with one over data columns."""
+    if not where or any(f.column not in partitions for f in where):
+        raise UnsupportedOperationError(
+            f"{operation} on {root} needs a predicate over partition columns {list(partitions)}; "
+            f"got columns {[f.column for f in where]}. Predicates on data columns need the "
+            "native delta-spark engine."
+        )
+
+
+def _rows_outside(root: str, where: Sequence[PartitionFilter]) -> DeltaTableError:
+    return DeltaTableError(
+        f"replace on {root}: the data has rows outside the replace predicate "
+        f"{describe_filters(where)}; they would survive a later replace of the same range"
+    )
 
 
 def _arrow_condition(where: Sequence[PartitionFilter], data: pa.Table) -> pa.ChunkedArray:
