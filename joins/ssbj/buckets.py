@@ -462,11 +462,16 @@ def _load_rows(per_key: pa.Table, label: int | None, top: int) -> pa.Table:
         pc.multiply(per_key.column(PROBES), total_stored),
         pc.multiply(per_key.column(STORED), total_probes),
     )
-    order = pc.sort_indices(
-        pa.table({"gain": gain, KEY_HASH: per_key.column(KEY_HASH)}),
-        sort_keys=[("gain", "descending"), (KEY_HASH, "ascending")],
-    )
-    heaviest = per_key.take(order[: max(0, top)])
+    ranked = pa.table({"gain": gain, KEY_HASH: per_key.column(KEY_HASH)})
+    sort_keys = [("gain", "descending"), (KEY_HASH, "ascending")]
+    if top > 0 and per_key.num_rows:
+        # The top of (gain, hash), a unique order, without sorting every key of the bucket;
+        # then the few chosen in that order.
+        chosen = pc.select_k_unstable(ranked, min(top, per_key.num_rows), sort_keys=sort_keys)
+        order = chosen.take(pc.sort_indices(ranked.take(chosen), sort_keys=sort_keys))
+    else:
+        order = pa.array([], pa.uint64())
+    heaviest = per_key.take(order)
     n = heaviest.num_rows + 1
     return pa.table(
         {

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.arrow_rows import rows_where
 from joins.ssbj.algorithm import StepCounts, StepPlan
 from joins.ssbj.cache.rcycle import CycleState
 from joins.ssbj.roles import (
@@ -103,9 +104,8 @@ def supports(table: pa.Table, layout: ColumnarLayout) -> bool:
 
 
 def _role(table: pa.Table, role: str) -> pa.Table:
-    # Taken by position: a filter would pass over every row of the bucket for each role,
-    # a take only over the role's own rows.
-    return table.take(pc.indices_nonzero(pc.equal(table.column(ROLE), role)))
+    # A role's rows are one run of the step's rows (``common.arrow_rows``): a slice.
+    return rows_where(table, pc.equal(table.column(ROLE), role))
 
 
 def _with_key(rows: pa.Table, column: str, key_type: pa.DataType) -> pa.Table:
@@ -257,7 +257,7 @@ def columnar_result(
     marked = _unique(_role(table, MARKED).column(layout.master_key).cast(key_type))
     switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
     parts = _with_key(_role(table, PARTITION), layout.master_key, key_type)
-    parts = parts.filter(pc.is_valid(parts.column(_KEY)))
+    parts = rows_where(parts, pc.is_valid(parts.column(_KEY)))
 
     if use_cache and position.starts_cycle:
         assert cache is not None
@@ -360,7 +360,7 @@ def columnar_result(
         )
 
     # Disk phase, lines 24–27.
-    live = pending.filter(pc.is_valid(pending.column(_KEY)))
+    live = rows_where(pending, pc.is_valid(pending.column(_KEY)))
     met = _join(live, parts, layout, on_version=True)
     outputs.append(_versioned(met, met.column(PINNED_VERSION)))
     if plan.left_join:  # the flag is a left join's (``joins.ssbj.algorithm``)
@@ -399,11 +399,12 @@ def columnar_result(
         if expiring is not None
         else pa.chunked_array([pa.array(np.zeros(pending.num_rows, bool))])
     )
-    gone = pending.filter(leaving)
+    # H_S is in entry order: the expiring chunk is its first run, the rest the second.
+    gone = rows_where(pending, leaving)
     counts.expired = gone.num_rows
     if plan.left_join:
         outputs.append(_out_unmatched(gone.filter(pc.invert(gone.column(MATCHED))), layout))
-    kept = pending.filter(pc.invert(leaving))
+    kept = rows_where(pending, pc.invert(leaving))
 
     out = (
         pa.concat_tables(
@@ -546,7 +547,8 @@ def _encode(
             if f.name == ROLE:
                 arrays.append(pa.repeat(pa.scalar(role, f.type), n))
             elif f.name in columns:
-                arrays.append(columns[f.name].cast(f.type))
+                column = columns[f.name]  # a cast to its own type would copy it
+                arrays.append(column if column.type == f.type else column.cast(f.type))
             else:
                 arrays.append(pa.nulls(n, f.type))
         parts.append(pa.Table.from_arrays(arrays, schema=schema))

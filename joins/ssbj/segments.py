@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.arrow_rows import rows_where
 from joins.ssbj.roles import (
     CACHE,
     COUNTER,
@@ -131,11 +132,9 @@ def changed_segments(
     if not ordered:
         return SegmentWrite((), new.slice(0, 0))
     keep = pc.is_in(new.column(SEGMENT), value_set=pa.array(ordered, pa.int64()))
-    return SegmentWrite(ordered, new.filter(keep))
+    return SegmentWrite(ordered, rows_where(new, keep))
 
 
 def _rows_in(state: pa.Table, segment: int) -> pa.Table:
-    """The rows of one segment, taken by position: a filter would pass over every column
-    of H_S's rows to keep a shared segment's few."""
-    at = pc.indices_nonzero(pc.equal(state.column(SEGMENT), segment))
-    return state.take(at).combine_chunks()
+    """The rows of one segment (a run of the state's rows: a slice, no copy)."""
+    return rows_where(state, pc.equal(state.column(SEGMENT), segment))

@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from common.arrow_rows import rows_where
 from common.sql_text import quoted_identifier, string_literal
 from joins.columns import version_column
 from joins.ssbj import spark_hash
@@ -417,7 +418,13 @@ class WideTable:
         master key column: a superset of the master rows a semi-join keeps (the buckets
         compare whole values). None where a key is floating (-0.0 and 0.0 are one join
         value, but two to Arrow's ``is_in``): those partitions are read whole."""
-        union = pa.concat_tables(inputs)
+        # Only the role and key columns: the rows' other columns need not be copied.
+        columns = [
+            ROLE,
+            *(stream_field(s) for s in self.spec.stream_keys),
+            *(master_field(m) for m in self.spec.master_keys),
+        ]
+        union = pa.concat_tables([table.select(columns) for table in inputs])
         asking = union.filter(
             pc.is_in(union.column(ROLE), value_set=pa.array(ASKING_ROLES, pa.string()))
         )
@@ -507,7 +514,7 @@ class WideTable:
 
     def enriched_arrow(self, result: pa.Table) -> pa.Table:
         """:meth:`enriched` of a step result collected as Arrow."""
-        rows = result.filter(pc.equal(result.column(ROLE), OUT))
+        rows = rows_where(result, pc.equal(result.column(ROLE), OUT))  # the result's first run
         columns = self._output_columns()
         return pa.table([rows.column(f) for f, _ in columns], names=[n for _, n in columns])
 
@@ -605,7 +612,7 @@ def state_of(result: DataFrame, segmented: bool = False) -> DataFrame:
 
 def state_of_arrow(result: pa.Table) -> pa.Table:
     """:func:`state_of` of a step result collected as Arrow."""
-    kept = result.filter(pc.is_in(result.column(ROLE), pa.array(list(STATE_ROLES))))
+    kept = rows_where(result, pc.is_in(result.column(ROLE), pa.array(list(STATE_ROLES))))
     return kept.drop_columns(list(_LOAD_COLUMNS))
 
 

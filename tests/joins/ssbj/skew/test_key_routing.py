@@ -262,6 +262,36 @@ def test_split_keys_rows_reach_their_buckets_by_role(spark: SparkSession) -> Non
     assert {tuple(got[(5, NEW, t)]) for t in range(5)} == {(1,)} == {tuple(got[(5, CACHE, 0)])}
 
 
+@settings(deadline=None)  # the first call loads Arrow's kernels
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([NEW, PENDING, CACHE, PARTITION, COUNTER]), st.integers(0, 6)),
+        max_size=60,
+    ),
+    st.integers(0, 8),
+)
+def test_key_loads_rank_as_a_full_sort_would(rows: list[tuple[str, int]], top: int) -> None:
+    """The heaviest keys are the first ``top`` of every key sorted by Eq. 8's gain
+    (descending), ties by hash (ascending), ties included: computed here by Python."""
+    table = pa.table(
+        {
+            ROLE: pa.array([r for r, _ in rows], pa.string()),
+            KEY_HASH: pa.array([h for _, h in rows], pa.int64()),
+            BUCKET: pa.array([3] * len(rows), pa.int32()),
+        }
+    )
+    stored: dict[int, int] = {}
+    probes: dict[int, int] = {}
+    for role, h in rows:
+        stored[h] = stored.get(h, 0) + (role in (PENDING, CACHE))
+        probes[h] = probes.get(h, 0) + (role in (NEW, PARTITION))
+    total_s, total_p = sum(stored.values()), sum(probes.values())
+    expected = sorted(stored, key=lambda h: (-(probes[h] * total_s + stored[h] * total_p), h))
+    got = key_loads(table, top=top).to_pylist()
+    assert [r[KEY_HASH] for r in got[:-1]] == expected[:top]
+    assert (got[-1][STORED], got[-1][PROBES]) == (total_s, total_p)
+
+
 def test_key_loads_count_state_and_probes_per_key_and_rank_the_heaviest() -> None:
     """A bucket's load rows: totals (null hash) and the top keys by Eq. 8's own-side
     benefit; a replica does not count the copies of a split key's cache rows as stored."""

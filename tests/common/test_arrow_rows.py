@@ -1,0 +1,84 @@
+"""``rows_where`` is ``Table.filter`` and ``rows_at`` is ``Table.take``: the same rows in the
+same order, sliced when they are one run."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.arrow_rows import rows_at, rows_where
+
+masks = st.lists(st.sampled_from([True, False, None]), max_size=40)
+
+
+def _table(n: int) -> pa.Table:
+    # Two chunks, so a slice spans a chunk boundary when the run does.
+    half = n // 2
+    return pa.Table.from_batches(
+        [
+            pa.record_batch({"i": pa.array(range(half), pa.int64())}),
+            pa.record_batch({"i": pa.array(range(half, n), pa.int64())}),
+        ]
+    )
+
+
+@settings(deadline=None)  # the first calls load Arrow's kernels
+@given(masks)
+def test_rows_where_keeps_what_filter_keeps(mask: list[bool | None]) -> None:
+    table = _table(len(mask))
+    mask_array = pa.array(mask, pa.bool_())
+    assert rows_where(table, mask_array).equals(table.filter(mask_array))
+
+
+@settings(deadline=None)  # the first calls load Arrow's kernels
+@given(st.integers(0, 30), st.integers(0, 30), st.integers(0, 30))
+def test_one_run_is_a_slice_of_the_same_buffers(before: int, run: int, after: int) -> None:
+    table = _table(before + run + after)
+    mask = pa.array([False] * before + [True] * run + [False] * after, pa.bool_())
+    kept = rows_where(table, mask)
+    assert kept.column("i").to_pylist() == list(range(before, before + run))
+    if run:  # zero-copy: the first kept value lives in the table's own buffers
+        chunk = kept.column("i").chunks[0]
+        source = [c for c in table.column("i").chunks if len(c)]
+        assert any(chunk.buffers()[1].address == c.buffers()[1].address for c in source)
+
+
+def test_a_mask_of_another_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="a mask of 2 values for a table of 3 rows"):
+        rows_where(_table(3), pa.array([True, False]))
+
+
+@settings(deadline=None)  # the first calls load Arrow's kernels
+@given(
+    st.integers(0, 30).flatmap(
+        lambda n: st.tuples(
+            st.just(n), st.lists(st.integers(0, max(n - 1, 0)), max_size=30 if n else 0)
+        )
+    )
+)
+def test_rows_at_takes_what_take_takes(case: tuple[int, list[int]]) -> None:
+    n, positions = case
+    table = _table(n)
+    at = pa.array(positions, pa.int64())
+    assert rows_at(table, at).equals(table.take(at))
+
+
+@settings(deadline=None)  # the first calls load Arrow's kernels
+@given(st.integers(0, 20), st.integers(1, 20), st.integers(0, 20))
+def test_rows_at_counting_up_is_a_slice(before: int, run: int, after: int) -> None:
+    table = _table(before + run + after)
+    kept = rows_at(table, pa.array(range(before, before + run), pa.int64()))
+    assert kept.column("i").to_pylist() == list(range(before, before + run))
+    chunk = kept.column("i").chunks[0]
+    assert any(
+        chunk.buffers()[1].address == c.buffers()[1].address
+        for c in table.column("i").chunks
+        if len(c)
+    )
+
+
+def test_rows_at_past_the_end_is_refused_as_take_refuses_it() -> None:
+    with pytest.raises(IndexError):
+        rows_at(_table(3), pa.array([2, 3], pa.int64()))
