@@ -12,7 +12,7 @@ budget M (``operator.memory_bytes``, a share of the master's |R|·v_R bytes), th
 backlog in bronze (commits of ``--commit`` tuples), and each step admits what fits in M
 (Eq. 1). The operator, not the arrival rate, bounds throughput, so the service rate ratio
 SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate between the
-two operators over the same backlog; the first 3 R-cycles are warm-up. With
+two operators over the same backlog; the first R-cycles (3, `--memory-warmup-cycles`) are warm-up. With
 ``--mesh-multiples``, MESHJOIN also runs at those multiples of M: the paper's second
 headline, the state MESHJOIN needs for SSBJ's service rate, is interpolated between the two
 multiples whose rates bracket SSBJ's (:func:`state_at_equal_rate`).
@@ -328,7 +328,7 @@ def render(results: Sequence[dict], args: argparse.Namespace) -> str:
     lines += [
         "",
         "| master | z | state MESHJOIN/SSBJ (bytes) | MESHJOIN/SSBJ-paper (bytes) | state ratio (rows) | rate SSBJ/MESHJOIN | rate SSBJ/plain | read plain/SSBJ | c_loop predicted | c_loop measured | per-step error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         mesh, ssbj_, plain, paper = r["meshjoin"], r["ssbj"], r["plain"], r["ssbj_paper"]
@@ -386,9 +386,12 @@ def memory_config(
     return config, multiples
 
 
-def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
-    """Equal memory M for MESHJOIN and SSBJ over one backlog; service rate and state. With
-    ``--mesh-multiples``, MESHJOIN also runs at those multiples of M (equal service rate)."""
+def run_memory_case(  # type: ignore[no-untyped-def]
+    spark, tpch: Path, master: str, z: float, share: float, args: argparse.Namespace
+) -> dict:
+    """Equal memory M = ``share`` x |R|·v_R for MESHJOIN and SSBJ over one backlog; service
+    rate and state. With ``--mesh-multiples``, MESHJOIN also runs at those multiples of M
+    (equal service rate)."""
     from pipeline.row_bytes import measured_row_bytes
 
     spec = MASTERS[master]
@@ -397,7 +400,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     schema = arrow_to_spark(table.schema)
     frame = spark.createDataFrame(table, schema)
     v_r = measured_row_bytes(frame) or 1.0
-    budget = int(args.memory_share * table.num_rows * v_r)
+    budget = int(share * table.num_rows * v_r)
     k = args.memory_partitions
     config, multiples = memory_config(root, master, k, budget, args.mesh_multiples)
     modes = [stage["name"] for stage in config["stages"]]
@@ -410,11 +413,14 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     sampler = ZipfSampler(keys, z, rng)
     bronze = case.create_bronze()
     arrow_schema = pa.schema(DeltaTable(bronze).schema().to_arrow())
-    for start in range(0, args.backlog, args.commit):
+    for number, start in enumerate(range(0, args.backlog, args.commit), start=1):
         n = min(args.commit, args.backlog - start)
         batch = stream_batch(spec, start, sampler.draw(n), rng.random(n), start)
         write_deltalake(bronze, batch.cast(arrow_schema), mode="append")
-    warmup = 3 * k
+        if number % 100 == 0:  # as a Spark writer would (every 10): a step reads a short log
+            DeltaTable(bronze).create_checkpoint()
+    logger.info("memory %s z=%s: backlog of %d tuples written", master, z, args.backlog)
+    warmup = args.memory_warmup_cycles * k
     steps = warmup + args.memory_measured_cycles * k
     timings: dict[str, list[float]] = {m: [] for m in modes}
     for step in range(steps):
@@ -428,6 +434,7 @@ def run_memory_case(spark, tpch: Path, master: str, z: float, args: argparse.Nam
     result: dict = {
         "master": master,
         "z": z,
+        "share": share,
         "budget": budget,
         "k": k,
         "rows": table.num_rows,
@@ -486,20 +493,21 @@ def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
 
 def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
     lines = [
-        f"TPC-H SF{args.scale:g}, memory M = {args.memory_share:g} x |R|·v_R for SSBJ, "
+        f"TPC-H SF{args.scale:g}, memory M = share x |R|·v_R for SSBJ, "
         f"MESHJOIN at {', '.join(f'{m:g}' for m in sorted({1.0, *args.mesh_multiples}))} x M, "
         f"k={args.memory_partitions}, backlog {args.backlog:,} tuples in commits of "
-        f"{args.commit:,}, {args.memory_measured_cycles} measured R-cycle(s) after 3 warm-up "
-        "cycles, master written as one file, local[2] on 2 cores",
+        f"{args.commit:,}, {args.memory_measured_cycles} measured R-cycle(s) after "
+        f"{args.memory_warmup_cycles} warm-up cycles, master written as one file, local[2] "
+        "on 2 cores",
         "",
-        "| master | z | M (MB) | mode | tuples/step | step s | service rate (tuples/s) | state mean / M | state max / M | cache share | master MB read/step (mean, max) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| master | z | share | M (MB) | mode | tuples/step | step s | service rate (tuples/s) | state mean / M | state max / M | cache share | master MB read/step (mean, max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for mode in r["modes"]:
             m = r[mode]
             lines.append(
-                f"| {r['master']} | {r['z']:g} | {r['budget'] / 1e6:.2f} | {mode} | "
+                f"| {r['master']} | {r['z']:g} | {r['share']:g} | {r['budget'] / 1e6:.2f} | {mode} | "
                 f"{m['tuples_per_step']:,.0f} | {m['seconds']:.2f} | {m['rate']:,.0f} | "
                 f"{m['state_mean'] / r['budget']:.2f} | "
                 f"{m['state_max'] / r['budget']:.2f} | {m['cache_share']:.0%} | "
@@ -510,21 +518,21 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
     # in H_S, and the cache itself takes part of M.
     lines += [
         "",
-        "| master | z | service rate SSBJ / MESHJOIN at equal M | tuples/step SSBJ / MESHJOIN "
+        "| master | z | share | service rate SSBJ / MESHJOIN at equal M | tuples/step SSBJ / MESHJOIN "
         "| step time MESHJOIN / SSBJ | bound 1 / (1 - SSBJ cache share) "
         "| state MESHJOIN / SSBJ at equal service rate (mean bytes) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ssbj, mesh = r["ssbj"], r["meshjoin"]
         if not (ssbj["rate"] and mesh["rate"]):
             void = "void: a mode had no input in the measured steps (raise --backlog)"
-            lines.append(f"| {r['master']} | {r['z']:g} | {void} | | | | |")
+            lines.append(f"| {r['master']} | {r['z']:g} | {r['share']:g} | {void} | | | | |")
             continue
         ratio, how = state_at_equal_rate(r)
         equal_rate = f"{ratio:.2f}x ({how})" if ratio is not None else how
         lines.append(
-            f"| {r['master']} | {r['z']:g} | {ssbj['rate'] / mesh['rate']:.2f}x | "
+            f"| {r['master']} | {r['z']:g} | {r['share']:g} | {ssbj['rate'] / mesh['rate']:.2f}x | "
             f"{ssbj['tuples_per_step'] / mesh['tuples_per_step']:.2f}x | "
             f"{mesh['seconds'] / ssbj['seconds']:.2f}x | "
             f"{1 / max(1e-9, 1 - ssbj['cache_share']):.2f}x | {equal_rate} |"
@@ -632,9 +640,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--experiment", choices=["rate", "memory", "anatomy"], default="rate")
-    parser.add_argument("--memory-share", type=float, default=0.3)
+    parser.add_argument(
+        "--memory-share",
+        type=float,
+        nargs="+",
+        default=[0.3],
+        help="memory experiment: M as shares of the master's |R|·v_R bytes, one case each",
+    )
     parser.add_argument("--memory-partitions", type=int, default=5)
     parser.add_argument("--memory-measured-cycles", type=int, default=1)
+    parser.add_argument(
+        "--memory-warmup-cycles",
+        type=int,
+        default=3,
+        help="memory experiment: R-cycles before the measured ones (SSBJ's cache settles)",
+    )
     parser.add_argument(
         "--mesh-multiples",
         type=float,
@@ -658,7 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     elif args.experiment == "memory":
         results = [
-            run_memory_case(spark, tpch, m, z, args) for m in args.masters for z in args.zipf
+            run_memory_case(spark, tpch, m, z, share, args)
+            for m in args.masters
+            for z in args.zipf
+            for share in args.memory_share
         ]
         table = render_memory(results, args)
     else:
