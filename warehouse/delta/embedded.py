@@ -153,11 +153,22 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         # read and decoded once per version (an SSBJ step asks for the same pinned versions
         # several times); see warehouse.delta.version_cache.
         self._snapshots: VersionCache[Snapshot] = VersionCache(_SNAPSHOTS_KEPT)
+        # The latest handle of each table, served while no newer commit file exists: opening
+        # a table replays its log from the last checkpoint (about 10 ms at SF30, several
+        # times a step). A handle that commits moves past its key, so it is opened again.
+        self._handles: VersionCache[DeltaTable] = VersionCache(_SNAPSHOTS_KEPT)
 
     # ------------------------------------------------------------------ table handles
 
-    def _open(self, path: str, version: int | None = None) -> DeltaTable:
+    def _open(self, path: str, version: int | None = None, held: bool = True) -> DeltaTable:
+        """A handle on ``path`` at ``version`` (the latest by default). The latest is the
+        handle held from an earlier open while it still is the latest; ``held=False``
+        opens a handle of the caller's own (one it will move to another version)."""
         root = table_root(path)
+        if version is None and held:
+            known = self._handles.latest(root)
+            if known is not None:
+                return known
         try:
             table = DeltaTable(root, version=version)
         except DeltaRsTableNotFound as e:
@@ -173,6 +184,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             protocol.reader_features,
             table.metadata().configuration,
         )
+        if version is None and held:
+            self._handles.put(root, table.version(), table)
         return table
 
     def exists(self, path: str) -> bool:
@@ -218,7 +231,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             )
             if known is not None:
                 return known
-        table = self._open(root, version)
+        table = self._open(root, version, held=timestamp is None)
         if timestamp is not None:
             table.load_as_version(timestamp)
         known = self._snapshots.get(root, table.version())
@@ -1281,7 +1294,8 @@ def _arrow_of_files(
                 value = file.partition_values.get(field.name)
                 out.append(pa.repeat(pa.scalar(value, type=field.type), rows))
             elif field.name in data.column_names:
-                out.append(data.column(field.name).cast(field.type))
+                column = data.column(field.name)  # a cast to its own type would copy it
+                out.append(column if column.type == field.type else column.cast(field.type))
             else:  # a column added to the table after this file was written
                 out.append(pa.nulls(rows, type=field.type))
         part = pa.table(out, schema=schema)

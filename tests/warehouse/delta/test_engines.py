@@ -1143,3 +1143,28 @@ def test_embedded_reads_tables_whose_reader_features_are_safe(
     }
     path = _hand_written_table(tmp_path / "t", protocol, {})
     assert embedded.read(path).count() == 0
+
+
+def test_a_held_handle_is_not_served_after_another_writer_or_a_recreated_table(
+    spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
+) -> None:
+    """The embedded engine holds each table's latest handle between calls: a commit by
+    another writer, the engine's own commits, and a table deleted and created again at the
+    path must each be seen as a fresh open would see them."""
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA)
+    embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:2], SCHEMA))
+    assert [h["version"] for h in embedded.history(path)] == [1, 0]  # now held at 1
+    other = EmbeddedDeltaEngine(spark)
+    other.append(path, spark.createDataFrame(AWKWARD_ROWS[2:4], SCHEMA))
+    assert [h["version"] for h in embedded.history(path)] == [2, 1, 0]
+    embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[4:], SCHEMA))
+    assert embedded.snapshot(path).version == 3
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS))
+    shutil.rmtree(tmp_path / "t")
+    other.create_table(path, SCHEMA)
+    other.append(path, spark.createDataFrame(AWKWARD_ROWS[:1], SCHEMA))
+    other.append(path, spark.createDataFrame(AWKWARD_ROWS[1:2], SCHEMA))
+    other.append(path, spark.createDataFrame(AWKWARD_ROWS[2:3], SCHEMA))  # version 3 again
+    assert len(embedded.history(path)) == 4
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:3]))
