@@ -2,13 +2,15 @@
 
     python -m benchmarks.ssbj_bench [--scale 1] [--batch 20000] [--partitions 4]
                                     [--steps 20] [--zipf 0 0.5 1 1.5] [--masters customer partsupp]
-    python -m benchmarks.ssbj_bench --experiment memory [--memory-share 0.3]
-                                    [--memory-partitions 5] [--backlog 150000] [--commit 1000]
+    python -m benchmarks.ssbj_bench --experiment memory [--memory-share 0.3 0.5 1.0]
+                                    [--memory-partitions 5] [--memory-warmup-cycles 3]
+                                    [--backlog 150000] [--commit 1000]
                                     [--mesh-multiples 1 2 4 8]
     python -m benchmarks.ssbj_bench --experiment anatomy [--batch 20000] [--partitions 4]
 
 ``--experiment memory`` is the paper's Fig. 5 setting: both operators get the same memory
-budget M (``operator.memory_bytes``, a share of the master's |R|·v_R bytes), the stream is a
+budget M (``operator.memory_bytes``, a share of the master's |R|·v_R bytes; each share given
+is a case of its own), the stream is a
 backlog in bronze (commits of ``--commit`` tuples), and each step admits what fits in M
 (Eq. 1). The operator, not the arrival rate, bounds throughput, so the service rate ratio
 SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate between the
@@ -328,7 +330,7 @@ def render(results: Sequence[dict], args: argparse.Namespace) -> str:
     lines += [
         "",
         "| master | z | state MESHJOIN/SSBJ (bytes) | MESHJOIN/SSBJ-paper (bytes) | state ratio (rows) | rate SSBJ/MESHJOIN | rate SSBJ/plain | read plain/SSBJ | c_loop predicted | c_loop measured | per-step error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         mesh, ssbj_, plain, paper = r["meshjoin"], r["ssbj"], r["plain"], r["ssbj_paper"]

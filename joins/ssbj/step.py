@@ -419,11 +419,16 @@ class WideTable:
         compare whole values). None where a key is floating (-0.0 and 0.0 are one join
         value, but two to Arrow's ``is_in``): those partitions are read whole."""
         # Only the role and key columns: the rows' other columns need not be copied.
-        columns = [
-            ROLE,
-            *(stream_field(s) for s in self.spec.stream_keys),
-            *(master_field(m) for m in self.spec.master_keys),
-        ]
+        # Two stream keys may join one master column: each column once.
+        columns = list(
+            dict.fromkeys(
+                [
+                    ROLE,
+                    *(stream_field(s) for s in self.spec.stream_keys),
+                    *(master_field(m) for m in self.spec.master_keys),
+                ]
+            )
+        )
         union = pa.concat_tables([table.select(columns) for table in inputs])
         asking = union.filter(
             pc.is_in(union.column(ROLE), value_set=pa.array(ASKING_ROLES, pa.string()))

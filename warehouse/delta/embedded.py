@@ -185,6 +185,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             table.metadata().configuration,
         )
         if version is None and held:
+            self._handles.drop_table(root)  # only the newest handle is ever served
             self._handles.put(root, table.version(), table)
         return table
 

@@ -64,6 +64,11 @@ class VersionCache(Generic[Value]):
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
 
+    def drop_table(self, root: str) -> None:
+        """Forget every entry of ``root`` (a caller that keeps only the newest one)."""
+        for key in [key for key in self._entries if key[0] == root]:
+            del self._entries[key]
+
     def latest(self, root: str) -> Value | None:
         """The entry of ``root``'s newest version when that is still the table's latest
         (the next version's commit file does not exist; a local path only), else None."""

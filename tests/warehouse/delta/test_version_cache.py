@@ -43,3 +43,17 @@ def test_a_table_created_again_at_the_path_is_not_taken_for_the_old_one(tmp_path
     assert cache.get(str(root), 1) is None
     assert cache.latest(str(root)) is None
     assert cache.latest("s3://bucket/t") is None  # object stores are not probed
+
+
+def test_dropping_a_table_forgets_its_entries_only(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    commit(a, 1)
+    commit(a, 2)
+    commit(b, 1)
+    cache: VersionCache[str] = VersionCache(4)
+    cache.put(str(a), 0, "a0")
+    cache.put(str(a), 1, "a1")
+    cache.put(str(b), 0, "b0")
+    cache.drop_table(str(a))
+    assert cache.get(str(a), 0) is None and cache.get(str(a), 1) is None
+    assert cache.latest(str(b)) == "b0"
