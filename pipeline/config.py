@@ -298,9 +298,8 @@ class SsbjParams(Strict):
         gt=0,
         description=(
             "auto: SSBJ only where the master has at least this many times the rows of the "
-            "step's batch. 5: with a master under 5 batches SSBJ's step saved at most 10% "
-            "of the plain join's and the interval's audit of a 200k-tuple SSBJ step cost "
-            "more than it saved (BENCHMARKS.md, section 3)"
+            "step's batch. 5: with a master under 5 batches the interval's audit of a "
+            "200k-tuple SSBJ step cost more than its step saved (BENCHMARKS.md, section 3)"
         ),
     )
     collect_rows: int = Field(

@@ -15,14 +15,15 @@ Invariant: the choice is SSBJ only when both hold
   master not much larger than the batch, reading 1/k of it saves little);
 
 otherwise the plain join. The config's defaults (0 bytes, 5 batches) follow the measured
-points (BENCHMARKS.md, sections 1 and 3, ``benchmarks.ssbj_scale``): since an SSBJ step
-runs in the driver on Arrow columns (no Python loop per tuple, no Spark job), it cost less
-than the plain join's step at every master of at least 5 batches measured, from TPC-H SF1
-partsupp (800k rows, 40 batches of 20k) to SF30 (24M rows); with fewer batches it saved at
-most 10% of a step with 200k-tuple batches (SF0.1 and SF1 partsupp, 0.4 and 4 batches), and
-a whole interval of SF1 partsupp with 200k tuples (4 batches) cost twice the plain join's,
-its audit most of it. Below 5 batches the rule gives up one measured win: SF0.1 partsupp
-with 20k tuples (4 batches), where SSBJ's step took 0.36 s and the plain join's 0.67 s.
+points (BENCHMARKS.md, sections 1 and 3, ``benchmarks.ssbj_scale``). Since an SSBJ step
+runs in the driver on Arrow columns (no Python loop per tuple, no Spark job), its step cost
+less than the plain join's at every shape measured in session 31, from TPC-H SF0.1
+partsupp (80k rows, 0.4 batches of 200k) to SF30 (24M rows). The 5-batch rule stays for
+the whole interval: against SF1 partsupp with 200k-tuple batches (4 batches) an interval
+with SSBJ cost 1.82x the plain job's, 5.9 of its 9.7 s in the audit (an 800k-row output is
+validated on Spark, with SSBJ's conservation views as Spark joins). Below 5 batches the
+rule gives up measured step wins (SF0.1 partsupp with 20k tuples: the SSBJ step 0.15 s,
+the plain join's 0.61 s).
 The sizes come from the Delta log (file sizes and ``numRecords`` statistics), so deciding
 runs no Spark job. A master with no record counts in its log is weighed by bytes alone.
 """
