@@ -880,12 +880,12 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             size = int(filesystem.get_file_info(located).size or 0)
             return _added_file(filesystem, located, f"{prefix}/{relative}", size, literal, now_ms)
 
-        pieces = [
-            (values, piece)
-            for values, rows in _partition_groups(data, partitions)
-            for piece in _file_pieces(rows, _FILE_ROWS)
-        ]
         with optional_phase(self.clock, "write"):
+            pieces = [
+                (values, piece)
+                for values, rows in _partition_groups(data, partitions)
+                for piece in _file_pieces(rows, _FILE_ROWS)
+            ]
             if len(pieces) > 1:
                 # Encoding Parquet releases the GIL: the pieces use every core, as a Spark
                 # job's tasks would, and a step's 800k output rows cost half the time.
