@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.arrow_rows import rows_at
 from joins.ssbj.algorithm import (
     BucketState,
     KeyCounters,
@@ -148,12 +149,13 @@ class _Roles:
         return pc.indices_nonzero(pc.equal(self._roles, role))
 
     def rows(self, role: str) -> pa.Table:
-        return self.table.take(self.positions(role))
+        # A role's rows are one run of the bucket's rows (``common.arrow_rows``): a slice.
+        return rows_at(self.table, self.positions(role))
 
     def stream_tuples(self, role: str, layout: WideLayout) -> tuple[list[Row], pa.Table]:
         """``(*join values, position)`` of the role's stream tuples, and their rows."""
         positions = self.positions(role)
-        rows = self.table.take(positions)
+        rows = rows_at(self.table, positions)
         keys = [rows.column(stream_field(c)).to_pylist() for c in layout.stream_keys]
         return list(zip(*keys, positions.to_pylist(), strict=True)), rows
 
