@@ -707,8 +707,9 @@ def timed(result: ModeResult, phase: str) -> Iterator[None]:
 
 
 def apply_overrides(config: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` settings (dotted keys, ``*`` for every list item, YAML values) on top
-    of the shape's config, e.g. ``stages.*.operator.mode=baseline``."""
+    """``KEY=VALUE`` settings (dotted keys, ``*`` for every list item or mapping value, YAML
+    values) on top of the shape's config, e.g. ``stages.*.operator.mode=baseline`` or
+    ``quality.*.in_memory_max_rows=0``."""
     for item in overrides:
         key, _, text = item.partition("=")
         value = yaml.safe_load(text)
@@ -718,7 +719,7 @@ def apply_overrides(config: dict[str, Any], overrides: Sequence[str]) -> dict[st
             nxt: list[Any] = []
             for target in targets:
                 if part == "*":
-                    nxt.extend(target)
+                    nxt.extend(target.values() if isinstance(target, dict) else target)
                 elif isinstance(target, list):
                     nxt.append(target[int(part)])
                 else:

@@ -92,6 +92,7 @@ from warehouse.delta.partition_paths import (
     delta_partition_literal,
     normalised_location,
     partition_values_from_path,
+    uri_suffix_keys,
 )
 from warehouse.delta.schema import (
     arrow_to_spark,
@@ -278,10 +279,13 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         Partition values come from the log, not the paths. Files of one partition (a scan
         partition of SSBJ's copy, an interval of an output) are read with its values as
         literals: no Spark job beyond the scan. Files of more partitions are joined to a
-        broadcast lookup of their values by file path, so the plan stays one scan however
-        many partitions are read (a scan per partition, with literals, was tried: about
-        0.25 s of planning each, more than the broadcast job it saves, measured on the
-        audit's read of the published table)."""
+        broadcast lookup of their values by file, so the plan stays one scan however many
+        partitions are read (a scan per partition, with literals, was tried: about 0.25 s
+        of planning each, more than the broadcast job it saves, measured on the audit's
+        read of the published table). The lookup's key is the shortest tail of the file's
+        URI that tells the files apart (``partition_paths.uri_suffix_keys``), so a row pays
+        a substring, not a decoding of its file's path: a count of 2.2M rows of an SSBJ
+        output over 7 intervals took 7.4 s with the decoding and 1.0 s with the tail."""
         chosen = snapshot.files if files is None else tuple(files)
         columns = snapshot.schema.fieldNames()
         if not chosen:
@@ -304,15 +308,24 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         lookup_schema = StructType(
             [StructField(_FILE_KEY, StringType(), False)] + [snapshot.schema[c] for c in partitions]
         )
+        suffixes = uri_suffix_keys(frame.inputFiles(), [f.path for f in chosen])
+        if suffixes is not None:
+            # A row's key is the tail of its file's URI as Spark writes it: no per-row
+            # decoding (url_decode and a regex over 2.2M rows made a count 8x slower).
+            depth, keys = suffixes
+            row_key = F.substring_index(F.col("_metadata.file_path"), "/", -depth)
+        else:
+            keys = [normalised_location(f.path) for f in chosen]
+            row_key = _decoded_file_location()
         lookup = self._spark.createDataFrame(
             [
-                (normalised_location(f.path), *[f.partition_values.get(c) for c in partitions])
-                for f in chosen
+                (key, *[f.partition_values.get(c) for c in partitions])
+                for key, f in zip(keys, chosen, strict=True)
             ],
             lookup_schema,
         )
         return (
-            frame.withColumn(_FILE_KEY, _decoded_file_location())
+            frame.withColumn(_FILE_KEY, row_key)
             .join(F.broadcast(lookup), _FILE_KEY)
             .select(*columns)
         )

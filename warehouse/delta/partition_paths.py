@@ -9,6 +9,7 @@ is exactly the Delta protocol's partition value encoding.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -53,3 +54,37 @@ def normalised_location(uri_or_path: str) -> str:
     ``file:///a/b``; dropping the scheme and slashes makes the three comparable.
     """
     return "/" + _SCHEME.sub("", uri_or_path).lstrip("/")
+
+
+def uri_suffix_keys(uris: Sequence[str], locations: Sequence[str]) -> tuple[int, list[str]] | None:
+    """Keys that tell Spark's file URIs apart by their last path segments, per location.
+
+    ``uris`` are the files of one read as Spark names them (``DataFrame.inputFiles()``,
+    percent-encoded URIs); ``locations`` the same files as the log gives them. Returns
+    ``(depth, keys)``: ``keys[i]`` is the last ``depth`` ``/``-separated segments of the
+    URI of ``locations[i]``, for the smallest ``depth`` at which the keys are distinct. A
+    row's ``substring_index(_metadata.file_path, '/', -depth)`` is then its file's key:
+    the tail of a URI is encoded the same whichever form (``file:/`` or ``file:///``) its
+    head takes, and a key costs a row no decoding. None when the URIs are not exactly the
+    locations (each matched once, after decoding) or no depth tells them apart.
+    """
+    by_location: dict[str, str] = {}
+    for uri in uris:
+        decoded = normalised_location(unquote(uri))
+        if decoded in by_location:
+            return None
+        by_location[decoded] = uri
+    wanted = [normalised_location(location) for location in locations]
+    if len(set(wanted)) != len(wanted) or set(wanted) != set(by_location):
+        return None
+    if not wanted:
+        return 1, []
+    ordered = [by_location[location].split("/") for location in wanted]
+    # Only segments of the path itself, never the scheme's ("file:", or the empty ones of
+    # "file:///"): a location "/a/b" has two.
+    deepest = min((location.count("/") for location in wanted), default=0)
+    for depth in range(1, deepest + 1):
+        keys = ["/".join(parts[-depth:]) for parts in ordered]
+        if len(set(keys)) == len(keys):
+            return depth, keys
+    return None
