@@ -1,13 +1,15 @@
 """Profile one stage's steps inside the SSBJ scale benchmark (cProfile).
 
-    python -m benchmarks.ssbj_profile --shape 10:partsupp:20000:0:8 [--stage ssbj]
+    python -m benchmarks.ssbj_profile --shape 10:partsupp:20000:0:8 [--stage ssbj meshjoin]
                                       [--from-step 16] [--out var/bench/prof/ssbj.txt]
 
-Runs ``benchmarks.ssbj_scale`` for one shape and profiles the named stage's
+Runs ``benchmarks.ssbj_scale`` for one shape and profiles the named stages'
 ``PipelineRunner.run_stage_step`` calls from ``--from-step`` on (the measured steps by
-default: after the 2 warm-up R-cycles of k steps), every other mode running unprofiled
-beside it; writes the functions by cumulative time (pstats), summed over the profiled
-steps, and the raw statistics as ``<out>.prof`` (``python -m pstats`` reads them).
+default: after the 2 warm-up R-cycles of k steps), each stage with a profiler of its own,
+every other mode running unprofiled beside them; writes, per stage, the functions by
+cumulative time (pstats), summed over the profiled steps, and the raw statistics as
+``.prof`` (``python -m pstats`` reads them). With several stages, each file's name gets
+the stage's (``ssbj.meshjoin.txt``), so two modes' profiles come from the same batches.
 """
 
 from __future__ import annotations
@@ -31,21 +33,23 @@ logger = logging.getLogger("bench")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", required=True, help="SCALE:MASTER:BATCH:Z:K")
-    parser.add_argument("--stage", default="ssbj", choices=list(ssbj_scale.STAGE_MODES))
+    parser.add_argument(
+        "--stage", nargs="+", default=["ssbj"], choices=list(ssbj_scale.STAGE_MODES)
+    )
     parser.add_argument("--from-step", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("var/bench/prof/ssbj.txt"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     shape = ssbj_scale.Shape.parse(args.shape)
     first = 2 * shape.k if args.from_step is None else args.from_step
-    profiler = cProfile.Profile()
+    profilers = {stage: cProfile.Profile() for stage in args.stage}
     original = PipelineRunner.run_stage_step
-    profiled = 0
+    profiled = dict.fromkeys(args.stage, 0)
 
     def run_stage_step(self: PipelineRunner, stage: Any, run_id: str, *rest: Any) -> Any:
-        nonlocal profiled
         # The benchmark's steps are run ids "s<step>"; drains and the idle step are not.
-        if stage.name == args.stage and run_id[1:].isdigit() and int(run_id[1:]) >= first:
-            profiled += 1
+        profiler = profilers.get(stage.name)
+        if profiler is not None and run_id[1:].isdigit() and int(run_id[1:]) >= first:
+            profiled[stage.name] += 1
             profiler.enable()
             try:
                 return original(self, stage, run_id, *rest)
@@ -59,12 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         PipelineRunner.run_stage_step = original  # type: ignore[method-assign]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
-    args.out.write_text(text.getvalue())
-    # The raw statistics beside it, for callers and callees (python -m pstats FILE).
-    profiler.dump_stats(str(args.out.with_suffix(".prof")))
-    logger.info("profiled %d step(s) of %s: %s", profiled, args.stage, args.out)
+    for stage, profiler in profilers.items():
+        out = args.out if len(profilers) == 1 else args.out.with_suffix(f".{stage}.txt")
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+        out.write_text(text.getvalue())
+        # The raw statistics beside it, for callers and callees (python -m pstats FILE).
+        profiler.dump_stats(str(out.with_suffix(".prof")))
+        logger.info("profiled %d step(s) of %s: %s", profiled[stage], stage, out)
     return code
 
 

@@ -7,7 +7,9 @@ count: 0.6-1.3 s together); in the driver the same metrics over a batch already 
 take milliseconds. So a batch is validated in memory when:
 
 - its row count is known (from the Delta log) and at most ``max_rows``, so that collecting
-  it costs bounded memory; and
+  it costs bounded memory (default 1,000,000: a 2.2M-row SSBJ output of 14 columns, one a
+  string, took 0.5 GB as a pandas frame and 1.1 GB of the driver's peak, and was read and
+  validated in 1.8 s where GX on Spark took 6.4 s for one range check); and
 - every expectation is one the in-memory path computes with the same verdict:
   - null, set, range, uniqueness, row-count and column-name checks
     (:data:`IN_MEMORY_EXPECTATIONS`), by GX's pandas engine;

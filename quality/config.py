@@ -19,7 +19,7 @@ class QualityConfig(Strict):
     value_ranges: dict[Identifier, tuple[float | None, float | None]] = Field(default_factory=dict)
     value_sets: dict[Identifier, list[Any]] = Field(default_factory=dict)
     in_memory_max_rows: int = Field(
-        default=200_000,
+        default=1_000_000,
         ge=0,
         description="a batch of at most this many rows whose expectations the driver can "
         "decide (quality.batch_engine) is validated in memory: GX's pandas engine, DuckDB "

@@ -12,18 +12,19 @@ Invariant: the choice is SSBJ only when both hold
 - the master's live files exceed ``ssbj_above_bytes`` (where a scan of the whole master
   costs less than an SSBJ step's bookkeeping), and
 - the master has at least ``ssbj_master_batches`` times the batch's rows (against a
-  master not much larger than the batch, reading 1/k of it saves little);
+  master much smaller than the batch, there is no scan to save);
 
-otherwise the plain join. The config's defaults (0 bytes, 5 batches) follow the measured
-points (BENCHMARKS.md, sections 1 and 3, ``benchmarks.ssbj_scale``). Since an SSBJ step
-runs in the driver on Arrow columns (no Python loop per tuple, no Spark job), its step cost
-less than the plain join's at every shape measured in session 31, from TPC-H SF0.1
-partsupp (80k rows, 0.4 batches of 200k) to SF30 (24M rows). The 5-batch rule stays for
-the whole interval: against SF1 partsupp with 200k-tuple batches (4 batches) an interval
-with SSBJ cost 1.82x the plain job's, 5.9 of its 9.7 s in the audit (an 800k-row output is
-validated on Spark, with SSBJ's conservation views as Spark joins). Below 5 batches the
-rule gives up measured step wins (SF0.1 partsupp with 20k tuples: the SSBJ step 0.15 s,
-the plain join's 0.61 s).
+otherwise the plain join. The config's defaults (0 bytes, 0.25 batches) follow the measured
+points (BENCHMARKS.md, sections 1 and 3, ``benchmarks.ssbj_scale`` and
+``benchmarks.interval_cost``). Since an SSBJ step runs in the driver on Arrow columns (no
+Python loop per tuple, no Spark job), it cost less than the plain join's step at every
+shape measured, from TPC-H SF0.1 partsupp (80k rows, 0.4 batches of 200k) to SF30 (24M
+rows), and since the audit validates batches of up to a million rows in memory
+(``quality.batch_engine``), the whole interval did too: 200k tuples an interval against
+SF1 partsupp (4 batches) cost 0.83x the plain PySpark job with SSBJ. The rule was 5
+batches while that interval's audit validated SSBJ's 300k-800k-row outputs on Spark (1.82x
+the plain job). Below 0.25 batches (no shape measured: the smallest, 0.4, still gave SSBJ
+the cheaper step) the master is joined whole.
 The sizes come from the Delta log (file sizes and ``numRecords`` statistics), so deciding
 runs no Spark job. A master with no record counts in its log is weighed by bytes alone.
 """
@@ -68,12 +69,13 @@ def choose_equi_mode(
         return EquiChoice(
             "baseline",
             f"the master's {sizes.master_rows:,} rows are under ssbj_master_batches "
-            f"({ssbj_master_batches:g}) x the batch's {sizes.batch_rows:,}: reading 1/k of "
-            "it would save little",
+            f"({ssbj_master_batches:g}) x the batch's {sizes.batch_rows:,}: there is little "
+            "scan to save",
         )
     rows = f"{sizes.master_rows:,} rows, " if sizes.master_rows is not None else ""
     return EquiChoice(
         "ssbj",
         f"the master ({rows}{sizes.master_bytes:,} B) is over ssbj_above_bytes "
-        f"({ssbj_above_bytes:,} B) and far larger than the batch ({sizes.batch_rows:,} rows)",
+        f"({ssbj_above_bytes:,} B) and at least ssbj_master_batches ({ssbj_master_batches:g}) "
+        f"x the batch ({sizes.batch_rows:,} rows)",
     )

@@ -1,4 +1,5 @@
-"""``mode: auto``'s rule for equi stages: SSBJ only for a large master far larger than the batch."""
+"""``mode: auto``'s rule for equi stages: SSBJ only for a large master, not much smaller
+than the batch."""
 
 from __future__ import annotations
 
