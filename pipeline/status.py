@@ -46,7 +46,9 @@ def late_tuples(path: str) -> dict[str, Any]:
 
 def ssbj_late_tuples(state: dict[str, Any] | None) -> dict[str, Any]:
     """:func:`late_tuples` of an SSBJ stage, from its controller state (the late rows and
-    returned tuples its last step left, ``joins.ssbj.late``)."""
+    returned tuples its last step left, ``joins.ssbj.late``). The stored object is read as
+    it is, not as a ``ControllerState``: a status report reads a state of any release, and
+    must not refuse one the stage itself would refuse before its next step."""
     waiting = int((state or {}).get("late_waiting", 0))
     if not waiting:
         return {}

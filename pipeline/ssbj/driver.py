@@ -25,6 +25,7 @@ from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import EquiStage, PipelineConfig
 from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj.stage import SsbjStage
+from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.warm import WarmCache
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
@@ -184,8 +185,9 @@ class SsbjDriver:
     def _age_steps(self) -> tuple[int, int]:
         """The step the next pending tuple's age is counted to, and the most steps a tuple
         may wait (one R-cycle of k steps)."""
-        operator_state = self.store.operator_state(self._stage.name) or {}
-        return int(operator_state.get("next_step", 0)), self._stage.operator.partitions
+        stored = self.store.operator_state(self._stage.name)
+        next_step = ControllerState.from_dict(stored).next_step if stored else 0
+        return next_step, self._stage.operator.partitions
 
     def _run(self, run_id: str, drain: bool, steps: int | None = None) -> StageReport:
         stage = self._stage
