@@ -1,7 +1,7 @@
 """``mode: auto`` for equi stages: SSBJ, or the plain join of the batch to the whole master.
 
 SSBJ (seeds/ssbj_semi_stream_balanced_join.txt, Sec. 3) exists for one situation: a master
-far larger than a batch, read in 1/k slices (the MESHJOIN scan) instead of in full each
+too large to scan whole each batch, read in 1/k slices (the MESHJOIN scan) instead of in full each
 batch, with a hot cache that answers skewed join values at once. Its price is per step:
 the pending state H_S and the cache H_R are written and read back, and a tuple may wait up
 to one R-cycle (k steps) for its answer. The plain join pays one scan of the master per
@@ -72,10 +72,17 @@ def choose_equi_mode(
             f"({ssbj_master_batches:g}) x the batch's {sizes.batch_rows:,}: there is little "
             "scan to save",
         )
-    rows = f"{sizes.master_rows:,} rows, " if sizes.master_rows is not None else ""
+    if sizes.master_rows is None:
+        against_batch = "its log has no record counts, so its bytes alone decide"
+        rows = ""
+    else:
+        against_batch = (
+            f"at least ssbj_master_batches ({ssbj_master_batches:g}) x the batch "
+            f"({sizes.batch_rows:,} rows)"
+        )
+        rows = f"{sizes.master_rows:,} rows, "
     return EquiChoice(
         "ssbj",
         f"the master ({rows}{sizes.master_bytes:,} B) is over ssbj_above_bytes "
-        f"({ssbj_above_bytes:,} B) and at least ssbj_master_batches ({ssbj_master_batches:g}) "
-        f"x the batch ({sizes.batch_rows:,} rows)",
+        f"({ssbj_above_bytes:,} B) and {against_batch}",
     )

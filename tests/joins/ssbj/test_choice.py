@@ -17,20 +17,22 @@ def test_a_master_within_the_byte_threshold_is_joined_whole() -> None:
     assert "ssbj_above_bytes" in choice.reason
 
 
-def test_a_large_master_not_far_larger_than_the_batch_is_joined_whole() -> None:
+def test_a_large_master_under_the_batches_rule_is_joined_whole() -> None:
     choice = choose_equi_mode(EquiSizes(9 * GIB, 1_000_000, 200_000), 8 * GIB, 40)
     assert choice.mode == "baseline"
     assert "ssbj_master_batches" in choice.reason
 
 
-def test_a_large_master_far_larger_than_the_batch_gets_ssbj() -> None:
+def test_a_large_master_over_the_batches_rule_gets_ssbj() -> None:
     choice = choose_equi_mode(EquiSizes(9 * GIB, 80_000_000, 20_000), 8 * GIB, 40)
     assert choice.mode == "ssbj"
     assert "80,000,000 rows" in choice.reason
 
 
 def test_without_record_counts_the_bytes_decide() -> None:
-    assert choose_equi_mode(EquiSizes(9 * GIB, None, 10**9), 8 * GIB, 40).mode == "ssbj"
+    choice = choose_equi_mode(EquiSizes(9 * GIB, None, 10**9), 8 * GIB, 40)
+    assert choice.mode == "ssbj"
+    assert "no record counts" in choice.reason and "ssbj_master_batches" not in choice.reason
 
 
 sizes = st.builds(
@@ -47,10 +49,10 @@ def test_ssbj_is_chosen_exactly_when_both_conditions_hold(
 ) -> None:
     choice = choose_equi_mode(given_sizes, above, batches)
     large = given_sizes.master_bytes > above
-    far_larger = given_sizes.master_rows is None or given_sizes.master_rows >= batches * max(
+    enough_rows = given_sizes.master_rows is None or given_sizes.master_rows >= batches * max(
         given_sizes.batch_rows, 1
     )
-    assert (choice.mode == "ssbj") == (large and far_larger)
+    assert (choice.mode == "ssbj") == (large and enough_rows)
 
 
 @given(sizes, st.integers(0, 2**40), st.floats(0.01, 1000), st.integers(0, 2**30))

@@ -18,8 +18,11 @@ SEGMENT = st.text(alphabet="ab1 +:%/=é'", min_size=1, max_size=6)
 
 
 def spark_uri(location: str, authority: bool) -> str:
-    """``location`` as Spark names a file: a percent-encoded URI, ``file:/`` or ``file:///``."""
-    return ("file://" if authority else "file:") + quote(location)
+    """``location`` as Spark names a file: ``file:/`` or ``file:///``, then the path with
+    ``%`` and spaces quoted and ``+``, ``:``, ``=`` and ``'`` raw, as Java's URI does
+    (non-ASCII letters are quoted here; Java leaves them raw, and neither form changes
+    the tail's segments)."""
+    return ("file://" if authority else "file:") + quote(location, safe="/:+='")
 
 
 def hive_dir(value: str) -> str:
@@ -71,8 +74,10 @@ def test_spark_names_awkward_partition_files_so_that_keys_exist(
     locations it was given, for directories with spaces, colons, percent signs and '+'."""
     schema = T.StructType([T.StructField("id", T.LongType())])
     locations = []
-    for index, value in enumerate(["a b", "x:y%20", "a+b", "é"]):
-        folder = tmp_path / f"_interval_start={quote(value)}"
+    # Directory names as they are on disk: raw spaces, colons, '+' and 'é', and a Hive
+    # escape's literal '%'.
+    for index, value in enumerate(["2024-01-01 00%3A00%3A00", "x:y", "a+b c", "é"]):
+        folder = tmp_path / f"_interval_start={value}"
         location = str(folder / "part-0.parquet")
         spark.createDataFrame([(index,)], schema).coalesce(1).write.parquet(str(folder / "w"))
         (next((folder / "w").glob("part-*.parquet"))).rename(location)
