@@ -1,8 +1,8 @@
 """``mode: auto`` for equi stages: SSBJ, or the plain join of the batch to the whole master.
 
 SSBJ (seeds/ssbj_semi_stream_balanced_join.txt, Sec. 3) exists for one situation: a master
-too large to scan whole each batch, read in 1/k slices (the MESHJOIN scan) instead of in full each
-batch, with a hot cache that answers skewed join values at once. Its price is per step:
+too large to scan whole each batch, read in 1/k slices (the MESHJOIN scan), with a hot
+cache that answers skewed join values at once. Its price is per step:
 the pending state H_S and the cache H_R are written and read back, and a tuple may wait up
 to one R-cycle (k steps) for its answer. The plain join pays one scan of the master per
 batch and answers every tuple at once.

@@ -309,15 +309,14 @@ def columnar_result(
     if hits.num_rows:
         assert cache is not None
         per_key = _counts(hits.column(_KEY), key_type)
-        counters = counters.add(
-            key_type, per_key.column(_KEY).combine_chunks(), {HITS: _n(per_key)}
-        )
+        hit_keys = per_key.column(_KEY).combine_chunks()
+        counters = counters.add(key_type, hit_keys, {HITS: _n(per_key)})
         # The entries of the values hit, with rows: copying all of H_R to drop its empty
         # entries cost 75 ms a step at SF30.
         rows = cache.filter(
             pc.and_(
                 pc.invert(pc.fill_null(cache.column(EMPTY), False)),
-                _in(cache.column(_KEY), per_key.column(_KEY).combine_chunks()),
+                _in(cache.column(_KEY), hit_keys),
             )
         )
         matched = _join(hits, rows, layout, on_version=False)

@@ -82,7 +82,7 @@ def uri_suffix_keys(uris: Sequence[str], locations: Sequence[str]) -> tuple[int,
     ordered = [by_location[location].split("/") for location in wanted]
     # Only segments of the path itself, never the scheme's ("file:", or the empty ones of
     # "file:///"): a location "/a/b" has two.
-    deepest = min((location.count("/") for location in wanted), default=0)
+    deepest = min(location.count("/") for location in wanted)
     for depth in range(1, deepest + 1):
         keys = ["/".join(parts[-depth:]) for parts in ordered]
         if len(set(keys)) == len(keys):
