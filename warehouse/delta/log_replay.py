@@ -63,16 +63,22 @@ def replay(
     schema: StructType,
     partitions: Sequence[str],
     physical: Mapping[str, str],
+    *,
+    by_location: bool = False,
 ) -> dict[str, DataFile] | None:
     """``live`` (the earlier version's files by their log path) with ``commits`` (the JSON
     text of each later commit file, in version order) applied; None if a commit holds
-    anything this module does not model (see the module docstring)."""
+    anything this module does not model (see the module docstring).
+
+    With ``by_location``, ``live`` and the answer are keyed by each file's location
+    (``DataFile.path``) instead: for an engine whose snapshots do not keep the log's
+    path text."""
     files = dict(live)
     try:
         for text in commits:
             for line in text.splitlines():
                 if line.strip():
-                    _apply(root, files, json.loads(line), schema, partitions, physical)
+                    _apply(root, files, json.loads(line), schema, partitions, physical, by_location)
     except _UnmodelledError:
         return None
     return files
@@ -85,6 +91,7 @@ def _apply(
     schema: StructType,
     partitions: Sequence[str],
     physical: Mapping[str, str],
+    by_location: bool,
 ) -> None:
     if len(action) != 1:
         raise _UnmodelledError(f"an action with {len(action)} keys")
@@ -93,7 +100,8 @@ def _apply(
         return
     if kind not in ("add", "remove") or body.get("deletionVector"):
         raise _UnmodelledError(kind)
-    path = str(body["path"])
+    log_path = str(body["path"])
+    path = data_file_location(root, log_path) if by_location else log_path
     if kind == "remove":
         if path not in files:
             raise _UnmodelledError(f"remove of {path}, which is not live")
@@ -105,7 +113,7 @@ def _apply(
     records = document.get("numRecords")
     low, high = document.get("minValues") or {}, document.get("maxValues") or {}
     files[path] = DataFile(
-        path=data_file_location(root, path),
+        path=data_file_location(root, log_path),
         size_bytes=int(body["size"]),
         num_records=int(records) if records is not None else None,
         partition_values={
