@@ -319,6 +319,13 @@ class DeltaEngine(Protocol):
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
+    def commit_infos(
+        self, path: str, after_version: int, to_version: int
+    ) -> list[tuple[int, Mapping[str, Any]]]:
+        """Each version of ``(after_version, to_version]`` with its commit information as
+        :meth:`history` gives an entry (``commit_metadata`` keys included), oldest first."""
+        ...
+
     def changes(self, path: str, after_version: int, to_version: int) -> DataFrame:
         """Every row change of the commits ``(after_version, to_version]``.
 
@@ -509,9 +516,25 @@ def _backfill_versions(
     """The versions in (after, to] that backfills committed."""
     if to_version <= after_version:
         return []
-    latest = engine.snapshot(path).version
     return [
-        int(h["version"])
-        for h in engine.history(path, limit=latest - after_version)
-        if h.get(OPERATION_KEY) == BACKFILL and after_version < int(h["version"]) <= to_version
+        version
+        for version, info in engine.commit_infos(path, after_version, to_version)
+        if info.get(OPERATION_KEY) == BACKFILL
     ]
+
+
+def history_in_range(
+    engine: DeltaEngine, path: str, after_version: int, to_version: int
+) -> list[tuple[int, Mapping[str, Any]]]:
+    """:meth:`DeltaEngine.commit_infos` from the history: every commit from the latest
+    back to ``after_version`` is read, so an engine that can read a version's commit
+    information alone does that instead."""
+    if to_version <= after_version:
+        return []
+    latest = engine.snapshot(path).version
+    entries = [
+        (int(h["version"]), h)
+        for h in engine.history(path, limit=latest - after_version)
+        if after_version < int(h["version"]) <= to_version
+    ]
+    return sorted(entries, key=lambda entry: entry[0])

@@ -76,8 +76,10 @@ from warehouse.delta.api import (
     PartitionFilter,
     Snapshot,
     describe_filters,
+    history_in_range,
     total_records,
 )
+from warehouse.delta.commit_file import CommitFile
 from warehouse.delta.commit_protocol import (
     COMMIT_ID_KEY,
     already_recorded,
@@ -87,7 +89,7 @@ from warehouse.delta.commit_protocol import (
 from warehouse.delta.engine_base import EngineBase, FileActions, RangeEnd
 from warehouse.delta.features import require_readable
 from warehouse.delta.file_stats import column_bounds, delta_stats_json
-from warehouse.delta.log_replay import replay
+from warehouse.delta.log_replay import replay_actions
 from warehouse.delta.partition_paths import (
     HIVE_NULL,
     delta_partition_literal,
@@ -114,6 +116,8 @@ _FILE_KEY = "__source_file"
 _SNAPSHOTS_KEPT = 256
 # The most commits a snapshot is replayed over from an earlier one (beyond, it is listed).
 _REPLAYED_COMMITS = 64
+# Parsed commit files an engine keeps (a few KB each).
+_COMMITS_KEPT = 4096
 # Keys delta-rs generates or constrains in commitInfo; caller metadata must not shadow them.
 _RESERVED_COMMIT_INFO_KEYS = frozenset(
     {
@@ -161,6 +165,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         # a table replays its log from the last checkpoint (about 10 ms at SF30, several
         # times a step). A handle that commits moves past its key, so it is opened again.
         self._handles: VersionCache[DeltaTable] = VersionCache(_SNAPSHOTS_KEPT)
+        # Commit files by (root, version), parsed once: admission reads the row counts of
+        # the next 256 input versions every step, and a range's reads ask each version's
+        # actions, data-change flags and commitInfo again.
+        self._commits: VersionCache[CommitFile] = VersionCache(_COMMITS_KEPT)
 
     # ------------------------------------------------------------------ table handles
 
@@ -194,7 +202,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         return table
 
     def exists(self, path: str) -> bool:
-        return DeltaTable.is_deltatable(table_root(path))
+        """A table of which this engine holds a version whose commit file is still that
+        file exists (a stat); otherwise delta-rs looks (2 ms, several times a step)."""
+        root = table_root(path)
+        return self._snapshots.holds(root) or DeltaTable.is_deltatable(root)
 
     def _definition(self, root: str) -> Snapshot:
         """The latest version's schema, partitioning and properties, without listing its
@@ -264,13 +275,13 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         base_version, snapshot = base
         for between in range(base_version + 1, version + 1):
             try:
-                text = self._commit_text(root, between)
-            except OSError:
+                commit = self._commit(root, between)
+            except (OSError, ValueError):
                 return None
-            files = replay(
+            files = replay_actions(
                 root,
                 {f.path: f for f in snapshot.files},
-                [text],
+                [commit.actions],
                 snapshot.schema,
                 snapshot.partition_columns,
                 {},  # no column mapping: require_readable refuses it
@@ -417,7 +428,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         root = table_root(path)
         try:
             return [
-                (version, _rows_in_commit(self._commit_lines(root, version)))
+                (version, self._commit(root, version).rows_added)
                 for version in range(after_version + 1, to_version + 1)
             ]
         except FileNotFoundError:
@@ -429,15 +440,35 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 for version, adds, _ in self._file_actions(root, after_version, to_version)
             ]
 
+    def commit_infos(
+        self, path: str, after_version: int, to_version: int
+    ) -> list[tuple[int, Mapping[str, Any]]]:
+        """From each version's commit file (parsed once per version); a commit file log
+        retention removed falls back to the history."""
+        root = table_root(path)
+        try:
+            return [
+                (version, self._commit(root, version).info)
+                for version in range(after_version + 1, to_version + 1)
+            ]
+        except FileNotFoundError:
+            return history_in_range(self, root, after_version, to_version)
+
+    def _commit(self, root: str, version: int) -> CommitFile:
+        """``version``'s commit file, parsed; OSError when it is not there, ValueError
+        when a line is not JSON."""
+        known = self._commits.get(root, version)
+        if known is not None:
+            return known
+        commit = CommitFile.parse(version, "\n".join(self._commit_lines(root, version)))
+        self._commits.put(root, version, commit)
+        return commit
+
     @staticmethod
-    def _commit_text(root: str, version: int) -> str:
+    def _commit_lines(root: str, version: int) -> list[str]:
         filesystem, base = _filesystem_of(commit_file_location(root, version))
         with filesystem.open_input_stream(base) as handle:
-            return str(handle.read().decode("utf-8"))
-
-    @classmethod
-    def _commit_lines(cls, root: str, version: int) -> list[str]:
-        return cls._commit_text(root, version).splitlines()
+            return handle.read().decode("utf-8").splitlines()
 
     def _file_actions(
         self, root: str, after_version: int, to_version: int
@@ -471,7 +502,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def _no_data_change(self, root: str, version: int) -> frozenset[str]:
         """The file locations one commit adds or removes with ``dataChange=false``."""
         try:
-            lines = self._commit_lines(root, version)
+            quiet = self._commit(root, version).quiet_paths
         except FileNotFoundError:
             logger.warning(
                 "%s: the commit file of version %d is gone (log retention); its adds and "
@@ -480,15 +511,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 version,
             )
             return frozenset()
-        quiet = set()
-        for line in lines:
-            if not line.strip():
-                continue
-            entry = json.loads(line)
-            action = entry.get("add") or entry.get("remove")
-            if action and action.get("dataChange") is False:
-                quiet.add(data_file_location(root, action["path"]))
-        return frozenset(quiet)
+        return frozenset(data_file_location(root, path) for path in quiet)
 
     # ------------------------------------------------------------------ writes
 
@@ -1471,15 +1494,3 @@ def _delta_filters(where: Sequence[PartitionFilter]) -> list[tuple[str, str, Any
 
 def _partition_key(file: DataFile) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(file.partition_values.items()))
-
-
-def _rows_in_commit(lines: Sequence[str]) -> int:
-    """Rows of the data files one commit added (``add`` actions with ``dataChange``)."""
-    rows = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        add = json.loads(line).get("add")
-        if add and add.get("dataChange", True) and add.get("stats"):
-            rows += int(json.loads(add["stats"]).get("numRecords", 0))
-    return rows

@@ -73,12 +73,26 @@ def replay(
     With ``by_location``, ``live`` and the answer are keyed by each file's location
     (``DataFile.path``) instead: for an engine whose snapshots do not keep the log's
     path text."""
+    parsed = [[json.loads(line) for line in text.splitlines() if line.strip()] for text in commits]
+    return replay_actions(root, live, parsed, schema, partitions, physical, by_location=by_location)
+
+
+def replay_actions(
+    root: str,
+    live: Mapping[str, DataFile],
+    commits: Sequence[Sequence[Mapping[str, Any]]],
+    schema: StructType,
+    partitions: Sequence[str],
+    physical: Mapping[str, str],
+    *,
+    by_location: bool = False,
+) -> dict[str, DataFile] | None:
+    """:func:`replay` of commits already parsed (each a sequence of actions)."""
     files = dict(live)
     try:
-        for text in commits:
-            for line in text.splitlines():
-                if line.strip():
-                    _apply(root, files, json.loads(line), schema, partitions, physical, by_location)
+        for actions in commits:
+            for action in actions:
+                _apply(root, files, action, schema, partitions, physical, by_location)
     except _UnmodelledError:
         return None
     return files

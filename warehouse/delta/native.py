@@ -79,6 +79,7 @@ from warehouse.delta.api import (
     PartitionFilter,
     Snapshot,
     describe_filters,
+    history_in_range,
 )
 from warehouse.delta.commit_protocol import COMMIT_ID_KEY, outcome_after_error, tagged_metadata
 from warehouse.delta.engine_base import EngineBase, FileActions, RangeEnd
@@ -463,6 +464,11 @@ class NativeDeltaEngine(EngineBase[Any]):
                 entry.setdefault(key, value)
             entries.append(entry)
         return entries
+
+    def commit_infos(
+        self, path: str, after_version: int, to_version: int
+    ) -> list[tuple[int, Mapping[str, Any]]]:
+        return history_in_range(self, path, after_version, to_version)
 
     def transaction_version(self, path: str, app_id: str) -> int | None:
         return self._recorded(self._jsnapshot(table_root(path)), app_id)

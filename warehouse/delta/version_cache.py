@@ -69,6 +69,13 @@ class VersionCache(Generic[Value]):
         for key in [key for key in self._entries if key[0] == root]:
             del self._entries[key]
 
+    def holds(self, root: str) -> bool:
+        """Whether some entry of ``root`` is still valid (its commit file is still the file
+        it was built from): the table exists."""
+        return any(
+            self.get(r, v) is not None for r, v in [key for key in self._entries if key[0] == root]
+        )
+
     def latest(self, root: str) -> Value | None:
         """The entry of ``root``'s newest version when that is still the table's latest
         (the next version's commit file does not exist; a local path only), else None."""

@@ -741,6 +741,15 @@ def test_commit_info_carries_a_commit_id_and_the_commit_metadata(
     assert latest[COMMIT_ID_KEY] and first[COMMIT_ID_KEY]
     assert latest[COMMIT_ID_KEY] != first[COMMIT_ID_KEY]
     assert isinstance(latest["timestamp"], int) and latest["timestamp"] >= first["timestamp"]
+    # A range's commit information is the history's entries of those versions, oldest first.
+    infos = engine.commit_infos(path, 0, 2)
+    assert [v for v, _ in infos] == [1, 2]
+    assert [(i[COMMIT_ID_KEY], i["runId"]) for _, i in infos] == [
+        (first[COMMIT_ID_KEY], "run-42"),
+        (latest[COMMIT_ID_KEY], "run-42"),
+    ]
+    assert [v for v, _ in engine.commit_infos(path, 1, 2)] == [2]
+    assert engine.commit_infos(path, 2, 2) == []
 
     engine.commit_metadata = {COMMIT_ID_KEY: "mine"}
     with pytest.raises(ConfigError, match=re.escape(COMMIT_ID_KEY)):

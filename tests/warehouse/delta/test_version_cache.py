@@ -57,3 +57,17 @@ def test_dropping_a_table_forgets_its_entries_only(tmp_path: Path) -> None:
     cache.drop_table(str(a))
     assert cache.get(str(a), 0) is None and cache.get(str(a), 1) is None
     assert cache.latest(str(b)) == "b0"
+
+
+def test_a_table_is_held_while_one_of_its_entries_is_still_valid(tmp_path: Path) -> None:
+    root, other = tmp_path / "t", tmp_path / "u"
+    commit(root, 1)
+    commit(other, 1)
+    cache: VersionCache[str] = VersionCache(4)
+    assert not cache.holds(str(root))
+    cache.put(str(root), 0, "v0")
+    assert cache.holds(str(root)) and not cache.holds(str(other))
+    commit(root, 2)
+    assert cache.holds(str(root))  # an older version is still that version
+    shutil.rmtree(root)
+    assert not cache.holds(str(root))  # its commit file is gone
