@@ -17,7 +17,11 @@ SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate 
 two operators over the same backlog; the first R-cycles (3, `--memory-warmup-cycles`) are warm-up. With
 ``--mesh-multiples``, MESHJOIN also runs at those multiples of M: the paper's second
 headline, the state MESHJOIN needs for SSBJ's service rate, is interpolated between the two
-multiples whose rates bracket SSBJ's (:func:`state_at_equal_rate`).
+multiples whose rates bracket SSBJ's (:func:`state_at_equal_rate`). Beside it, the least
+state any SSBJ can hold at SSBJ's measured tuples per step (Theorem 1 with the stream's
+exact probabilities, ``joins.ssbj.cache.least_state``) and MESHJOIN's state at the same
+rate over it: while both operators' steps cost the same for the same tuples per step, that
+is the most the state ratio at equal service rate can be at this M.
 
 ``--experiment anatomy`` counts, per step of each mode, the Spark jobs (a job group per
 step, read from the status tracker) and the Delta commits (versions added to the output and
@@ -65,6 +69,8 @@ from pyspark.sql import DataFrame
 
 from demo.data import ZipfSampler, _plain, generate_tpch
 from joins.ssbj.cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.cache.least_state import StateBound, least_state
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
@@ -459,8 +465,32 @@ def run_memory_case(  # type: ignore[no-untyped-def]
             "bytes_read": statistics.mean(s.get("master_bytes_read", 0) for s in measured),
             "bytes_read_max": max(s.get("master_bytes_read", 0) for s in measured),
         }
+    result["bound"] = _least_state_at_ssbj_rate(result, metrics["ssbj"], sampler, table, spec.key)
     case.store.dispose()
     return result
+
+
+def _least_state_at_ssbj_rate(  # type: ignore[no-untyped-def]
+    result: dict, ssbj_steps: dict[int, dict[str, float]], sampler, table: pa.Table, key: str
+) -> StateBound | None:
+    """Theorem 1's least SSBJ state (``joins.ssbj.cache.least_state``) at the tuples per
+    step SSBJ ran at, with the sampler's exact stream probabilities, the master's rows per
+    value and the stage's own tuple sizes (those its state bytes are counted in)."""
+    steps = list(ssbj_steps.values())
+    v_s = [s["pending_bytes"] / s["pending_rows"] for s in steps if s.get("pending_rows")]
+    v_r = [s["cache_bytes"] / s["cache_rows"] for s in steps if s.get("cache_rows")]
+    if not (v_s and v_r and result["ssbj"]["tuples_per_step"]):
+        return None
+    values, counts = np.unique(table.column(key).to_numpy(), return_counts=True)
+    rows_of = dict(zip(values.tolist(), counts.tolist(), strict=True))
+    k = result["k"]
+    return least_state(
+        sampler.probabilities.tolist(),
+        [rows_of[v] for v in sampler.ranked_keys.tolist()],
+        k * result["ssbj"]["tuples_per_step"],
+        result["rows"] / k,
+        TupleSizes(stream_bytes=v_s[-1], master_bytes=v_r[-1]),
+    )
 
 
 def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
@@ -522,14 +552,16 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
         "",
         "| master | z | share | service rate SSBJ / MESHJOIN at equal M | tuples/step SSBJ / MESHJOIN "
         "| step time MESHJOIN / SSBJ | bound 1 / (1 - SSBJ cache share) "
-        "| state MESHJOIN / SSBJ at equal service rate (mean bytes) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| state MESHJOIN / SSBJ at equal service rate (mean bytes) "
+        "| least SSBJ state at its rate (Theorem 1) / measured "
+        "| bound: MESHJOIN / least SSBJ state at that rate (its cache share) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ssbj, mesh = r["ssbj"], r["meshjoin"]
         if not (ssbj["rate"] and mesh["rate"]):
             void = "void: a mode had no input in the measured steps (raise --backlog)"
-            lines.append(f"| {r['master']} | {r['z']:g} | {r['share']:g} | {void} | | | | |")
+            lines.append(f"| {r['master']} | {r['z']:g} | {r['share']:g} | {void} | | | | | | |")
             continue
         ratio, how = state_at_equal_rate(r)
         equal_rate = f"{ratio:.2f}x ({how})" if ratio is not None else how
@@ -537,9 +569,19 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
             f"| {r['master']} | {r['z']:g} | {r['share']:g} | {ssbj['rate'] / mesh['rate']:.2f}x | "
             f"{ssbj['tuples_per_step'] / mesh['tuples_per_step']:.2f}x | "
             f"{mesh['seconds'] / ssbj['seconds']:.2f}x | "
-            f"{1 / max(1e-9, 1 - ssbj['cache_share']):.2f}x | {equal_rate} |"
+            f"{1 / max(1e-9, 1 - ssbj['cache_share']):.2f}x | {equal_rate} | "
+            f"{_bound_cells(r.get('bound'), ssbj['state_mean'])} |"
         )
     return "\n".join(lines)
+
+
+def _bound_cells(bound: StateBound | None, measured: float) -> str:
+    if bound is None:
+        return "n/a (no pending or cached rows measured) | n/a"
+    return (
+        f"{bound.ssbj_bytes / max(1.0, measured):.2f} | "
+        f"{bound.ratio:.2f}x ({bound.cache_share:.0%})"
+    )
 
 
 def _table_versions(root: Path) -> int:

@@ -149,6 +149,15 @@ class ZipfSampler:
         weights = 1.0 / np.arange(1, len(domain) + 1, dtype=float) ** max(z, 0.0)
         self._p = weights / weights.sum()
 
+    @property
+    def ranked_keys(self) -> np.ndarray:
+        """The domain in rank order: ``ranked_keys[r]`` is drawn with ``probabilities[r]``."""
+        return self._domain
+
+    @property
+    def probabilities(self) -> np.ndarray:
+        return self._p
+
     def draw(self, size: int) -> np.ndarray:
         return self._domain[self._rng.choice(len(self._domain), size=size, p=self._p)]
 

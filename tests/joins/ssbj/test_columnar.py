@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -17,13 +17,20 @@ from hypothesis import strategies as st
 
 from joins.ssbj.algorithm import run_step
 from joins.ssbj.buckets import (
+    ADDED,
+    CACHE,
+    CACHE_CHANGE,
+    CHANGE,
     NEW,
     PARTITION,
+    REMOVED,
     ROLE,
     STATE_ROLES,
+    SWITCH_CHANGE,
     VERSION,
     BucketDeltas,
     WideLayout,
+    _delta,
     _partition_rows,
     _Roles,
     bucket_step,
@@ -36,6 +43,7 @@ from joins.ssbj.columnar import ColumnarLayout, columnar_result
 from tests.joins.ssbj.test_algorithm import (
     MASTER,
     STREAM,
+    changes,
     plan_for,
     role_rows,
     wide_schema,
@@ -47,6 +55,136 @@ LAYOUT = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
 def rows_of(table: pa.Table) -> Counter[tuple[Any, ...]]:
     return Counter(
         tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in table.to_pylist()
+    )
+
+
+@dataclass
+class Compared:
+    """What one run compared: steps in all, and steps whose master partition was read at
+    more than one version while H_R held rows (tuples pinned to a version the cache has
+    moved past)."""
+
+    steps: int = 0
+    multi_version_with_cache: int = 0
+
+
+def run_against_reference(
+    seed: int,
+    k: int,
+    period: int,
+    use_cache: bool,
+    left: bool,
+    estimator: str,
+    steps: int,
+    strings: bool,
+    factor: float,
+    sizes: tuple[float, float],
+    tracked: tuple[int, ...] | None,
+) -> Compared:
+    """Steps of one bucket; each step without master changes to apply runs the columnar
+    step and the reference model on the same table and compares them. A step that must
+    bring H_R or s_B to a newer master version runs the reference model alone, as the
+    pipeline does (``pipeline.ssbj.step_pass.runs_in_driver``), and the steps after it go
+    on comparing with H_R at the new version and older tuples pinned to the old one."""
+    rng = random.Random(seed)
+    key_type = pa.string() if strings else pa.int64()
+
+    def key(value: int) -> Any:
+        return f"k{value}" if strings else value
+
+    # Keys 1-6 with 0, 1 or 2 master rows; a second master version changes some prices
+    # and drops key 4's rows.
+    master = [(key(v), s, float(s)) for v in range(1, 7) for s in range(v % 3)]
+    versions = [
+        master,
+        [(m, s, p + 1.0 if s == 0 else p) for m, s, p in master if m != key(4)],
+    ]
+    stored = wide_schema(key_type).empty_table()
+    control: dict[str, Any] = {"cache_version": None, "switch_version": None}
+    compared = Compared()
+    tracked_keys = None if tracked is None else frozenset((key(v),) for v in tracked)
+    for step in range(steps):
+        version = 1 if step >= steps // 2 else 0
+        values = [
+            rng.choice([1, 1, 1, 2, 2, 3, 4, 5, 6, 7, None]) for _ in range(rng.randint(0, 8))
+        ]
+        new = [(step * 10 + i, None if v is None else key(v)) for i, v in enumerate(values)]
+        state = _pending_versions(stored)
+        plan, reads = plan_for(
+            step, k, period, version, use_cache, left, estimator, state, control, bool(new)
+        )
+        partitions = [
+            dict(zip(MASTER, m, strict=True)) | {VERSION: v}
+            for v in reads.partition_versions
+            for m in versions[v]
+            if (int(str(m[0]).lstrip("k")) * 31 + m[1]) % k == step % k
+        ]
+        table = pa.concat_tables(
+            [
+                stored,
+                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new], key_type),
+                role_rows(PARTITION, partitions, key_type),
+                _change_rows(CACHE_CHANGE, versions, reads.cache_from, version, key_type),
+                _change_rows(SWITCH_CHANGE, versions, reads.switch_from, version, key_type),
+            ]
+        )
+        arrow_plan = replace(
+            plan,
+            stream_key=LAYOUT.stream_key_positions,
+            switch_factor=factor,
+            sizes=TupleSizes(*sizes),
+        )
+        deltas = BucketDeltas(
+            cache=None if reads.cache_from is None else "changes",
+            switch=None if reads.switch_from is None else "changes",
+        )
+        if tracked_keys is None:
+            reference = bucket_step(table, LAYOUT, arrow_plan, deltas, columnar=False)
+        else:
+            reference = reference_step(table, arrow_plan, tracked_keys, deltas)
+        if deltas == BucketDeltas():
+            shape = ColumnarLayout.of(
+                LAYOUT.stream_columns, LAYOUT.master_columns, LAYOUT.stream_keys, LAYOUT.master_keys
+            )
+            assert shape is not None
+            values_tracked = (
+                None if tracked is None else pa.array([key(v) for v in tracked], key_type)
+            )
+            columnar = columnar_result(table, shape, arrow_plan, table.schema, values_tracked)
+            assert columnar is not None
+            if tracked is None:
+                fast = bucket_step(table, LAYOUT, arrow_plan, deltas)
+                assert rows_of(fast) == rows_of(reference)
+            assert rows_of(columnar) == rows_of(reference), f"step {step}"
+            compared.steps += 1
+            cached = pc.sum(pc.equal(stored.column(ROLE), CACHE)).as_py() or 0
+            if len(reads.partition_versions) > 1 and cached:
+                compared.multi_version_with_cache += 1
+        stored = reference.filter(pc.is_in(reference.column(ROLE), pa.array(list(STATE_ROLES))))
+        control = {
+            "cache_version": version if use_cache else None,
+            "switch_version": reads.next_switch_version(control["switch_version"], version),
+        }
+    return compared
+
+
+def _change_rows(
+    role: str,
+    versions: list[list[tuple[Any, ...]]],
+    since: int | None,
+    version: int,
+    key_type: pa.DataType,
+) -> pa.Table:
+    """The master rows that changed from ``since`` to ``version``, as ``role`` rows."""
+    if since is None:
+        return role_rows(role, [], key_type)
+    delta = changes(versions[since], versions[version])
+    master = lambda r: dict(zip(MASTER, r, strict=True))  # noqa: E731
+    return role_rows(
+        role,
+        [master(r) | {CHANGE: REMOVED} for r in delta.removed]
+        + [master(r) | {CHANGE: ADDED} for r in delta.added],
+        key_type,
     )
 
 
@@ -77,87 +215,52 @@ def test_the_columnar_step_equals_the_reference_model(
     sizes: tuple[float, float],
     tracked: tuple[int, ...] | None,
 ) -> None:
-    rng = random.Random(seed)
-    key_type = pa.string() if strings else pa.int64()
-
-    def key(value: int) -> Any:
-        return f"k{value}" if strings else value
-
-    # Keys 1-6 with 0, 1 or 2 master rows; a second master version changes some prices.
-    master = [(key(v), s, float(s)) for v in range(1, 7) for s in range(v % 3)]
-    versions = [master, [(m, s, p + 1.0 if s == 0 else p) for m, s, p in master]]
-    stored = wide_schema(key_type).empty_table()
-    control: dict[str, Any] = {"cache_version": None, "switch_version": None}
-    pinned: set[int] = set()
-    compared = 0
-    for step in range(steps):
-        # The master changes only while nothing is cached (the columnar step does not
-        # apply master changes: with them the reference model runs, as here).
-        version = 1 if step >= steps // 2 and control["cache_version"] is None else 0
-        version = max(version, control["cache_version"] or 0)
-        values = [
-            rng.choice([1, 1, 1, 2, 2, 3, 4, 5, 6, 7, None]) for _ in range(rng.randint(0, 8))
-        ]
-        new = [(step * 10 + i, None if v is None else key(v)) for i, v in enumerate(values)]
-        state = _pending_versions(stored)
-        plan, reads = plan_for(
-            step, k, period, version, use_cache, left, estimator, state, control, bool(new)
-        )
-        partitions = [
-            dict(zip(MASTER, m, strict=True)) | {VERSION: v}
-            for v in reads.partition_versions
-            for m in versions[v]
-            if (int(str(m[0]).lstrip("k")) * 31 + m[1]) % k == step % k
-        ]
-        table = pa.concat_tables(
-            [
-                stored,
-                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new], key_type),
-                role_rows(PARTITION, partitions, key_type),
-            ]
-        )
-        arrow_plan = replace(
-            plan,
-            stream_key=LAYOUT.stream_key_positions,
-            switch_factor=factor,
-            sizes=TupleSizes(*sizes),
-        )
-        if reads.cache_from is not None:
-            break  # a master change to apply: outside the columnar step's scope
-        shape = ColumnarLayout.of(
-            LAYOUT.stream_columns, LAYOUT.master_columns, LAYOUT.stream_keys, LAYOUT.master_keys
-        )
-        assert shape is not None
-        values = None if tracked is None else pa.array([key(v) for v in tracked], key_type)
-        columnar = columnar_result(table, shape, arrow_plan, table.schema, values)
-        assert columnar is not None
-        if tracked is None:
-            reference = bucket_step(table, LAYOUT, arrow_plan, BucketDeltas(), columnar=False)
-            fast = bucket_step(table, LAYOUT, arrow_plan, BucketDeltas())
-            assert rows_of(fast) == rows_of(reference)
-        else:
-            reference = reference_step(table, arrow_plan, frozenset((key(v),) for v in tracked))
-        assert rows_of(columnar) == rows_of(reference), f"step {step}"
-        compared += 1
-        stored = reference.filter(pc.is_in(reference.column(ROLE), pa.array(list(STATE_ROLES))))
-        pinned |= {v for v in stored.column("_pinned_version").to_pylist() if v is not None}
-        control = {
-            "cache_version": version if use_cache else None,
-            "switch_version": reads.next_switch_version(control["switch_version"], version),
-        }
-    assert compared >= 1
+    compared = run_against_reference(
+        seed, k, period, use_cache, left, estimator, steps, strings, factor, sizes, tracked
+    )
+    assert compared.steps >= 1
 
 
-def reference_step(table: pa.Table, plan: Any, tracked: frozenset[tuple[Any, ...]]) -> pa.Table:
+def test_steps_after_a_cache_refresh_compare_partitions_read_at_two_versions() -> None:
+    """The case the random runs may miss: H_R moved to the new master version while older
+    tuples still wait pinned to the old one, so the partition is read at both versions
+    and the incrementing phase must count each tuple against its own version's rows."""
+    found = Compared()
+    for seed in range(12):
+        for k in (2, 3):
+            # Eviction every second cycle (period 2) lets H_R keep rows across a phase-out.
+            one = run_against_reference(
+                seed, k, 2, True, seed % 2 == 0, "paper", 16, seed % 3 == 0, 1.0, (40.0, 24.0), None
+            )
+            found.steps += one.steps
+            found.multi_version_with_cache += one.multi_version_with_cache
+    assert found.multi_version_with_cache >= 3, found
+
+
+def reference_step(
+    table: pa.Table,
+    plan: Any,
+    tracked: frozenset[tuple[Any, ...]],
+    deltas: BucketDeltas | None = None,
+) -> pa.Table:
     """The reference model's step with only ``tracked`` values instrumented (what
     ``bucket_step`` runs for a table whose rows carry key hashes)."""
+    deltas = deltas or BucketDeltas()
     roles = _Roles(table)
     state = decode_state(roles, LAYOUT, plan)
     new, _ = roles.stream_tuples(NEW, LAYOUT)
     wanted = {t.key for t in state.pending} | {plan.stream_key_of(row) for row in new}
     wanted |= set(state.switch_buffer)
     parts = _partition_rows(roles, LAYOUT, wanted)
-    result = run_step(plan, state, new, parts, tracked=tracked)
+    result = run_step(
+        plan,
+        state,
+        new,
+        parts,
+        _delta(roles, CACHE_CHANGE, deltas.cache, LAYOUT),
+        _delta(roles, SWITCH_CHANGE, deltas.switch, LAYOUT),
+        tracked=tracked,
+    )
     return encode_result(result, LAYOUT, plan, table, table.schema)
 
 
