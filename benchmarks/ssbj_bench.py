@@ -487,7 +487,8 @@ def _least_state_at_ssbj_rate(  # type: ignore[no-untyped-def]
     return least_state(
         sampler.probabilities.tolist(),
         [rows_of[v] for v in sampler.ranked_keys.tolist()],
-        k * result["ssbj"]["tuples_per_step"],
+        # H_S as the stage counts it, after the step's expiry: k - 1 chunks.
+        (k - 1) * result["ssbj"]["tuples_per_step"],
         result["rows"] / k,
         TupleSizes(stream_bytes=v_s[-1], master_bytes=v_r[-1]),
     )

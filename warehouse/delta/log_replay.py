@@ -145,8 +145,10 @@ def _apply(
 
 
 def _partition_value(text: str | None, data_type: DataType) -> Any:
-    """A partition value as the full build types it (Spark's cast of the log's text)."""
-    if text is None:
+    """A partition value as the full build types it (Spark's cast of the log's text). An
+    empty string is null, of any type: delta-rs and delta-spark both read it so (a Hive
+    partition directory cannot hold an empty value)."""
+    if text is None or text == "":
         return None
     if isinstance(data_type, StringType):
         return text

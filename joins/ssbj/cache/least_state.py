@@ -1,7 +1,9 @@
 """The least state any SSBJ can hold at a given stream rate, and MESHJOIN's at the same rate.
 
-Over one R-cycle of k steps that each admit w stream tuples, a join value j with stream
-probability p_j is expected in n_j = k·w·p_j tuples. Processed in the disk phase it holds
+H_S holds the stream tuples of the last chunks: k chunks of w tuples over an R-cycle in the
+paper, k - 1 after a step's expiry (where the pipeline counts the state, Eq. 1 in
+``pipeline.ssbj.commit``). Call that number of tuples N. A join value j with stream
+probability p_j is expected in n_j = N·p_j of them. Processed in the disk phase it holds
 n_j·v_S bytes of H_S; processed in the cache it holds its m_j master rows, m_j·v_R bytes of
 H_R (the two sides of Theorem 2, the cache inequality). Theorem 1 (minimal memory): placing
 every value where it takes less memory minimises the total, so with Eq. 1's disk buffer of
@@ -10,9 +12,9 @@ b master rows,
     S_SSBJ* = b·v_R + sum_j min(m_j·v_R, n_j·v_S)
 
 is the least state of any SSBJ that admits w tuples a step, whatever its cache holds.
-MESHJOIN keeps every tuple in H_S for the whole cycle:
+MESHJOIN keeps every tuple in H_S:
 
-    S_MESH = b·v_R + k·w·v_S.
+    S_MESH = b·v_R + N·v_S.
 
 Why this bounds the state ratio at equal service rate: a step of either operator reads,
 joins and writes its w new tuples and one master partition, so when both steps cost the
@@ -52,21 +54,21 @@ class StateBound:
 def least_state(
     probabilities: Sequence[float],
     master_rows: Sequence[int],
-    tuples_per_cycle: float,
+    held_tuples: float,
     disk_buffer_rows: float,
     sizes: TupleSizes,
 ) -> StateBound:
     """The bound for values with stream ``probabilities`` (summing to at most 1; the rest of
-    the stream meets no value listed) and ``master_rows`` each, when k·w =
-    ``tuples_per_cycle`` tuples arrive per R-cycle."""
+    the stream meets no value listed and waits in H_S) and ``master_rows`` each, when
+    MESHJOIN's H_S holds N = ``held_tuples`` tuples."""
     if len(probabilities) != len(master_rows):
         raise ValueError(
             f"one master row count per value expected: {len(probabilities)} probabilities, "
             f"{len(master_rows)} row counts"
         )
-    if tuples_per_cycle < 0 or disk_buffer_rows < 0:
+    if held_tuples < 0 or disk_buffer_rows < 0:
         raise ValueError(
-            f"tuples per cycle and disk buffer rows must be >= 0, got {tuples_per_cycle} "
+            f"held tuples and disk buffer rows must be >= 0, got {held_tuples} "
             f"and {disk_buffer_rows}"
         )
     v_s, v_r = sizes.stream_bytes, sizes.master_bytes
@@ -75,7 +77,7 @@ def least_state(
     cached = 0
     cached_share = 0.0
     for p, m in zip(probabilities, master_rows, strict=True):
-        in_cache, in_disk = m * v_r, tuples_per_cycle * p * v_s
+        in_cache, in_disk = m * v_r, held_tuples * p * v_s
         if in_cache < in_disk:
             held += in_cache
             cached += 1
@@ -83,10 +85,10 @@ def least_state(
         else:
             held += in_disk
     # The stream's share that meets no listed value waits in H_S in either operator.
-    unlisted = max(0.0, 1.0 - sum(probabilities)) * tuples_per_cycle * v_s
+    unlisted = max(0.0, 1.0 - sum(probabilities)) * held_tuples * v_s
     return StateBound(
         ssbj_bytes=buffer + held + unlisted,
-        meshjoin_bytes=buffer + tuples_per_cycle * v_s,
+        meshjoin_bytes=buffer + held_tuples * v_s,
         cached_values=cached,
         cache_share=cached_share,
     )

@@ -21,8 +21,10 @@ from joins.ssbj.buckets import (
     CACHE,
     CACHE_CHANGE,
     CHANGE,
+    EMPTY,
     NEW,
     PARTITION,
+    PENDING,
     REMOVED,
     ROLE,
     STATE_ROLES,
@@ -37,6 +39,9 @@ from joins.ssbj.buckets import (
     decode_state,
     encode_result,
     stream_field,
+)
+from joins.ssbj.buckets import (
+    PINNED_VERSION as PINNED,
 )
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.columnar import ColumnarLayout, columnar_result
@@ -157,8 +162,18 @@ def run_against_reference(
                 assert rows_of(fast) == rows_of(reference)
             assert rows_of(columnar) == rows_of(reference), f"step {step}"
             compared.steps += 1
-            cached = pc.sum(pc.equal(stored.column(ROLE), CACHE)).as_py() or 0
-            if len(reads.partition_versions) > 1 and cached:
+            # H_R holds master rows (not only empty markers) at the step's version, while
+            # tuples pinned to an older version still wait.
+            rows_cached = pc.and_(
+                pc.equal(stored.column(ROLE), CACHE),
+                pc.invert(pc.fill_null(stored.column(EMPTY), False)),
+            )
+            pinned = stored.filter(pc.equal(stored.column(ROLE), PENDING)).column(PINNED)
+            if (
+                pc.any(rows_cached).as_py()
+                and control["cache_version"] == version
+                and any(v < version for v in pinned.to_pylist())
+            ):
                 compared.multi_version_with_cache += 1
         stored = reference.filter(pc.is_in(reference.column(ROLE), pa.array(list(STATE_ROLES))))
         control = {

@@ -21,30 +21,30 @@ values = st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(0, 6)), min_size=1,
 @given(values, st.floats(0.0, 1e5), st.floats(0.0, 1e4), st.data())
 def test_no_split_of_the_values_holds_less(
     drawn: tuple[list[float], list[tuple[float, int]]],
-    per_cycle: float,
+    tuples: float,
     buffer_rows: float,
     data: st.DataObject,
 ) -> None:
     probabilities, pairs = drawn
     rows = [m for _, m in pairs]
-    bound = least_state(probabilities, rows, per_cycle, buffer_rows, SIZES)
-    unlisted = max(0.0, 1.0 - sum(probabilities)) * per_cycle * SIZES.stream_bytes
+    bound = least_state(probabilities, rows, tuples, buffer_rows, SIZES)
+    unlisted = max(0.0, 1.0 - sum(probabilities)) * tuples * SIZES.stream_bytes
     # Any split: each value in the cache (its master rows) or in H_S (its expected tuples).
     split = data.draw(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)))
     held = sum(
-        m * SIZES.master_bytes if cached else per_cycle * p * SIZES.stream_bytes
+        m * SIZES.master_bytes if cached else tuples * p * SIZES.stream_bytes
         for p, m, cached in zip(probabilities, rows, split, strict=True)
     )
     other = buffer_rows * SIZES.master_bytes + held + unlisted
     assert bound.ssbj_bytes <= other + 1e-6 * max(1.0, other)
     assert bound.ssbj_bytes <= bound.meshjoin_bytes + 1e-6 * max(1.0, bound.meshjoin_bytes)
     assert bound.meshjoin_bytes == pytest.approx(
-        buffer_rows * SIZES.master_bytes + per_cycle * SIZES.stream_bytes
+        buffer_rows * SIZES.master_bytes + tuples * SIZES.stream_bytes
     )
     cached = [
         p
         for p, m in zip(probabilities, rows, strict=True)
-        if cache_is_cheaper(m, per_cycle * p, SIZES)
+        if cache_is_cheaper(m, tuples * p, SIZES)
     ]
     assert bound.cached_values == len(cached)
     assert bound.cache_share == pytest.approx(sum(cached))
