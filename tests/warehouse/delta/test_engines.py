@@ -1177,3 +1177,33 @@ def test_a_held_handle_is_not_served_after_another_writer_or_a_recreated_table(
     other.append(path, spark.createDataFrame(AWKWARD_ROWS[2:3], SCHEMA))  # version 3 again
     assert len(embedded.history(path)) == 4
     assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:3]))
+
+
+def test_the_handle_a_commit_moved_stays_held_and_reads_what_a_fresh_open_reads(
+    spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
+) -> None:
+    """delta-rs moves the handle a commit is made on to the new version: the engine keeps
+    holding it (no open of the table after its own commit), and what it lists then is
+    what a fresh engine lists. A commit that lost its version to another writer's is not
+    the next version of the handle, and the table is opened anew."""
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA, ("label",))
+    embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:2], SCHEMA))
+    held = embedded._open(path)
+    embedded.append_arrow(path, spark.createDataFrame(AWKWARD_ROWS[2:4], SCHEMA).toArrow())
+    embedded.replace_arrow(
+        path,
+        spark.createDataFrame(AWKWARD_ROWS[4:5], SCHEMA).toArrow(),
+        [PartitionFilter("label", "=", "é ü %20")],
+    )
+    assert embedded._open(path) is held and held.version() == 3
+    fresh = EmbeddedDeltaEngine(spark)
+    assert sorted(f.path for f in embedded.snapshot(path).files) == sorted(
+        f.path for f in fresh.snapshot(path).files
+    )
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:5]))
+    fresh.append(path, spark.createDataFrame(AWKWARD_ROWS[5:6], SCHEMA))  # version 4
+    embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[6:], SCHEMA))  # retried: 5
+    latest = embedded._open(path)
+    assert latest.version() == 5
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS))
