@@ -29,6 +29,14 @@ A concurrent append into another partition does not conflict.
 
 Read path: the pinned snapshot's Add actions give the file list and typed partition values;
 Spark reads exactly those files, and partition values are attached by file location.
+
+Log reads a process repeats are kept per version (``version_cache``: a version never
+changes while its commit file is the same file): snapshots, and commit files parsed once
+(``commit_file``: rows added, data-change flags, commitInfo). A version after one already
+listed is replayed from it and the commit files in between (``log_replay``), not opened
+and listed again: following a stream table takes a small read per new commit. Whatever
+the replay does not model (a schema or protocol change, a timestamp partition, a commit
+file log retention removed) is listed by delta-rs as before.
 """
 
 from __future__ import annotations
