@@ -171,7 +171,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         self._snapshots: VersionCache[Snapshot] = VersionCache(_SNAPSHOTS_KEPT)
         # The latest handle of each table, served while no newer commit file exists: opening
         # a table replays its log from the last checkpoint (about 10 ms at SF30, several
-        # times a step). A handle that commits moves past its key, so it is opened again.
+        # times a step). The engine's own commit moves the handle it was made on to the new
+        # version (``_landed``); a commit by anyone else makes the next look open it again.
         self._handles: VersionCache[DeltaTable] = VersionCache(_SNAPSHOTS_KEPT)
         # Commit files by (root, version), parsed once: admission reads the row counts of
         # the next 256 input versions every step, and a range's reads ask each version's
@@ -849,7 +850,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 root, base_version, commit_id, txn, e, _Written((), 0), "merge"
             )
         logger.info("merged into %s: %s", root, metrics)
-        return self._landed(root, base_version, commit_id, _Written((), 0))
+        return self._landed(root, base_version, commit_id, _Written((), 0), table)
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
@@ -1223,9 +1224,14 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         version = after_version + 1
         if self._commit_id_at(root, version) == commit_id:
             if committed_on is not None and self._handles.get(root, after_version) is committed_on:
-                committed_on.load_as_version(version)
                 self._handles.drop_table(root)
-                self._handles.put(root, version, committed_on)
+                try:
+                    committed_on.load_as_version(version)
+                except Exception as e:  # noqa: BLE001 - delta-rs raises several types
+                    # The commit landed: never fail it for a handle; the next look opens one.
+                    logger.debug("%s: cannot move the held handle to %d: %s", root, version, e)
+                else:
+                    self._handles.put(root, version, committed_on)
         else:
             latest = self._open(root)
             found = self._find_commit(latest, after_version, commit_id)

@@ -1182,28 +1182,44 @@ def test_a_held_handle_is_not_served_after_another_writer_or_a_recreated_table(
 def test_the_handle_a_commit_moved_stays_held_and_reads_what_a_fresh_open_reads(
     spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
 ) -> None:
-    """delta-rs moves the handle a commit is made on to the new version: the engine keeps
-    holding it (no open of the table after its own commit), and what it lists then is
-    what a fresh engine lists. A commit that lost its version to another writer's is not
-    the next version of the handle, and the table is opened anew."""
+    """After the engine's own commit lands at the next version, the handle it was made on
+    is moved there and held (no open of the table at the next look), and what it lists
+    then is what a fresh engine lists: after appends, a replace that removes a file and a
+    merge. A commit that lost the next version to another writer's is found in the log,
+    and the table is opened anew."""
     path = str(tmp_path / "t")
     embedded.create_table(path, SCHEMA, ("label",))
     embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:2], SCHEMA))
     held = embedded._open(path)
     embedded.append_arrow(path, spark.createDataFrame(AWKWARD_ROWS[2:4], SCHEMA).toArrow())
+    # Replaces id 1's file (label "a b") with id 6's.
     embedded.replace_arrow(
         path,
-        spark.createDataFrame(AWKWARD_ROWS[4:5], SCHEMA).toArrow(),
-        [PartitionFilter("label", "=", "é ü %20")],
+        spark.createDataFrame(AWKWARD_ROWS[5:6], SCHEMA).toArrow(),
+        [PartitionFilter("label", "=", "a b")],
     )
-    assert embedded._open(path) is held and held.version() == 3
+    embedded.merge(path, spark.createDataFrame(AWKWARD_ROWS[4:5], SCHEMA), ["id"])
+    assert embedded._open(path) is held and held.version() == 4
     fresh = EmbeddedDeltaEngine(spark)
-    assert sorted(f.path for f in embedded.snapshot(path).files) == sorted(
-        f.path for f in fresh.snapshot(path).files
-    )
-    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:5]))
-    fresh.append(path, spark.createDataFrame(AWKWARD_ROWS[5:6], SCHEMA))  # version 4
-    embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[6:], SCHEMA))  # retried: 5
+    described = [
+        sorted(
+            (f.path, f.num_records, tuple(f.partition_values.items()))
+            for f in engine.snapshot(path).files
+        )
+        for engine in (embedded, fresh)
+    ]
+    assert described[0] == described[1]
+    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[1:6]))
+
+    write_data = embedded._write_data
+
+    def another_writer_first(*args: Any) -> Any:
+        fresh.append(path, spark.createDataFrame(AWKWARD_ROWS[6:], SCHEMA))  # version 5
+        return write_data(*args)
+
+    embedded._write_data = another_writer_first  # type: ignore[method-assign]
+    outcome = embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:1], SCHEMA))
+    assert outcome.table_version == 6  # delta-rs retried past the other writer's commit
     latest = embedded._open(path)
-    assert latest.version() == 5
+    assert latest is not held and latest.version() == 6
     assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS))
