@@ -73,24 +73,34 @@ class Compared:
     multi_version_with_cache: int = 0
 
 
-def run_against_reference(
-    seed: int,
-    k: int,
-    period: int,
-    use_cache: bool,
-    left: bool,
-    estimator: str,
-    steps: int,
-    strings: bool,
-    factor: float,
-    sizes: tuple[float, float],
-    tracked: tuple[int, ...] | None,
-) -> Compared:
+@dataclass(frozen=True)
+class Case:
+    """One run's settings: the R-cycle (k, eviction period), the join, the estimator, the
+    steps, string or integer join values, the switch factor, tuple sizes, and the values
+    an ASketch tracks (None: exact counters)."""
+
+    seed: int
+    k: int
+    period: int
+    use_cache: bool
+    left: bool
+    estimator: str
+    steps: int
+    strings: bool
+    factor: float
+    sizes: tuple[float, float]
+    tracked: tuple[int, ...] | None
+
+
+def run_against_reference(case: Case) -> Compared:
     """Steps of one bucket; each step without master changes to apply runs the columnar
     step and the reference model on the same table and compares them. A step that must
     bring H_R or s_B to a newer master version runs the reference model alone, as the
     pipeline does (``pipeline.ssbj.step_pass.runs_in_driver``), and the steps after it go
     on comparing with H_R at the new version and older tuples pinned to the old one."""
+    seed, k, period, use_cache, left = case.seed, case.k, case.period, case.use_cache, case.left
+    estimator, steps, strings, tracked = case.estimator, case.steps, case.strings, case.tracked
+    factor, sizes = case.factor, case.sizes
     rng = random.Random(seed)
     key_type = pa.string() if strings else pa.int64()
 
@@ -205,35 +215,23 @@ def _change_rows(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    seed=st.integers(0, 10_000),
-    k=st.integers(1, 3),
-    period=st.integers(1, 3),
-    use_cache=st.booleans(),
-    left=st.booleans(),
-    estimator=st.sampled_from(["paper", "extrapolated"]),
-    steps=st.integers(1, 16),
-    strings=st.booleans(),
-    factor=st.sampled_from([0.5, 1.0, 1.5]),
-    tracked=st.sampled_from([None, (), (1,), (1, 2, 7)]),
-    sizes=st.sampled_from([(24.0, 40.0), (40.0, 24.0), (10.0, 30.0)]),
-)
-def test_the_columnar_step_equals_the_reference_model(
-    seed: int,
-    k: int,
-    period: int,
-    use_cache: bool,
-    left: bool,
-    estimator: str,
-    steps: int,
-    strings: bool,
-    factor: float,
-    sizes: tuple[float, float],
-    tracked: tuple[int, ...] | None,
-) -> None:
-    compared = run_against_reference(
-        seed, k, period, use_cache, left, estimator, steps, strings, factor, sizes, tracked
+    st.builds(
+        Case,
+        seed=st.integers(0, 10_000),
+        k=st.integers(1, 3),
+        period=st.integers(1, 3),
+        use_cache=st.booleans(),
+        left=st.booleans(),
+        estimator=st.sampled_from(["paper", "extrapolated"]),
+        steps=st.integers(1, 16),
+        strings=st.booleans(),
+        factor=st.sampled_from([0.5, 1.0, 1.5]),
+        sizes=st.sampled_from([(24.0, 40.0), (40.0, 24.0), (10.0, 30.0)]),
+        tracked=st.sampled_from([None, (), (1,), (1, 2, 7)]),
     )
-    assert compared.steps >= 1
+)
+def test_the_columnar_step_equals_the_reference_model(case: Case) -> None:
+    assert run_against_reference(case).steps >= 1
 
 
 def test_steps_after_a_cache_refresh_compare_partitions_read_at_two_versions() -> None:
@@ -244,9 +242,10 @@ def test_steps_after_a_cache_refresh_compare_partitions_read_at_two_versions() -
     for seed in range(12):
         for k in (2, 3):
             # Eviction every second cycle (period 2) lets H_R keep rows across a phase-out.
-            one = run_against_reference(
+            case = Case(
                 seed, k, 2, True, seed % 2 == 0, "paper", 16, seed % 3 == 0, 1.0, (40.0, 24.0), None
             )
+            one = run_against_reference(case)
             found.steps += one.steps
             found.multi_version_with_cache += one.multi_version_with_cache
     assert found.multi_version_with_cache >= 3, found
