@@ -41,7 +41,6 @@ file log retention removed) is listed by delta-rs as before.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -263,7 +262,11 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         table = self._open(root, version, held=timestamp is None)
         if timestamp is not None:
             table.load_as_version(timestamp)
-        known = self._snapshots.get(root, table.version()) or self._replayed(root, table.version())
+        known = self._snapshots.get(root, table.version())
+        if known is None and (version is None or timestamp is not None):
+            # The version is known only now (the replay of a version asked for by number
+            # was tried above).
+            known = self._replayed(root, table.version())
         if known is not None:  # already listed, or replayed from a listed version
             return known
         snapshot = self._snapshot_of(root, table)
@@ -469,15 +472,15 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         known = self._commits.get(root, version)
         if known is not None:
             return known
-        commit = CommitFile.parse(version, "\n".join(self._commit_lines(root, version)))
+        commit = CommitFile.parse(version, self._commit_text(root, version))
         self._commits.put(root, version, commit)
         return commit
 
     @staticmethod
-    def _commit_lines(root: str, version: int) -> list[str]:
+    def _commit_text(root: str, version: int) -> str:
         filesystem, base = _filesystem_of(commit_file_location(root, version))
         with filesystem.open_input_stream(base) as handle:
-            return handle.read().decode("utf-8").splitlines()
+            return str(handle.read().decode("utf-8"))
 
     def _file_actions(
         self, root: str, after_version: int, to_version: int
@@ -1179,19 +1182,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """The commit id recorded in the commitInfo of ``version``'s commit file, or None
         (no such file, no id, or a file this reader cannot parse)."""
         try:
-            lines = self._commit_lines(root, version)
-        except (OSError, UnicodeDecodeError):
+            found = self._commit(root, version).info.get(COMMIT_ID_KEY)
+        except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
             return None
-        for line in lines:
-            if '"commitInfo"' not in line:
-                continue
-            try:
-                info = json.loads(line).get("commitInfo") or {}
-            except ValueError:
-                return None
-            found = info.get(COMMIT_ID_KEY)
-            return found if isinstance(found, str) else None
-        return None
+        return found if isinstance(found, str) else None
 
     @staticmethod
     def _find_commit(latest: DeltaTable, after_version: int, commit_id: str) -> int | None:
