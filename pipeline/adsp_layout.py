@@ -371,12 +371,11 @@ class AdspLayoutStage:
             "migrations": [*previous, migration] if migration else previous,
         }
         # The master version the layout was built from, and the layout version a migration
-        # reads by time travel; a crash before the save leaves pins the next save replaces.
-        self.store.set_pins(
-            adsp_holder(self.stage.name),
-            union_pins({master_path: [master_version], self.path: [layout_version]}),
+        # reads by time travel, pinned in the transaction that saves the state.
+        pins = union_pins({master_path: [master_version], self.path: [layout_version]})
+        self.store.save_operator_state(
+            self.stage.name, state, pins=(adsp_holder(self.stage.name), pins)
         )
-        self.store.save_operator_state(self.stage.name, state)
 
 
 def _stats_from(saved: dict[str, Any]) -> MasterStatistics:

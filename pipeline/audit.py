@@ -849,13 +849,10 @@ class AuditPublisher:
         )
 
     def _save_state(self, table: str, state: dict[str, Any]) -> None:
-        """Save the audit state, pinning first the versions it (and an open intent) reads.
-
-        Pins go first: a crash between the two leaves extra pins, never a saved state whose
-        versions a vacuum could delete.
-        """
-        self.store.set_pins(audit_holder(table), audit_pins(self.layout, table, state))
-        self.store.save_operator_state(f"audit.{table}", state)
+        """Save the audit state with the pins of the versions it (and an open intent) reads,
+        in one transaction: never a saved state whose versions a vacuum could delete."""
+        pins = audit_pins(self.layout, table, state)
+        self.store.save_operator_state(f"audit.{table}", state, pins=(audit_holder(table), pins))
 
     def _state(self, table: str) -> dict[str, Any]:
         return self.store.operator_state(f"audit.{table}") or {

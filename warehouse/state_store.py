@@ -593,9 +593,17 @@ class StateStore:
             return row
 
     def complete_step(
-        self, stage: str, input_version: int, step_seq: int, state: Mapping[str, Any]
+        self,
+        stage: str,
+        input_version: int,
+        step_seq: int,
+        state: Mapping[str, Any],
+        pins: tuple[str, Mapping[str, Sequence[int]]] | None = None,
     ) -> None:
-        """Record a finished operator step and its controller state in one transaction."""
+        """Record a finished operator step and its controller state in one transaction;
+        with ``pins`` (holder, table path -> versions), make those the holder's pins in
+        the same transaction (:meth:`set_pins`)."""
+        wanted = None if pins is None else _wanted_pins(*pins)
         with self._session() as session:
             offset = session.get(StageOffset, stage)
             if offset is None:
@@ -607,36 +615,54 @@ class StateStore:
                 utcnow(),
             )
             offset.planned_input_version = offset.planned_master_version = None
-            payload = json.loads(json.dumps(state))
-            row = session.get(OperatorState, stage)
-            if row is None:
-                session.add(OperatorState(stage=stage, state=payload))
-            else:
-                row.state, row.updated_at = payload, utcnow()
+            _put_operator_state(session, stage, state)
+            if pins is not None and wanted is not None:
+                _replace_pins(session, pins[0], wanted)
 
     def operator_state(self, stage: str) -> dict[str, Any] | None:
         with self._session() as session:
             row = session.get(OperatorState, stage)
             return None if row is None else json.loads(json.dumps(row.state))
 
-    def save_operator_state(self, stage: str, state: Mapping[str, Any]) -> None:
+    def save_operator_state(
+        self,
+        stage: str,
+        state: Mapping[str, Any],
+        pins: tuple[str, Mapping[str, Sequence[int]]] | None = None,
+    ) -> None:
+        """Save ``stage``'s controller state; with ``pins`` (holder, table path ->
+        versions), first make those the holder's pins, in the same transaction (a plan is
+        saved with the pins that keep what it reads)."""
+        wanted = None if pins is None else _wanted_pins(*pins)
         with self._session() as session:
-            row = session.get(OperatorState, stage)
-            payload = json.loads(json.dumps(state))
-            if row is None:
-                session.add(OperatorState(stage=stage, state=payload))
-            else:
-                row.state, row.updated_at = payload, utcnow()
+            if pins is not None and wanted is not None:
+                _replace_pins(session, pins[0], wanted)
+            _put_operator_state(session, stage, state)
 
     # ------------------------------------------------------------------ metrics
 
     def record_metrics(
         self, run_id: str, stage: str, step: int, values: Mapping[str, float]
     ) -> None:
+        if not values:
+            return
+        now = utcnow()
         with self._session() as session:
-            session.add_all(
-                Metric(run_id=run_id, stage=stage, step=step, name=name, value=float(value))
-                for name, value in values.items()
+            # One multi-row insert: a step records a few dozen values, and the ORM's unit of
+            # work costs more than the rows.
+            session.execute(
+                insert(Metric),
+                [
+                    {
+                        "run_id": run_id,
+                        "stage": stage,
+                        "step": step,
+                        "name": name,
+                        "value": float(value),
+                        "recorded_at": now,
+                    }
+                    for name, value in values.items()
+                ],
             )
 
     def metrics(self, run_id: str | None = None) -> list[Metric]:
@@ -687,24 +713,9 @@ class StateStore:
         Pins of the holder on versions or tables ``pins`` does not name are dropped; an empty
         mapping releases everything the holder pinned.
         """
-        wanted = {(path, int(v)) for path, versions in pins.items() for v in versions}
-        negative = sorted((p, v) for p, v in wanted if v < 0)
-        if negative:
-            raise StateStoreError(
-                f"set_pins({holder!r}): Delta versions are >= 0, got {negative[:5]}"
-            )
+        wanted = _wanted_pins(holder, pins)
         with self._session() as session:
-            held = {
-                (row.table_path, row.version): row
-                for row in session.scalars(select(VersionPin).where(VersionPin.holder == holder))
-            }
-            for key, row in held.items():
-                if key not in wanted:
-                    session.delete(row)
-            session.add_all(
-                VersionPin(table_path=path, version=version, holder=holder)
-                for path, version in sorted(wanted - held.keys())
-            )
+            _replace_pins(session, holder, wanted)
 
     def pins_of(self, holder: str) -> dict[str, list[int]]:
         """The versions ``holder`` pins, by table path."""
@@ -790,3 +801,37 @@ def rejected_files_in_place(store: StateStore, stream: str) -> list[LandingFile]
     Here, beside the ledger, so that ``enrich status`` answers without importing Spark.
     """
     return [row for row in store.landing_files(stream, REJECTED) if os.path.lexists(row.path)]
+
+
+def _wanted_pins(holder: str, pins: Mapping[str, Sequence[int]]) -> set[tuple[str, int]]:
+    """``pins`` as (table path, version) pairs; refused when a version is negative."""
+    wanted = {(path, int(v)) for path, versions in pins.items() for v in versions}
+    negative = sorted((p, v) for p, v in wanted if v < 0)
+    if negative:
+        raise StateStoreError(f"set_pins({holder!r}): Delta versions are >= 0, got {negative[:5]}")
+    return wanted
+
+
+def _replace_pins(session: Session, holder: str, wanted: set[tuple[str, int]]) -> None:
+    """Within ``session``: make ``wanted`` all of ``holder``'s pins."""
+    held = {
+        (row.table_path, row.version): row
+        for row in session.scalars(select(VersionPin).where(VersionPin.holder == holder))
+    }
+    for key, row in held.items():
+        if key not in wanted:
+            session.delete(row)
+    session.add_all(
+        VersionPin(table_path=path, version=version, holder=holder)
+        for path, version in sorted(wanted - held.keys())
+    )
+
+
+def _put_operator_state(session: Session, stage: str, state: Mapping[str, Any]) -> None:
+    """Within ``session``: ``stage``'s controller state becomes ``state``."""
+    payload = json.loads(json.dumps(state))
+    row = session.get(OperatorState, stage)
+    if row is None:
+        session.add(OperatorState(stage=stage, state=payload))
+    else:
+        row.state, row.updated_at = payload, utcnow()

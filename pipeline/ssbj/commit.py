@@ -11,8 +11,8 @@ Version pins (holder ``ssbj.<stage>``, see :mod:`pipeline.pins`): the master ver
 pending chunks are pinned to and that the cache and the switching buffer are at; while a
 step's plan is open also the plan's master version, the master versions whose changes bring
 the cache and the buffer to it, the state table's version and the input versions. The pins
-are set before the plan is saved (``pipeline.ssbj.planning``) and replaced by the completed
-state's pins when the step completes.
+are set in the transaction that saves the plan (``pipeline.ssbj.planning``) and replaced by
+the completed state's pins in the one that completes the step.
 """
 
 from __future__ import annotations
@@ -126,10 +126,12 @@ def complete(
 
 
 def finish(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> None:
-    """Complete the step in the state store (offset, step count and controller state in
-    one transaction), then replace the plan's pins by the completed state's."""
-    w.store.complete_step(w.name, plan.input_to, plan.step + 1, state.to_dict())
-    w.store.set_pins(ssbj_holder(w.name), pins(w, state, int(plan.input_to)))
+    """Complete the step in the state store: offset, step count, controller state and the
+    completed state's pins (replacing the plan's) in one transaction."""
+    completed = pins(w, state, int(plan.input_to))
+    w.store.complete_step(
+        w.name, plan.input_to, plan.step + 1, state.to_dict(), pins=(ssbj_holder(w.name), completed)
+    )
 
 
 def pins(

@@ -3,10 +3,10 @@ and its plan, saved before the step writes anything.
 
 The plan fixes the input range, the master version, the versions of the operator's tables
 and the scan copy, the step's time and the stage's wait for late master rows. Version pins
-are set before the plan is saved (``pipeline.ssbj.commit.pins``): a crash before the plan
-is saved leaves pins the next plan replaces, and a rerun after a crash anywhere reads
-exactly the plan's versions. Under ``operator.memory_bytes`` the plan admits only the input
-versions whose tuples fit the budget (Eq. 1, ``joins.ssbj.cache.intake``).
+(``pipeline.ssbj.commit.pins``) are set in the transaction that saves the plan, and a rerun
+after a crash anywhere reads exactly the plan's versions. Under ``operator.memory_bytes``
+the plan admits only the input versions whose tuples fit the budget (Eq. 1,
+``joins.ssbj.cache.intake``).
 """
 
 from __future__ import annotations
@@ -205,9 +205,9 @@ def plan_step(w: SsbjWiring, state: ControllerState, take_input: bool) -> SavedP
         needed.add(int(state.switch_version))
     plan.scan = scan_versions(w, state, master, needed)
     state.plan = plan
-    # Pins first: a crash before the plan is saved leaves pins the next plan replaces.
-    w.store.set_pins(ssbj_holder(w.name), pins(w, state, int(plan.input_from), plan))
-    w.store.save_operator_state(w.name, state.to_dict())
+    # The plan is saved with the pins of what it reads, in one transaction.
+    planned = pins(w, state, int(plan.input_from), plan)
+    w.store.save_operator_state(w.name, state.to_dict(), pins=(ssbj_holder(w.name), planned))
     return plan
 
 

@@ -288,3 +288,29 @@ def test_set_pins_replaces_all_pins_of_one_holder_at_once(store: StateStore) -> 
     with pytest.raises(StateStoreError, match=r"versions are >= 0, got \[\('/w/m', -1\)\]"):
         store.set_pins("audit.out", {"/w/m": [2, -1]})
     assert store.pins_of("audit.out") == {"/w/m": [1], "/w/silver": [4]}  # nothing changed
+
+
+def test_a_state_is_saved_and_a_step_completed_with_its_pins_in_one_transaction(
+    store: StateStore,
+) -> None:
+    """A plan's state and its pins land together, and so do a completed step's offset,
+    state and pins: a failure in either half leaves both as they were."""
+    store.save_operator_state("a", {"plan": 1}, pins=("ssbj.a", {"/w/m": [2, 3]}))
+    assert store.operator_state("a") == {"plan": 1}
+    assert store.pins_of("ssbj.a") == {"/w/m": [2, 3]}
+
+    with pytest.raises(TypeError):  # the state is not JSON: the pins stay too
+        store.save_operator_state("a", {"plan": object()}, pins=("ssbj.a", {"/w/m": [9]}))
+    assert store.pins_of("ssbj.a") == {"/w/m": [2, 3]}
+    with pytest.raises(StateStoreError, match=">= 0"):  # a bad pin: the state stays
+        store.save_operator_state("a", {"plan": 2}, pins=("ssbj.a", {"/w/m": [-1]}))
+    assert store.operator_state("a") == {"plan": 1}
+
+    store.complete_step("a", 5, 1, {"next_step": 1}, pins=("ssbj.a", {"/w/m": [3]}))
+    assert store.offset("a").input_version == 5 and store.offset("a").step_seq == 1
+    assert store.operator_state("a") == {"next_step": 1}
+    assert store.pins_of("ssbj.a") == {"/w/m": [3]}
+    with pytest.raises(TypeError):
+        store.complete_step("a", 6, 2, {"next_step": object()}, pins=("ssbj.a", {"/w/m": [4]}))
+    assert store.offset("a").input_version == 5
+    assert store.pins_of("ssbj.a") == {"/w/m": [3]}

@@ -105,6 +105,11 @@ class DataFile:
     every non-null value ``v`` of the column in the file has ``min <= v <= max``. Only
     integer, string, date and timestamp columns are given bounds (a float's footer bound
     leaves NaN out); a column without an entry may hold anything.
+
+    ``log_path`` is the path text of the file's add action, as the log stores it (encoded,
+    usually relative to the root), where the engine read it from the log: a remove must
+    name the file by exactly that text. It is not part of a file's identity (two engines
+    that list the same file compare equal whether or not they kept it).
     """
 
     path: str
@@ -112,6 +117,7 @@ class DataFile:
     num_records: int | None
     partition_values: Mapping[str, Any] = field(default_factory=dict)
     bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    log_path: str | None = field(default=None, compare=False)
 
     def may_hold(self, column: str, low: Any, high: Any) -> bool:
         """False only when the log's statistics prove that no value of ``column`` in this

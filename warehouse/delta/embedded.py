@@ -11,14 +11,20 @@ Write path (append, replace, overwrite, delete_partitions, merge):
 4. The optional ``commit_guard`` runs (it raises, e.g., when this process lost the pipeline
    lease; nothing is committed then). delta-rs writes and commits a merge in one call, so
    for merge the guard runs just before that call.
-5. The driver commits with ``DeltaTable.create_write_transaction``. Every commit carries a
-   fresh id in its commitInfo (``enrichment.commitId``, plus ``commit_metadata``), and the
-   engine reports as its own only the commit carrying that id: the version in the outcome
-   is that commit's. If the commit call raises, the log is re-read: an error that surfaced
-   after the commit landed (e.g. from a post-commit hook) is recognised by the id and not
-   retried; when the app transaction was recorded by another writer's commit (two
-   processes racing on one step), the outcome is ``committed=False`` and this write's files
-   stay untracked.
+5. The driver commits. Appends and partition overwrites of a local table whose protocol
+   asks a writer to honour nothing beyond writer version 2 are committed by writing the
+   commit file itself (``log_writer``: the next version after the table's tip, created
+   only if absent; a checkpoint every ``delta.checkpointInterval`` versions), which costs a
+   fraction of delta-rs's commit and leaves the engine knowing the new version without
+   reading it back. Everything else, and a commit whose version another writer took, goes
+   through ``DeltaTable.create_write_transaction`` against the tip's version, whose
+   conflict checks then apply. Every commit carries a fresh id in its commitInfo
+   (``enrichment.commitId``, plus ``commit_metadata``), and the engine reports as its own
+   only the commit carrying that id: the version in the outcome is that commit's. If the
+   delta-rs call raises, the log is re-read: an error that surfaced after the commit
+   landed (e.g. from a post-commit hook) is recognised by the id and not retried; when the
+   app transaction was recorded by another writer's commit (two processes racing on one
+   step), the outcome is ``committed=False`` and this write's files stay untracked.
 
 Replace, overwrite and delete_partitions are optimistic: they remember the files in scope
 (the selected partitions, or the whole table) at the version they opened, and commit only
@@ -29,6 +35,11 @@ A concurrent append into another partition does not conflict.
 
 Read path: the pinned snapshot's Add actions give the file list and typed partition values;
 Spark reads exactly those files, and partition values are attached by file location.
+
+A table's latest version is its tip (``_Tip``): the schema, partitioning, properties,
+protocol and app transactions a write checks, kept while no later commit file exists and
+brought forward over other writers' commit files; a delta-rs handle is opened once and
+moved only when a delta-rs operation needs it.
 
 Log reads a process repeats are kept per version (``version_cache``: a version never
 changes while its commit file is the same file): snapshots, and commit files parsed once
@@ -43,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -61,7 +73,15 @@ from deltalake.exceptions import TableNotFoundError as DeltaRsTableNotFound
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from common.arrow_rows import rows_at
 from common.errors import (
@@ -76,6 +96,7 @@ from common.phase_clock import optional_phase
 from warehouse.delta.added_files import FileAction
 from warehouse.delta.added_rows import require_version_range
 from warehouse.delta.api import (
+    CHECKPOINT_INTERVAL_PROPERTY,
     COMMIT_VERSION,
     AppTransaction,
     CommitOutcome,
@@ -97,6 +118,15 @@ from warehouse.delta.engine_base import EngineBase, FileActions, RangeEnd
 from warehouse.delta.features import require_readable
 from warehouse.delta.file_stats import column_bounds, delta_stats_json
 from warehouse.delta.log_replay import replay_actions
+from warehouse.delta.log_writer import (
+    LogFile,
+    add_action,
+    commit_info_action,
+    remove_action,
+    txn_action,
+    writable,
+    write_commit,
+)
 from warehouse.delta.partition_paths import (
     HIVE_NULL,
     delta_partition_literal,
@@ -125,6 +155,10 @@ _SNAPSHOTS_KEPT = 256
 _REPLAYED_COMMITS = 64
 # Parsed commit files an engine keeps (a few KB each).
 _COMMITS_KEPT = 4096
+# delta-rs's and Spark's default checkpoint interval (commits between checkpoints).
+_CHECKPOINT_INTERVAL = 100
+# Partition column types whose values a remove can name exactly as the log wrote them.
+_REMOVABLE_PARTITION_TYPES = (ByteType, ShortType, IntegerType, LongType, StringType)
 # Keys delta-rs generates or constrains in commitInfo; caller metadata must not shadow them.
 _RESERVED_COMMIT_INFO_KEYS = frozenset(
     {
@@ -156,6 +190,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         commit_guard: Callable[[], None] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
         table_properties: Mapping[str, str] | None = None,
+        write_log: bool = True,
     ) -> None:
         super().__init__(
             session,
@@ -168,11 +203,14 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         # read and decoded once per version (an SSBJ step asks for the same pinned versions
         # several times); see warehouse.delta.version_cache.
         self._snapshots: VersionCache[Snapshot] = VersionCache(_SNAPSHOTS_KEPT)
-        # The latest handle of each table, served while no newer commit file exists: opening
-        # a table replays its log from the last checkpoint (about 10 ms at SF30, several
-        # times a step). The engine's own commit moves the handle it was made on to the new
-        # version (``_landed``); a commit by anyone else makes the next look open it again.
-        self._handles: VersionCache[DeltaTable] = VersionCache(_SNAPSHOTS_KEPT)
+        # The latest version of each table as this engine knows it (``_Tip``), served while
+        # no newer commit file exists: opening a table replays its log from the last
+        # checkpoint (about 10-20 ms), several times a step. The engine's own commit makes
+        # the next tip; another writer's commits bring it forward from their commit files.
+        self._tips: VersionCache[_Tip] = VersionCache(_SNAPSHOTS_KEPT)
+        # Commit this engine's appends and partition overwrites by writing their commit
+        # files (``log_writer``) where the table's protocol allows it; delta-rs otherwise.
+        self._write_log = write_log
         # Commit files by (root, version), parsed once: admission reads the row counts of
         # the next 256 input versions every step, and a range's reads ask each version's
         # actions, data-change flags and commitInfo again.
@@ -181,14 +219,30 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     # ------------------------------------------------------------------ table handles
 
     def _open(self, path: str, version: int | None = None, held: bool = True) -> DeltaTable:
-        """A handle on ``path`` at ``version`` (the latest by default). The latest is the
-        handle held from an earlier open while it still is the latest; ``held=False``
-        opens a handle of the caller's own (one it will move to another version)."""
+        """A delta-rs handle on ``path`` at ``version`` (the latest by default). The latest
+        is the held handle of the table's tip (:meth:`_tip`), moved to the tip's version
+        when it is behind (this engine's own commits do not move it); ``held=False`` opens a
+        handle of the caller's own (one it may keep while the table moves on)."""
         root = table_root(path)
         if version is None and held:
-            known = self._handles.latest(root)
-            if known is not None:
-                return known
+            tip = self._tip(root)
+            handle = tip.handle
+            behind = tip.table_version - handle.version()
+            if behind == 0:
+                return handle
+            if 0 < behind <= _REPLAYED_COMMITS:
+                try:
+                    handle.load_as_version(tip.table_version)
+                except Exception as e:  # noqa: BLE001 - delta-rs raises several types
+                    logger.debug("%s: cannot move the held handle: %s", root, e)
+                else:
+                    return handle
+            return self._held_tip(root).handle
+        return self._open_table(root, version)
+
+    def _open_table(self, root: str, version: int | None = None) -> DeltaTable:
+        """A fresh delta-rs handle, refused when the table needs a reader feature this
+        engine cannot honour."""
         try:
             table = DeltaTable(root, version=version)
         except DeltaRsTableNotFound as e:
@@ -204,24 +258,93 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             protocol.reader_features,
             table.metadata().configuration,
         )
-        if version is None and held:
-            self._handles.drop_table(root)  # only the newest handle is ever served
-            self._handles.put(root, table.version(), table)
         return table
+
+    def _tip(self, root: str) -> _Tip:
+        """The table's latest version as this engine knows it (:class:`_Tip`): the one it
+        holds while no later commit file exists; else that one brought forward over the
+        commits since (another writer's appends: a small read each); else a fresh open."""
+        known = self._tips.latest(root)
+        if known is not None:
+            return known
+        older = self._tips.latest_before(root, sys.maxsize)
+        if older is not None:
+            advanced = self._advanced(root, older[1])
+            if advanced is not None:
+                return advanced
+        return self._held_tip(root)
+
+    def _held_tip(self, root: str) -> _Tip:
+        """The tip of a fresh open of the latest version, held from now on."""
+        tip = _Tip.of(root, self._open_table(root))
+        self._hold_tip(tip)
+        return tip
+
+    def _hold_tip(self, tip: _Tip) -> None:
+        self._tips.drop_table(tip.root)  # only the newest tip is ever served
+        self._tips.put(tip.root, tip.table_version, tip)
+
+    def _advanced(self, root: str, tip: _Tip) -> _Tip | None:
+        """``tip`` brought to the latest version over the commit files after it, or None
+        where a commit may change what a tip holds (a metaData or protocol action), a
+        commit file is gone or unreadable, or the held handle would fall more than
+        :data:`_REPLAYED_COMMITS` behind."""
+        txns = dict(tip.txns)
+        version = tip.table_version
+        while os.path.exists(commit_file_location(root, version + 1)):
+            if version + 1 - tip.handle.version() > _REPLAYED_COMMITS:
+                return None
+            try:
+                commit = self._commit(root, version + 1)
+            except (OSError, ValueError):
+                return None
+            for action in commit.actions:
+                if "metaData" in action or "protocol" in action:
+                    return None
+                body = action.get("txn")
+                if isinstance(body, Mapping):
+                    txns[str(body["appId"])] = int(body["version"])
+            version += 1
+        advanced = replace(tip, table_version=version, txns=txns)
+        self._hold_tip(advanced)
+        return advanced
+
+    def _handle_at(self, root: str, tip: _Tip) -> DeltaTable:
+        """A delta-rs handle at exactly the tip's version, for a commit through delta-rs
+        made against it: the tip's own handle, moved there if it is behind."""
+        handle = tip.handle
+        if handle.version() < tip.table_version and self._tips.get(root, tip.table_version) is tip:
+            try:
+                handle.load_as_version(tip.table_version)
+            except Exception as e:  # noqa: BLE001 - delta-rs raises several types
+                logger.debug("%s: cannot move the held handle: %s", root, e)
+        if handle.version() == tip.table_version:
+            return handle
+        return self._open_table(root, tip.table_version)
 
     def exists(self, path: str) -> bool:
         """A table of which this engine holds a version whose commit file is still that
         file exists (a stat); otherwise delta-rs looks (2 ms, several times a step)."""
         root = table_root(path)
-        return self._snapshots.holds(root) or DeltaTable.is_deltatable(root)
+        return (
+            self._snapshots.holds(root) or self._tips.holds(root) or DeltaTable.is_deltatable(root)
+        )
 
     def _definition(self, root: str) -> Snapshot:
         """The latest version's schema, partitioning and properties, without listing its
         files (a table a step appends to is checked every step)."""
-        known = self._snapshots.latest(root)
+        tip = self._tip(root)
+        known = self._snapshots.get(root, tip.table_version)
         if known is not None:
             return known
-        return self._snapshot_of(root, self._open(root), with_files=False)
+        return Snapshot(
+            table_path=root,
+            version=tip.table_version,
+            schema=tip.schema,
+            partition_columns=tip.partition_columns,
+            files=(),
+            properties=dict(tip.properties),
+        )
 
     def _create(
         self,
@@ -239,7 +362,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         return True
 
     def _latest_version(self, root: str) -> int:
-        return self._open(root).version()
+        return self._tip(root).table_version
 
     # ------------------------------------------------------------------ reads
 
@@ -248,27 +371,25 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     ) -> Snapshot:
         root = table_root(path)
         if timestamp is None:
-            known = (
-                self._snapshots.latest(root)
-                if version is None
-                else self._snapshots.get(root, version)
-            )
+            if version is None:
+                version = self._tip(root).table_version
+            known = self._snapshots.get(root, version)
             if known is not None:
                 return known
-            if version is not None:
-                replayed = self._replayed(root, version)
-                if replayed is not None:
-                    return replayed
-        table = self._open(root, version, held=timestamp is None)
-        if timestamp is not None:
+            replayed = self._replayed(root, version)
+            if replayed is not None:
+                return replayed
+            tip = self._tips.get(root, version)
+            held = tip is not None and tip.handle.version() == version
+            table = tip.handle if tip is not None and held else self._open(root, version)
+        else:
+            table = self._open(root, held=False)
             table.load_as_version(timestamp)
-        known = self._snapshots.get(root, table.version())
-        if known is None and (version is None or timestamp is not None):
-            # The version is known only now (the replay of a version asked for by number
-            # was tried above).
-            known = self._replayed(root, table.version())
-        if known is not None:  # already listed, or replayed from a listed version
-            return known
+            known = self._snapshots.get(root, table.version()) or self._replayed(
+                root, table.version()
+            )
+            if known is not None:  # already listed, or replayed from a listed version
+                return known
         snapshot = self._snapshot_of(root, table)
         self._snapshots.put(root, snapshot.version, snapshot)
         return snapshot
@@ -323,6 +444,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                     {c: action.get(f"min.{c}") for c in schema.fieldNames()},
                     {c: action.get(f"max.{c}") for c in schema.fieldNames()},
                 ),
+                log_path=action["path"],  # delta-rs lists the log's path text
             )
             for action in actions
         )
@@ -401,7 +523,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         return list(self._open(path).history(limit))
 
     def transaction_version(self, path: str, app_id: str) -> int | None:
-        return self._open(path).transaction_version(app_id)
+        return self._tip(table_root(path)).transaction_version(app_id)
 
     def _range_end(self, root: str, version: int) -> RangeEnd[DataFile]:
         end = self.snapshot(root, version)
@@ -577,13 +699,13 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """Writes one Parquet file with pyarrow on the driver: no Spark job for a few rows.
         A partitioned table takes the ordinary (Spark) append."""
         root = table_root(path)
-        table = self._open(root)
-        if table.metadata().partition_columns:
+        tip = self._tip(root)
+        if tip.partition_columns:
             return super().append_rows(root, rows, schema, txn)
-        existing = arrow_to_spark(table.schema().to_arrow())
+        existing = tip.schema
         require_same_schema(root, existing, schema)
         commit_id = self._new_commit_id()
-        skipped = self._skip_if_committed(root, table, txn)
+        skipped = self._skip_if_committed(root, tip, txn)
         if skipped:
             return skipped
         arrow_schema = spark_to_arrow(existing)
@@ -600,7 +722,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             size = int(filesystem.get_file_info(located).size or 0)
             now_ms = int(datetime.now().timestamp() * 1000)
             written = _Written.of([_added_file(filesystem, located, relative, size, {}, now_ms)])
-        return self._commit_append(root, table, written, existing, [], txn, commit_id)
+        return self._commit_append(root, tip, written, existing, [], txn, commit_id)
 
     def append_rows_added(
         self,
@@ -627,20 +749,20 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         if partition_by is not None:
             self.create_table(target, end.schema, partition_by)
         root = table_root(target)
-        table = self._open(root)
-        schema = arrow_to_spark(table.schema().to_arrow())
+        tip = self._tip(root)
+        schema = tip.schema
         require_same_schema(root, schema, end.schema)
         files = [f for files in by_version.values() for f in files]
-        partitions = list(table.metadata().partition_columns)
+        partitions = list(tip.partition_columns)
         if partitions != list(end.partition_columns):
             return self._write(root, self.read_files(end, files), None, txn)
         commit_id = self._new_commit_id()
-        skipped = self._skip_if_committed(root, table, txn)
+        skipped = self._skip_if_committed(root, tip, txn)
         if skipped:
             return skipped
         with optional_phase(self.clock, "write"):
             written = self._link_files(end.table_path, files, root, partitions)
-        return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
+        return self._commit_append(root, tip, written, schema, partitions, txn, commit_id)
 
     @staticmethod
     def _link_files(
@@ -682,29 +804,36 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         writes a DataFrame's files, pyarrow an Arrow table's.
         """
         root = table_root(path)
-        table = self._open(root)
-        schema = arrow_to_spark(table.schema().to_arrow())
+        tip = self._tip(root)
+        schema = tip.schema
         data_schema = arrow_to_spark(data.schema) if isinstance(data, pa.Table) else data.schema
         require_same_schema(root, schema, data_schema)
         commit_id = self._new_commit_id()
-        skipped = self._skip_if_committed(root, table, txn)
+        skipped = self._skip_if_committed(root, tip, txn)
         if skipped:
             return skipped
-        partitions = list(table.metadata().partition_columns)
+        partitions = list(tip.partition_columns)
         if where is not None:
             _check_partition_predicate(root, partitions, where, operation)
         if operation == "append":
             written = self._write_data(root, data, schema, partitions)
-            return self._commit_append(root, table, written, schema, partitions, txn, commit_id)
-        filters = _delta_filters(where) if where else None
+            return self._commit_append(root, tip, written, schema, partitions, txn, commit_id)
         # The files the replace removes, as of the version it was asked against: taken before
         # the Parquet write, so a concurrent change during the write is caught at commit.
-        replaced = self._files_in_scope(root, table, filters)
+        scope = self._own_scope(root, tip, where)
         written = self._write_data(root, data, schema, partitions)
+        if scope is not None:
+            own = self._commit_own(root, tip, written, scope, txn, commit_id)
+            if own is not None:
+                return own
+        # delta-rs commits it (or, having lost the version, checks what changed since the
+        # tip and commits on the new version): from the files in scope at the tip.
+        table = self._handle_at(root, tip)
+        filters = _delta_filters(where) if where else None
         return self._commit_replacing(
             root,
             table,
-            replaced,
+            self._files_in_scope(root, table, filters),
             written,
             schema=schema,
             partitions=partitions,
@@ -737,7 +866,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def _require_partition_predicate(
         self, root: str, where: Sequence[PartitionFilter], operation: str
     ) -> list[str]:
-        partitions = list(self._open(root).metadata().partition_columns)
+        partitions = list(self._tip(root).partition_columns)
         _check_partition_predicate(root, partitions, where, operation)
         return partitions
 
@@ -746,11 +875,17 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     ) -> CommitOutcome:
         root = table_root(path)
         partitions = self._require_partition_predicate(root, where, "delete_partitions")
-        table = self._open(root)
+        tip = self._tip(root)
         commit_id = self._new_commit_id()
-        skipped = self._skip_if_committed(root, table, txn)
+        skipped = self._skip_if_committed(root, tip, txn)
         if skipped:
             return skipped
+        scope = self._own_scope(root, tip, where)
+        if scope is not None:
+            own = self._commit_own(root, tip, _Written((), 0), scope, txn, commit_id)
+            if own is not None:
+                return own
+        table = self._handle_at(root, tip)
         filters = _delta_filters(where)
         return self._commit_replacing(
             root,
@@ -853,7 +988,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 root, base_version, commit_id, txn, e, _Written((), 0), "merge"
             )
         logger.info("merged into %s: %s", root, metrics)
-        return self._landed(root, base_version, commit_id, _Written((), 0), table)
+        return self._landed(root, base_version, commit_id, _Written((), 0))
 
     def vacuum(
         self, path: str, retention_hours: float, keep_versions: Sequence[int] = ()
@@ -892,7 +1027,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     # ------------------------------------------------------------------ commit helpers
 
     def _skip_if_committed(
-        self, root: str, table: DeltaTable, txn: AppTransaction | None
+        self, root: str, table: DeltaTable | _Tip, txn: AppTransaction | None
     ) -> CommitOutcome | None:
         if txn is None:
             return None
@@ -1014,19 +1149,28 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def _commit_append(
         self,
         root: str,
-        table: DeltaTable,
+        tip: _Tip,
         written: _Written,
         schema: StructType,
         partitions: list[str],
         txn: AppTransaction | None,
         commit_id: str,
     ) -> CommitOutcome:
-        """Commit Add actions; delta-rs retries on a newer version (appends never conflict)."""
+        """Commit Add actions after the tip's version: this engine writes the commit file
+        where it may; otherwise (or when another writer took that version) delta-rs
+        commits, retrying on a newer version (appends never conflict)."""
         if not written.adds and txn is None:
-            return CommitOutcome(table_version=table.version(), committed=False)
+            return CommitOutcome(table_version=tip.table_version, committed=False)
+        attempted = self._log_writable(root, tip, removes=False)
+        if attempted:
+            own = self._commit_own(root, tip, written, None, txn, commit_id)
+            if own is not None:
+                return own
+        table = self._handle_at(root, tip)
         base_version = table.version()
-        crash_point("delta.before_commit")
-        self._check_commit_guard()
+        if not attempted:  # a lost version's retry is the same commit: checked once
+            crash_point("delta.before_commit")
+            self._check_commit_guard()
         try:
             self._write_transaction(
                 table,
@@ -1038,7 +1182,162 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
             return self._recover_or_raise(root, base_version, commit_id, txn, e, written, "append")
         crash_point("delta.after_commit")
-        return self._landed(root, base_version, commit_id, written, table)
+        return self._landed(root, base_version, commit_id, written)
+
+    def _own_scope(
+        self, root: str, tip: _Tip, where: Sequence[PartitionFilter] | None
+    ) -> tuple[DataFile, ...] | None:
+        """The live files at the tip's version that a replace of ``where`` (the whole
+        table for None) removes, when this engine can write that commit itself; None when
+        delta-rs must: the log writer may not write this table, a partition column's values
+        are not integers or strings, a filter is not ``=`` or ``in`` over non-null values of
+        the column's type, or a file's log path is not known."""
+        if not self._log_writable(root, tip, removes=True):
+            return None
+        types = {f.name: f.dataType for f in tip.schema.fields}
+        if not all(isinstance(types[c], _REMOVABLE_PARTITION_TYPES) for c in tip.partition_columns):
+            return None
+        wanted: dict[str, frozenset[Any]] = {}
+        for condition in where or ():
+            values = list(condition.value) if condition.op == "in" else [condition.value]
+            expected = str if isinstance(types[condition.column], StringType) else int
+            if condition.op not in ("=", "in") or not all(
+                type(v) is expected
+                for v in values  # a bool is not an int here
+            ):
+                return None
+            allowed = frozenset(values)
+            wanted[condition.column] = wanted.get(condition.column, allowed) & allowed
+        files = self.snapshot(root, tip.table_version).files
+        if any(f.log_path is None for f in files):
+            return None
+        return tuple(
+            f
+            for f in files
+            if all(f.partition_values.get(c) in allowed for c, allowed in wanted.items())
+        )
+
+    def _log_writable(self, root: str, tip: _Tip, removes: bool) -> bool:
+        """Whether this engine writes the commit file of a commit to the table itself."""
+        if not self._write_log:
+            return False
+        reason = writable(
+            root,
+            tip.min_writer_version,
+            tip.writer_features,
+            tip.properties,
+            tip.schema_json,
+            removes=removes,
+        )
+        if reason is not None:
+            logger.debug("%s: delta-rs commits (the log writer does not write %s)", root, reason)
+        return reason is None
+
+    def _commit_own(
+        self,
+        root: str,
+        tip: _Tip,
+        written: _Written,
+        removed: Sequence[DataFile] | None,
+        txn: AppTransaction | None,
+        commit_id: str,
+    ) -> CommitOutcome | None:
+        """Commit ``written``'s adds and the removes of ``removed`` (None: an append) as the
+        version after the tip, by writing its commit file (``log_writer``; the caller has
+        checked :meth:`_log_writable`), under the commit guard; None, having committed
+        nothing, when another writer took that version (the caller then commits through
+        delta-rs)."""
+        version = tip.table_version + 1
+        now_ms = int(datetime.now().timestamp() * 1000)
+        metadata = tagged_metadata(self.commit_metadata, commit_id)
+        actions: list[dict[str, Any]] = [
+            commit_info_action(
+                now_ms,
+                "Append" if removed is None else "Overwrite",
+                tip.partition_columns,
+                tip.table_version,
+                blind_append=removed is None,
+                metadata=metadata,
+            )
+        ]
+        actions += [
+            add_action(a.path, a.size, a.partition_values, a.modification_time, a.stats)
+            for a in written.adds
+        ]
+        for file in removed or ():
+            assert file.log_path is not None  # _own_scope gives only files with one
+            values = {
+                c: delta_partition_literal(file.partition_values.get(c))
+                for c in tip.partition_columns
+            }
+            actions.append(remove_action(LogFile(file.log_path, values, file.size_bytes), now_ms))
+        if txn is not None:
+            actions.append(txn_action(txn.app_id, txn.version, now_ms))
+        crash_point("delta.before_commit")
+        self._check_commit_guard()
+        try:
+            with optional_phase(self.clock, "commit"):
+                landed = write_commit(root, version, actions)
+        except OSError as e:
+            logger.warning(
+                "%s: cannot write commit file %d (%s); delta-rs commits", root, version, e
+            )
+            return None
+        if not landed:
+            logger.info(
+                "%s: version %d was taken by another writer; delta-rs commits", root, version
+            )
+            return None
+        crash_point("delta.after_commit")
+        self._committed(root, tip, version, actions, txn)
+        logger.info(
+            "committed %d file(s), removed %d, to %s at version %d (commit %s)",
+            len(written.adds),
+            len(removed or ()),
+            root,
+            version,
+            commit_id,
+        )
+        return written.outcome(version)
+
+    def _committed(
+        self,
+        root: str,
+        tip: _Tip,
+        version: int,
+        actions: Sequence[Mapping[str, Any]],
+        txn: AppTransaction | None,
+    ) -> None:
+        """What this engine knows after writing ``version`` itself: its commit file, the
+        new tip and, when the tip's snapshot was at hand, the new snapshot; a checkpoint
+        every ``delta.checkpointInterval`` versions, as delta-rs's own commit makes one."""
+        self._commits.put(root, version, CommitFile(version, tuple(actions)))
+        txns = dict(tip.txns) | ({txn.app_id: txn.version} if txn is not None else {})
+        self._hold_tip(replace(tip, table_version=version, txns=txns))
+        base = self._snapshots.get(root, tip.table_version)
+        if base is not None:
+            files = replay_actions(
+                root,
+                {f.path: f for f in base.files},
+                [actions],
+                base.schema,
+                base.partition_columns,
+                {},
+                by_location=True,
+            )
+            if files is not None:
+                self._snapshots.put(
+                    root, version, replace(base, version=version, files=tuple(files.values()))
+                )
+        interval = _checkpoint_interval(tip.properties)
+        if version % interval == 0:
+            try:
+                checkpointed = DeltaTable(root, version=version)
+                checkpointed.create_checkpoint()
+                if tip.properties.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
+                    checkpointed.cleanup_metadata()
+            except Exception as e:  # noqa: BLE001 - the commit landed; a checkpoint is an aid
+                logger.warning("%s: checkpoint of version %d failed: %s", root, version, e)
 
     def _commit_replacing(
         self,
@@ -1073,7 +1372,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             # The handle asked against, unless a newer version exists (a local table
             # says so by its next commit file, without opening the table again).
             newer = "://" in root or os.path.exists(commit_file_location(root, base_version + 1))
-            current = self._open(root) if newer or attempt > 1 else base
+            # A handle of its own: ``base`` stays at the version the files in scope are of.
+            current = self._open(root, held=False) if newer or attempt > 1 else base
             if current.version() != base_version:
                 skipped = self._skip_if_committed(root, current, txn)
                 if skipped:
@@ -1114,7 +1414,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                     root, attempt_version, commit_id, txn, e, written, operation
                 )
             crash_point("delta.after_commit")
-            return self._landed(root, attempt_version, commit_id, written, current)
+            return self._landed(root, attempt_version, commit_id, written)
         raise CommitError(
             f"{operation} of {scope} in {root} did not land: {attempts} attempt(s) each lost "
             f"the next version to a concurrent commit (asked against version {base_version}). "
@@ -1199,34 +1499,14 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         return None
 
     def _landed(
-        self,
-        root: str,
-        after_version: int,
-        commit_id: str,
-        written: _Written,
-        committed_on: DeltaTable | None = None,
+        self, root: str, after_version: int, commit_id: str, written: _Written
     ) -> CommitOutcome:
         """The outcome of a commit delta-rs reported as done, at the version that is ours:
         the next version's commit file when it carries our id (no table to open), else
-        the log after ``after_version`` searched for it.
-
-        When the handle the commit was made on (``committed_on``) is the one held for the
-        table and the commit is its next version, the handle is moved there (delta-rs
-        reads that one commit file) and held as the latest again: the next look at the
-        table would otherwise open it anew (8-9 ms, twice a step for an SSBJ stage's
-        output and state)."""
+        the log after ``after_version`` searched for it. The tip follows the new commit
+        file at the next look (:meth:`_advanced`)."""
         version = after_version + 1
-        if self._commit_id_at(root, version) == commit_id:
-            if committed_on is not None and self._handles.get(root, after_version) is committed_on:
-                self._handles.drop_table(root)
-                try:
-                    committed_on.load_as_version(version)
-                except Exception as e:  # noqa: BLE001 - delta-rs raises several types
-                    # The commit landed: never fail it for a handle; the next look opens one.
-                    logger.debug("%s: cannot move the held handle to %d: %s", root, version, e)
-                else:
-                    self._handles.put(root, version, committed_on)
-        else:
+        if self._commit_id_at(root, version) != commit_id:
             latest = self._open(root)
             found = self._find_commit(latest, after_version, commit_id)
             if found is None:
@@ -1281,6 +1561,62 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             f"commit to {root} failed and did not land: {error}. The written files stay "
             "untracked and are removed by vacuum; rerunning the step is safe."
         ) from error
+
+
+@dataclass(frozen=True)
+class _Tip:
+    """The latest version of a table as this engine knows it: what a write checks and
+    commits against, without a delta-rs handle at that version.
+
+    ``handle`` is at a version up to ``table_version``, and the commits after it hold no
+    metaData or protocol action, so its schema, partitioning, properties and protocol are
+    the tip's; ``txns`` holds the app transactions those commits recorded (a later txn of
+    an app replaces an earlier one)."""
+
+    root: str
+    table_version: int
+    handle: DeltaTable
+    schema: StructType
+    partition_columns: tuple[str, ...]
+    properties: Mapping[str, str]
+    schema_json: str
+    min_writer_version: int
+    writer_features: tuple[str, ...]
+    txns: Mapping[str, int]
+
+    @classmethod
+    def of(cls, root: str, table: DeltaTable) -> _Tip:
+        metadata = table.metadata()
+        protocol = table.protocol()
+        return cls(
+            root=root,
+            table_version=table.version(),
+            handle=table,
+            schema=arrow_to_spark(table.schema().to_arrow()),
+            partition_columns=tuple(metadata.partition_columns),
+            properties={k: v for k, v in metadata.configuration.items() if v is not None},
+            schema_json=table.schema().to_json(),
+            min_writer_version=protocol.min_writer_version,
+            writer_features=tuple(protocol.writer_features or ()),
+            txns={},
+        )
+
+    def version(self) -> int:
+        return self.table_version
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The app's last recorded transaction version at the tip's version."""
+        if app_id in self.txns:
+            return self.txns[app_id]
+        return self.handle.transaction_version(app_id)
+
+
+def _checkpoint_interval(properties: Mapping[str, str]) -> int:
+    """``delta.checkpointInterval`` of a table (delta-rs's and Spark's 100 by default)."""
+    try:
+        return max(1, int(properties.get(CHECKPOINT_INTERVAL_PROPERTY, _CHECKPOINT_INTERVAL)))
+    except ValueError:
+        return _CHECKPOINT_INTERVAL
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,7 @@ def _apply(
         )
         if stats
         else {},
+        log_path=log_path,
     )
 
 

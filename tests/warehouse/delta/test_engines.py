@@ -106,6 +106,13 @@ def embedded(spark: SparkSession) -> EmbeddedDeltaEngine:
     return EmbeddedDeltaEngine(spark)
 
 
+@pytest.fixture
+def through_delta_rs(spark: SparkSession) -> EmbeddedDeltaEngine:
+    """An embedded engine that commits every write through delta-rs, as it does for the
+    tables its log writer may not write: the tests of delta-rs's commit seams take it."""
+    return EmbeddedDeltaEngine(spark, write_log=False)
+
+
 class Gate:
     """Holds a write mid-way, after its transaction started and before it commits.
 
@@ -932,13 +939,13 @@ def test_engine_choice_without_the_jars_is_embedded_and_native_is_refused() -> N
 
 def test_error_after_commit_landed_is_not_retried_into_a_duplicate(
     spark: SparkSession,
-    embedded: EmbeddedDeltaEngine,
+    through_delta_rs: EmbeddedDeltaEngine,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """delta-rs can raise after its commit landed (a post-commit checkpoint hook)."""
     path = str(tmp_path / "t")
-    embedded.create_table(path, SCHEMA)
+    through_delta_rs.create_table(path, SCHEMA)
     data = spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA)
     real_commit = DeltaTable.create_write_transaction
 
@@ -947,33 +954,33 @@ def test_error_after_commit_landed_is_not_retried_into_a_duplicate(
         raise OSError("post-commit checkpoint failed")
 
     monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_fail)
-    first = embedded.append(path, data, AppTransaction("app", 1))
+    first = through_delta_rs.append(path, data, AppTransaction("app", 1))
     assert first.committed
     monkeypatch.undo()
-    retry = embedded.append(path, data, AppTransaction("app", 1))
+    retry = through_delta_rs.append(path, data, AppTransaction("app", 1))
     assert not retry.committed
-    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:3]))
+    assert_same_multiset(through_delta_rs.read(path), naive(AWKWARD_ROWS[:3]))
 
 
 def test_error_before_commit_raises_commit_error(
     spark: SparkSession,
-    embedded: EmbeddedDeltaEngine,
+    through_delta_rs: EmbeddedDeltaEngine,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = str(tmp_path / "t")
-    embedded.create_table(path, SCHEMA)
+    through_delta_rs.create_table(path, SCHEMA)
 
     def fail(self: DeltaTable, *args: object, **kwargs: object) -> None:
         raise OSError("storage unavailable")
 
     monkeypatch.setattr(DeltaTable, "create_write_transaction", fail)
     with pytest.raises(CommitError, match="did not land"):
-        embedded.append(
+        through_delta_rs.append(
             path, spark.createDataFrame(AWKWARD_ROWS[:1], SCHEMA), AppTransaction("app", 1)
         )
     monkeypatch.undo()
-    assert embedded.read(path).count() == 0
+    assert through_delta_rs.read(path).count() == 0
 
 
 def _before_first_commit(
@@ -999,12 +1006,12 @@ def _before_first_commit(
 
 def test_outcome_reports_the_version_of_our_commit_not_a_later_one(
     spark: SparkSession,
-    embedded: EmbeddedDeltaEngine,
+    through_delta_rs: EmbeddedDeltaEngine,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = str(tmp_path / "t")
-    embedded.create_table(path, SCHEMA)
+    through_delta_rs.create_table(path, SCHEMA)
     other = EmbeddedDeltaEngine(spark)
     real_commit = DeltaTable.create_write_transaction
     calls = 0
@@ -1017,12 +1024,12 @@ def test_outcome_reports_the_version_of_our_commit_not_a_later_one(
             other.append(path, spark.createDataFrame(AWKWARD_ROWS[3:], SCHEMA))
 
     monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_another_writer_commits)
-    outcome = embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA))
+    outcome = through_delta_rs.append(path, spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA))
 
     assert outcome.committed and outcome.table_version == 1
     assert outcome.rows_added == 3 and outcome.files_added >= 1
-    assert embedded.snapshot(path).version == 2
-    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS))
+    assert through_delta_rs.snapshot(path).version == 2
+    assert_same_multiset(through_delta_rs.read(path), naive(AWKWARD_ROWS))
 
 
 @pytest.mark.parametrize(
@@ -1031,7 +1038,7 @@ def test_outcome_reports_the_version_of_our_commit_not_a_later_one(
 )
 def test_delete_partitions_checks_commits_made_inside_its_commit_call(
     spark: SparkSession,
-    embedded: EmbeddedDeltaEngine,
+    through_delta_rs: EmbeddedDeltaEngine,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     concurrent_label: str,
@@ -1040,8 +1047,8 @@ def test_delete_partitions_checks_commits_made_inside_its_commit_call(
     """delete_partitions writes no data, so no Gate can hold it: the concurrent commit is
     made inside delta-rs's commit call instead (delta-spark has no such seam)."""
     path = str(tmp_path / "t")
-    embedded.create_table(path, SCHEMA, ("label",))
-    embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    through_delta_rs.create_table(path, SCHEMA, ("label",))
+    through_delta_rs.append(path, spark.createDataFrame(LABELS, SCHEMA))
     concurrent = [(3, concurrent_label, None, None, 3.0)]
     other = EmbeddedDeltaEngine(spark)
     _before_first_commit(
@@ -1052,13 +1059,13 @@ def test_delete_partitions_checks_commits_made_inside_its_commit_call(
     where = [PartitionFilter("label", "=", "a")]
     if conflicts:
         with pytest.raises(ConcurrentModificationError, match="delete_partitions"):
-            embedded.delete_partitions(path, where)
-        assert embedded.snapshot(path).version == 2
-        assert_same_multiset(embedded.read(path), LABELS + concurrent)
+            through_delta_rs.delete_partitions(path, where)
+        assert through_delta_rs.snapshot(path).version == 2
+        assert_same_multiset(through_delta_rs.read(path), LABELS + concurrent)
     else:
-        embedded.delete_partitions(path, where)
-        assert embedded.snapshot(path).version == 3
-        assert_same_multiset(embedded.read(path), [LABELS[1], *concurrent])
+        through_delta_rs.delete_partitions(path, where)
+        assert through_delta_rs.snapshot(path).version == 3
+        assert_same_multiset(through_delta_rs.read(path), [LABELS[1], *concurrent])
 
 
 def test_reserved_commit_info_keys_are_refused(
@@ -1179,47 +1186,184 @@ def test_a_held_handle_is_not_served_after_another_writer_or_a_recreated_table(
     assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[:3]))
 
 
-def test_the_handle_a_commit_moved_stays_held_and_reads_what_a_fresh_open_reads(
-    spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
+def _described(engine: EmbeddedDeltaEngine, path: str) -> list[tuple[Any, ...]]:
+    """A snapshot's live files as a comparison sees them, log paths included."""
+    return sorted(
+        (f.path, f.log_path, f.num_records, tuple(sorted(f.partition_values.items())))
+        for f in engine.snapshot(path).files
+    )
+
+
+def _engine_info(path: str, version: int) -> str:
+    with open(os.path.join(path, "_delta_log", f"{version:020d}.json")) as handle:
+        infos = [json.loads(line)["commitInfo"] for line in handle if '"commitInfo"' in line]
+    return str(infos[0].get("engineInfo"))
+
+
+INT_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("segment", T.LongType()),
+        T.StructField("label", T.StringType()),
+    ]
+)
+
+
+def test_the_engine_writes_its_own_commit_files_and_every_reader_reads_them(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """After the engine's own commit lands at the next version, the handle it was made on
-    is moved there and held (no open of the table at the next look), and what it lists
-    then is what a fresh engine lists: after appends, a replace that removes a file and a
-    merge. A commit that lost the next version to another writer's is found in the log,
-    and the table is opened anew."""
+    """Appends, a replace of some partitions, a delete of one and an overwrite are
+    committed by writing their commit files (no delta-rs commit, no table opened after
+    the first look), and a fresh engine, delta-rs and the log agree with the engine on
+    every version: rows, live files with their log paths, and app transactions."""
+    path = str(tmp_path / "t")
+    embedded.create_table(path, INT_SCHEMA, ("segment", "label"))
+    first = [(1, 0, "a b"), (2, 1, "x/y:z%"), (3, 2, None), (4, 2, "é ü %20")]
+
+    def rows(data: list[tuple]) -> pa.Table:
+        return spark.createDataFrame(data, INT_SCHEMA).toArrow()
+
+    embedded.append_arrow(path, rows(first), AppTransaction("app", 1))
+    opened: list[int | None] = []
+    open_table = embedded._open_table
+
+    def counted(root: str, version: int | None = None) -> Any:
+        opened.append(version)
+        return open_table(root, version)
+
+    monkeypatch.setattr(embedded, "_open_table", counted)
+    embedded.append_arrow(path, rows([(5, 1, "x/y:z%"), (6, 3, "a b")]), AppTransaction("app", 2))
+    embedded.replace_arrow(
+        path, rows([(7, 1, "new"), (8, 2, None)]), [PartitionFilter("segment", "in", [1, 2])]
+    )
+    embedded.delete_partitions(path, [PartitionFilter("label", "=", "a b")])
+    expected = [(7, 1, "new"), (8, 2, None)]
+    assert embedded.snapshot(path).version == 4
+    assert_same_multiset(embedded.read(path), expected)
+    # Only the replace's scope was listed (once, at the version it replaced against).
+    assert opened == [2]
+    assert all(_engine_info(path, v) == "enrichment-log-writer" for v in (2, 3, 4))
+    fresh = EmbeddedDeltaEngine(spark)
+    assert _described(embedded, path) == _described(fresh, path)
+    for version, wanted in [
+        (1, first),
+        (2, [*first, (5, 1, "x/y:z%"), (6, 3, "a b")]),
+        (4, expected),
+    ]:
+        assert_same_multiset(fresh.read(path, version=version), wanted)
+        delta_rs = DeltaTable(path, version=version).to_pyarrow_table().to_pylist()
+        assert sorted((r["id"], r["segment"], r["label"]) for r in delta_rs) == sorted(wanted)
+    assert (
+        DeltaTable(path).transaction_version("app")
+        == 2
+        == embedded.transaction_version(path, "app")
+    )
+    assert not embedded.append_arrow(path, rows([(9, 0, "z")]), AppTransaction("app", 2)).committed
+    embedded.overwrite_arrow(path, rows([(10, 5, "w")]))
+    assert_same_multiset(fresh.read(path), [(10, 5, "w")])
+    assert [h["version"] for h in DeltaTable(path).history()][:1] == [5]
+
+
+def test_a_commit_file_version_lost_to_another_writer_commits_through_delta_rs(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another writer commits between the tip this engine read and its commit file: the
+    file is not written over the other's, and delta-rs commits on the next version (an
+    append), or the replace is refused when the other commit touched its partitions."""
+    import warehouse.delta.embedded as embedded_module
+
     path = str(tmp_path / "t")
     embedded.create_table(path, SCHEMA, ("label",))
-    embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:2], SCHEMA))
-    held = embedded._open(path)
-    embedded.append_arrow(path, spark.createDataFrame(AWKWARD_ROWS[2:4], SCHEMA).toArrow())
-    # Replaces id 1's file (label "a b") with id 6's.
-    embedded.replace_arrow(
-        path,
-        spark.createDataFrame(AWKWARD_ROWS[5:6], SCHEMA).toArrow(),
-        [PartitionFilter("label", "=", "a b")],
-    )
-    embedded.merge(path, spark.createDataFrame(AWKWARD_ROWS[4:5], SCHEMA), ["id"])
-    assert embedded._open(path) is held and held.version() == 4
-    fresh = EmbeddedDeltaEngine(spark)
-    described = [
-        sorted(
-            (f.path, f.num_records, tuple(f.partition_values.items()))
-            for f in engine.snapshot(path).files
+    embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    other = EmbeddedDeltaEngine(spark)
+    real = embedded_module.write_commit
+    concurrent: list[list[tuple]] = []
+
+    def another_writer_first(root: str, version: int, actions: Any) -> bool:
+        if concurrent:
+            other.append(path, spark.createDataFrame(concurrent.pop(), SCHEMA))
+        return real(root, version, actions)
+
+    monkeypatch.setattr(embedded_module, "write_commit", another_writer_first)
+    concurrent.append([(3, "c", None, None, 3.0)])
+    outcome = embedded.append(path, spark.createDataFrame(REPLACEMENT, SCHEMA))
+    assert outcome.table_version == 3 and _engine_info(path, 2) == "enrichment-log-writer"
+    assert _engine_info(path, 3) != "enrichment-log-writer"  # delta-rs's commit
+    assert_same_multiset(embedded.read(path), [*LABELS, (3, "c", None, None, 3.0), *REPLACEMENT])
+
+    concurrent.append([(4, "a", None, None, 4.0)])
+    with pytest.raises(ConcurrentModificationError, match="replace"):
+        embedded.replace(
+            path,
+            spark.createDataFrame([(5, "a", None, None, 5.0)], SCHEMA),
+            [PartitionFilter("label", "=", "a")],
         )
-        for engine in (embedded, fresh)
+    concurrent.append([(6, "d", None, None, 6.0)])
+    embedded.replace(
+        path,
+        spark.createDataFrame([(7, "b", None, None, 7.0)], SCHEMA),
+        [PartitionFilter("label", "=", "b")],
+    )
+    assert_same_multiset(
+        EmbeddedDeltaEngine(spark).read(path),
+        [
+            LABELS[0],
+            (3, "c", None, None, 3.0),
+            *REPLACEMENT,
+            (4, "a", None, None, 4.0),
+            (6, "d", None, None, 6.0),
+            (7, "b", None, None, 7.0),
+        ],
+    )
+
+
+def test_the_log_writer_checkpoints_at_the_tables_interval(
+    spark: SparkSession, embedded: EmbeddedDeltaEngine, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    embedded.create_table(path, INT_SCHEMA, ("segment",), {"delta.checkpointInterval": "3"})
+    for i in range(7):
+        embedded.append_arrow(path, spark.createDataFrame([(i, i % 2, "x")], INT_SCHEMA).toArrow())
+    log = sorted(os.listdir(os.path.join(path, "_delta_log")))
+    assert [f for f in log if f.endswith(".checkpoint.parquet")] == [
+        f"{v:020d}.checkpoint.parquet" for v in (3, 6)
     ]
-    assert described[0] == described[1]
-    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS[1:6]))
+    assert not [f for f in log if f.endswith(".tmp")]
+    assert DeltaTable(path).version() == 7
+    assert sorted(r["id"] for r in DeltaTable(path).to_pyarrow_table().to_pylist()) == list(
+        range(7)
+    )
 
-    write_data = embedded._write_data
 
-    def another_writer_first(*args: Any) -> Any:
-        fresh.append(path, spark.createDataFrame(AWKWARD_ROWS[6:], SCHEMA))  # version 5
-        return write_data(*args)
-
-    embedded._write_data = another_writer_first  # type: ignore[method-assign]
-    outcome = embedded.append(path, spark.createDataFrame(AWKWARD_ROWS[:1], SCHEMA))
-    assert outcome.table_version == 6  # delta-rs retried past the other writer's commit
-    latest = embedded._open(path)
-    assert latest is not held and latest.version() == 6
-    assert_same_multiset(embedded.read(path), naive(AWKWARD_ROWS))
+@pytest.mark.parametrize(
+    "properties", [{"delta.enableChangeDataFeed": "true"}, {"delta.appendOnly": "true"}]
+)
+def test_tables_the_log_writer_may_not_write_are_committed_by_delta_rs(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    properties: dict[str, str],
+) -> None:
+    """A change-data-feed table (writer version 4) is committed by delta-rs; so is a
+    replace of an append-only table, which delta-rs refuses."""
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA, ("label",), properties)
+    embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    if "delta.appendOnly" in properties:
+        assert _engine_info(path, 1) == "enrichment-log-writer"  # an append is allowed
+        with pytest.raises((CommitError, DeltaTableError)):
+            embedded.replace(
+                path,
+                spark.createDataFrame(REPLACEMENT, SCHEMA),
+                [PartitionFilter("label", "=", "a")],
+            )
+        assert_same_multiset(embedded.read(path), LABELS)
+    else:
+        assert _engine_info(path, 1) != "enrichment-log-writer"
+        assert_same_multiset(embedded.read(path), LABELS)

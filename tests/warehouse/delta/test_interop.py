@@ -81,6 +81,45 @@ def test_a_table_written_by_one_engine_reads_the_same_on_the_other_and_on_delta_
     assert writer.history(path, 1)[0]["version"] == reader.history(path, 1)[0]["version"] == 3
 
 
+SEGMENTED = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("segment", T.LongType()),
+        T.StructField("label", T.StringType()),
+    ]
+)
+
+
+def test_commit_files_the_embedded_engine_writes_itself_read_the_same_on_delta_spark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The embedded engine's own commit files (appends, a replace of integer partitions
+    as the SSBJ state table is replaced, a delete) read on delta-spark and delta-rs as on
+    the engine, at every version; delta-spark then writes on the same log."""
+    embedded, native = make_engine(spark, "embedded"), make_engine(spark, "native")
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SEGMENTED, ("segment",))
+    versions = {1: [(1, 0, "a b"), (2, 1, "x/y:z%"), (3, 2, None)]}
+    embedded.append(path, spark.createDataFrame(versions[1], SEGMENTED))
+    versions[2] = [*versions[1], (4, 1, "é ü %20")]
+    embedded.append(path, spark.createDataFrame(versions[2][3:], SEGMENTED))
+    embedded.replace(
+        path,
+        spark.createDataFrame([(5, 1, "new"), (6, 3, None)], SEGMENTED),
+        [PartitionFilter("segment", "in", [1, 3])],
+    )
+    versions[3] = [(1, 0, "a b"), (3, 2, None), (5, 1, "new"), (6, 3, None)]
+    embedded.delete_partitions(path, [PartitionFilter("segment", "=", 0)])
+    versions[4] = versions[3][1:]
+    columns = SEGMENTED.fieldNames()
+    for version, rows in versions.items():
+        assert_same_multiset(native.read(path, version=version), rows)
+        assert_same_multiset(delta_rs_rows(path, columns, version), rows)
+    assert file_summary(native, path) == file_summary(embedded, path)
+    assert native.append(path, spark.createDataFrame([(7, 2, "z")], SEGMENTED)).table_version == 5
+    assert_same_multiset(embedded.read(path), [*versions[4], (7, 2, "z")])
+
+
 @pytest.mark.parametrize(("writer_name", "reader_name"), PAIRS)
 def test_change_data_feed_of_a_merge_reads_the_same_on_both_engines(
     spark: SparkSession, tmp_path: Path, writer_name: str, reader_name: str
