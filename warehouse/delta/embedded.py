@@ -155,7 +155,7 @@ _SNAPSHOTS_KEPT = 256
 _REPLAYED_COMMITS = 64
 # Parsed commit files an engine keeps (a few KB each).
 _COMMITS_KEPT = 4096
-# delta-rs's and Spark's default checkpoint interval (commits between checkpoints).
+# delta-rs's default checkpoint interval (commits between checkpoints; delta-spark's is 10).
 _CHECKPOINT_INTERVAL = 100
 # Partition column types whose values a remove can name exactly as the log wrote them.
 _REMOVABLE_PARTITION_TYPES = (ByteType, ShortType, IntegerType, LongType, StringType)
@@ -313,7 +313,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """A delta-rs handle at exactly the tip's version, for a commit through delta-rs
         made against it: the tip's own handle, moved there if it is behind."""
         handle = tip.handle
-        if handle.version() < tip.table_version and self._tips.get(root, tip.table_version) is tip:
+        behind = tip.table_version - handle.version()
+        if 0 < behind <= _REPLAYED_COMMITS and self._tips.get(root, tip.table_version) is tip:
             try:
                 handle.load_as_version(tip.table_version)
             except Exception as e:  # noqa: BLE001 - delta-rs raises several types
@@ -1202,8 +1203,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             values = list(condition.value) if condition.op == "in" else [condition.value]
             expected = str if isinstance(types[condition.column], StringType) else int
             if condition.op not in ("=", "in") or not all(
-                type(v) is expected
-                for v in values  # a bool is not an int here
+                # A bool is not an int here; "" is left to delta-rs, which reads it as null
+                # (the log's files carry null, never "", for such a partition).
+                type(v) is expected and v != ""
+                for v in values
             ):
                 return None
             allowed = frozenset(values)
@@ -1279,10 +1282,14 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             with optional_phase(self.clock, "commit"):
                 landed = write_commit(root, version, actions)
         except OSError as e:
-            logger.warning(
-                "%s: cannot write commit file %d (%s); delta-rs commits", root, version, e
-            )
-            return None
+            # The file may have been made visible before the error surfaced (a network file
+            # system retrying the link): the version is ours only if it carries our id.
+            landed = self._commit_id_at(root, version) == commit_id
+            if not landed:
+                logger.warning(
+                    "%s: cannot write commit file %d (%s); delta-rs commits", root, version, e
+                )
+                return None
         if not landed:
             logger.info(
                 "%s: version %d was taken by another writer; delta-rs commits", root, version
@@ -1330,7 +1337,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                     root, version, replace(base, version=version, files=tuple(files.values()))
                 )
         interval = _checkpoint_interval(tip.properties)
-        if version % interval == 0:
+        if (version + 1) % interval == 0:  # delta-rs's cadence: versions 99, 199, ...
             try:
                 checkpointed = DeltaTable(root, version=version)
                 checkpointed.create_checkpoint()
@@ -1395,7 +1402,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                     filters=filters,
                 )
             except Exception as e:  # noqa: BLE001 - delta-rs raises several unrelated types
-                latest = self._open(root)
+                latest = self._open(root, held=False)  # ``base`` stays where it is
                 if self._find_commit(latest, attempt_version, commit_id) is None and (
                     latest.version() > attempt_version
                 ):
@@ -1543,7 +1550,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     ) -> CommitOutcome:
         """Treat an error as success only if the log shows that OUR commit landed, as
         :func:`~warehouse.delta.commit_protocol.outcome_after_error` decides."""
-        latest = self._open(root)
+        latest = self._open(root, held=False)
         landed = self._find_commit(latest, after_version, commit_id)
         recovered = outcome_after_error(
             root,
@@ -1612,7 +1619,7 @@ class _Tip:
 
 
 def _checkpoint_interval(properties: Mapping[str, str]) -> int:
-    """``delta.checkpointInterval`` of a table (delta-rs's and Spark's 100 by default)."""
+    """``delta.checkpointInterval`` of a table (delta-rs's 100 by default)."""
     try:
         return max(1, int(properties.get(CHECKPOINT_INTERVAL_PROPERTY, _CHECKPOINT_INTERVAL)))
     except ValueError:

@@ -25,6 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -165,5 +166,6 @@ def write_commit(root: str, version: int, actions: Sequence[Mapping[str, Any]]) 
     except FileExistsError:
         return False
     finally:
-        os.unlink(staged)
+        with contextlib.suppress(OSError):  # a stray temporary file is harmless
+            os.unlink(staged)
     return True

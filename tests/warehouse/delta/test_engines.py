@@ -1332,7 +1332,8 @@ def test_the_log_writer_checkpoints_at_the_tables_interval(
         embedded.append_arrow(path, spark.createDataFrame([(i, i % 2, "x")], INT_SCHEMA).toArrow())
     log = sorted(os.listdir(os.path.join(path, "_delta_log")))
     assert [f for f in log if f.endswith(".checkpoint.parquet")] == [
-        f"{v:020d}.checkpoint.parquet" for v in (3, 6)
+        f"{v:020d}.checkpoint.parquet"
+        for v in (2, 5)  # delta-rs's cadence
     ]
     assert not [f for f in log if f.endswith(".tmp")]
     assert DeltaTable(path).version() == 7
@@ -1367,3 +1368,49 @@ def test_tables_the_log_writer_may_not_write_are_committed_by_delta_rs(
     else:
         assert _engine_info(path, 1) != "enrichment-log-writer"
         assert_same_multiset(embedded.read(path), LABELS)
+
+
+def test_an_error_after_the_commit_file_landed_is_not_committed_again(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit file became visible but the call raised (a network file system retrying
+    its link): the version carries this commit's id, so it is reported as ours and not
+    committed a second time through delta-rs."""
+    import warehouse.delta.embedded as embedded_module
+
+    path = str(tmp_path / "t")
+    embedded.create_table(path, SCHEMA)
+    real = embedded_module.write_commit
+
+    def landed_then_failed(root: str, version: int, actions: Any) -> bool:
+        real(root, version, actions)
+        raise OSError("link reported an error after it was made")
+
+    monkeypatch.setattr(embedded_module, "write_commit", landed_then_failed)
+    outcome = embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    assert outcome.committed and outcome.table_version == 1
+    assert DeltaTable(path).version() == 1
+    assert_same_multiset(embedded.read(path), LABELS)
+
+
+def test_a_replace_of_the_empty_string_selects_the_same_files_on_either_commit_path(
+    spark: SparkSession,
+    embedded: EmbeddedDeltaEngine,
+    through_delta_rs: EmbeddedDeltaEngine,
+    tmp_path: Path,
+) -> None:
+    """delta-rs reads a partition value "" as null; the engine's own commits leave such a
+    predicate to delta-rs, so both paths remove the same files."""
+    rows = [*LABELS, (3, None, None, None, 3.0)]
+    results = []
+    for name, engine in (("own", embedded), ("delta-rs", through_delta_rs)):
+        path = str(tmp_path / name)
+        engine.create_table(path, SCHEMA, ("label",))
+        engine.append(path, spark.createDataFrame(rows, SCHEMA))
+        engine.delete_partitions(path, [PartitionFilter("label", "=", "")])
+        engine.delete_partitions(path, [PartitionFilter("label", "in", ["b"])])
+        results.append(sorted(r[0] for r in engine.read(path).collect()))
+    assert results[0] == results[1]
