@@ -225,19 +225,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         handle of the caller's own (one it may keep while the table moves on)."""
         root = table_root(path)
         if version is None and held:
-            tip = self._tip(root)
-            handle = tip.handle
-            behind = tip.table_version - handle.version()
-            if behind == 0:
-                return handle
-            if 0 < behind <= _REPLAYED_COMMITS:
-                try:
-                    handle.load_as_version(tip.table_version)
-                except Exception as e:  # noqa: BLE001 - delta-rs raises several types
-                    logger.debug("%s: cannot move the held handle: %s", root, e)
-                else:
-                    return handle
-            return self._held_tip(root).handle
+            moved = self._tip_handle(root, self._tip(root))
+            return moved if moved is not None else self._held_tip(root).handle
         return self._open_table(root, version)
 
     def _open_table(self, root: str, version: int | None = None) -> DeltaTable:
@@ -309,9 +298,11 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         self._hold_tip(advanced)
         return advanced
 
-    def _handle_at(self, root: str, tip: _Tip) -> DeltaTable:
-        """A delta-rs handle at exactly the tip's version, for a commit through delta-rs
-        made against it: the tip's own handle, moved there if it is behind."""
+    def _tip_handle(self, root: str, tip: _Tip) -> DeltaTable | None:
+        """The tip's own delta-rs handle at the tip's version: moved there when it is
+        behind by at most :data:`_REPLAYED_COMMITS` and the tip is still the one held (a
+        handle is moved only forward, over commits :meth:`_advanced` accepted); None when
+        it cannot be."""
         handle = tip.handle
         behind = tip.table_version - handle.version()
         if 0 < behind <= _REPLAYED_COMMITS and self._tips.get(root, tip.table_version) is tip:
@@ -319,9 +310,13 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 handle.load_as_version(tip.table_version)
             except Exception as e:  # noqa: BLE001 - delta-rs raises several types
                 logger.debug("%s: cannot move the held handle: %s", root, e)
-        if handle.version() == tip.table_version:
-            return handle
-        return self._open_table(root, tip.table_version)
+        return handle if handle.version() == tip.table_version else None
+
+    def _handle_at(self, root: str, tip: _Tip) -> DeltaTable:
+        """A delta-rs handle at exactly the tip's version, for a commit through delta-rs
+        made against it: the tip's own, else one opened at that version."""
+        moved = self._tip_handle(root, tip)
+        return moved if moved is not None else self._open_table(root, tip.table_version)
 
     def exists(self, path: str) -> bool:
         """A table of which this engine holds a version whose commit file is still that
@@ -381,8 +376,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             if replayed is not None:
                 return replayed
             tip = self._tips.get(root, version)
-            held = tip is not None and tip.handle.version() == version
-            table = tip.handle if tip is not None and held else self._open(root, version)
+            if tip is not None and tip.handle.version() == version:
+                table = tip.handle  # the held handle is at this version: no open
+            else:
+                table = self._open(root, version)
         else:
             table = self._open(root, held=False)
             table.load_as_version(timestamp)
@@ -1315,27 +1312,13 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         actions: Sequence[Mapping[str, Any]],
         txn: AppTransaction | None,
     ) -> None:
-        """What this engine knows after writing ``version`` itself: its commit file, the
-        new tip and, when the tip's snapshot was at hand, the new snapshot; a checkpoint
-        every ``delta.checkpointInterval`` versions, as delta-rs's own commit makes one."""
+        """What this engine knows after writing ``version`` itself: its commit file (so
+        :meth:`snapshot` replays the new version from the tip's without reading it back) and
+        the new tip; a checkpoint every ``delta.checkpointInterval`` versions, as delta-rs's
+        own commit makes one."""
         self._commits.put(root, version, CommitFile(version, tuple(actions)))
         txns = dict(tip.txns) | ({txn.app_id: txn.version} if txn is not None else {})
         self._hold_tip(replace(tip, table_version=version, txns=txns))
-        base = self._snapshots.get(root, tip.table_version)
-        if base is not None:
-            files = replay_actions(
-                root,
-                {f.path: f for f in base.files},
-                [actions],
-                base.schema,
-                base.partition_columns,
-                {},
-                by_location=True,
-            )
-            if files is not None:
-                self._snapshots.put(
-                    root, version, replace(base, version=version, files=tuple(files.values()))
-                )
         interval = _checkpoint_interval(tip.properties)
         if (version + 1) % interval == 0:  # delta-rs's cadence: versions 99, 199, ...
             try:
