@@ -603,7 +603,7 @@ class StateStore:
         """Record a finished operator step and its controller state in one transaction;
         with ``pins`` (holder, table path -> versions), make those the holder's pins in
         the same transaction (:meth:`set_pins`)."""
-        wanted = None if pins is None else _wanted_pins(*pins)
+        pinned = None if pins is None else (pins[0], _wanted_pins(*pins))
         with self._session() as session:
             offset = session.get(StageOffset, stage)
             if offset is None:
@@ -616,8 +616,8 @@ class StateStore:
             )
             offset.planned_input_version = offset.planned_master_version = None
             _put_operator_state(session, stage, state)
-            if pins is not None and wanted is not None:
-                _replace_pins(session, pins[0], wanted)
+            if pinned is not None:
+                _replace_pins(session, *pinned)
 
     def operator_state(self, stage: str) -> dict[str, Any] | None:
         with self._session() as session:
@@ -633,10 +633,10 @@ class StateStore:
         """Save ``stage``'s controller state; with ``pins`` (holder, table path ->
         versions), first make those the holder's pins, in the same transaction (a plan is
         saved with the pins that keep what it reads)."""
-        wanted = None if pins is None else _wanted_pins(*pins)
+        pinned = None if pins is None else (pins[0], _wanted_pins(*pins))
         with self._session() as session:
-            if pins is not None and wanted is not None:
-                _replace_pins(session, pins[0], wanted)
+            if pinned is not None:
+                _replace_pins(session, *pinned)
             _put_operator_state(session, stage, state)
 
     # ------------------------------------------------------------------ metrics
