@@ -154,6 +154,9 @@ class _Counters:
 
     table: pa.Table
 
+    def __len__(self) -> int:
+        return self.table.num_rows
+
     def column(self, name: str) -> np.ndarray:
         return np.array(self.table.column(name).to_numpy(zero_copy_only=False), np.int64)
 
@@ -236,13 +239,13 @@ def columnar_result(
     if cache is not None and cache.num_rows:
         # A value's rows make its entry; an empty-entry marker beside them means nothing.
         # H_R is large (at SF30 most of the step's memory): only its key column is
-        # filtered, and the entries kept are usually all of it (one run: a slice).
+        # filtered, and the entries kept are usually all of it (one run: a slice). Most
+        # steps hold no empty entry at all, and skip the filter.
         empty = pc.fill_null(cache.column(EMPTY), False)
-        stored = _unique(pc.filter(cache.column(_KEY), pc.invert(empty)))
-        cache = rows_where(cache, pc.invert(pc.and_(empty, _in(cache.column(_KEY), stored))))
+        if pc.any(empty).as_py():
+            stored = _unique(pc.filter(cache.column(_KEY), pc.invert(empty)))
+            cache = rows_where(cache, pc.invert(pc.and_(empty, _in(cache.column(_KEY), stored))))
     counter_rows = _role(table, COUNTER)
-    # One row per value: a split key's replicas handed their counters to its owner (hits
-    # add up, master rows were counted over the same partitions), as ``decode_state`` does.
     counters = _Counters(
         pa.table(
             {
@@ -252,11 +255,17 @@ def columnar_result(
                 OBSERVED: counter_rows.column(OBSERVED).cast(pa.int64()),
             }
         )
-        .group_by(_KEY)
-        .aggregate([(HITS, "sum"), (MASTER_ROWS, "max"), (OBSERVED, "max")])
-        .select([_KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
-        .rename_columns([_KEY, HITS, MASTER_ROWS, OBSERVED])
     )
+    if pc.count_distinct(counters.table.column(_KEY), mode="all").as_py() < len(counters):
+        # One row per value: a split key's replicas handed their counters to its owner
+        # (hits add up, master rows were counted over the same partitions), as
+        # ``decode_state`` does. The counters this pass wrote are one per value already.
+        counters = _Counters(
+            counters.table.group_by(_KEY)
+            .aggregate([(HITS, "sum"), (MASTER_ROWS, "max"), (OBSERVED, "max")])
+            .select([_KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
+            .rename_columns([_KEY, HITS, MASTER_ROWS, OBSERVED])
+        )
     marked = _unique(_role(table, MARKED).column(layout.master_key).cast(key_type))
     switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
     parts = _with_key(_role(table, PARTITION), layout.master_key, key_type)
@@ -297,33 +306,31 @@ def columnar_result(
     new = new.append_column(_POS, pa.array(np.arange(new.num_rows, dtype=np.int64)))
     if use_cache:
         assert cache is not None
-        cached_keys = _unique(cache.column(_KEY))
+        cached_keys = cache.column(_KEY)
         hit = _in(new.column(_KEY), cached_keys)
     else:
-        cached_keys = pa.array([], key_type)
+        cached_keys = pa.chunked_array([], key_type)
         hit = pa.chunked_array([pa.array(np.zeros(new.num_rows, bool))])
-    hits = new.filter(hit)
     misses = new.filter(pc.invert(hit))
-    counts.cache_hits = hits.num_rows
+    counts.cache_hits = new.num_rows - misses.num_rows
     counts.entered_pending = misses.num_rows
-    if hits.num_rows:
+    if counts.cache_hits:
         assert cache is not None
-        per_key = _counts(hits.column(_KEY), key_type)
+        # Only the hits' keys are copied: the join takes their rows from ``new`` by
+        # position, and the entries' rows from H_R (copying all of H_R to drop its empty
+        # entries cost 75 ms a step at SF30).
+        per_key = _counts(pc.filter(new.column(_KEY), hit), key_type)
         hit_keys = per_key.column(_KEY).combine_chunks()
         counters = counters.add(key_type, hit_keys, {HITS: _n(per_key)})
-        # The entries of the values hit, with rows: copying all of H_R to drop its empty
-        # entries cost 75 ms a step at SF30.
-        rows = cache.filter(
-            pc.and_(
-                pc.invert(pc.fill_null(cache.column(EMPTY), False)),
-                _in(cache.column(_KEY), hit_keys),
-            )
+        with_rows = pc.and_(
+            pc.invert(pc.fill_null(cache.column(EMPTY), False)),
+            _in(cache.column(_KEY), hit_keys),
         )
-        matched = _join(hits, rows, layout, on_version=False)
+        matched = _join(new, cache, layout, on_version=False, kept=(hit, with_rows))
         outputs.append(_versioned(matched, _constant(version, pa.int64(), matched.num_rows)))
         if plan.left_join:
-            with_rows = _unique(rows.column(_KEY))
-            empty = hits.filter(pc.invert(_in(hits.column(_KEY), with_rows)))
+            entries = _unique(pc.filter(cache.column(_KEY), with_rows))
+            empty = new.filter(pc.and_(hit, pc.invert(_in(new.column(_KEY), entries))))
             counts.cache_hits_unmatched = empty.num_rows
             outputs.append(_out_unmatched(empty, layout))
     entered = misses.drop_columns([_POS])
@@ -456,10 +463,17 @@ def _set(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.T
     return table.set_column(index, table.schema.field(name).with_type(values.type), values)
 
 
-def _join(tuples: pa.Table, master: pa.Table, layout: ColumnarLayout, on_version: bool) -> pa.Table:
+def _join(
+    tuples: pa.Table,
+    master: pa.Table,
+    layout: ColumnarLayout,
+    on_version: bool,
+    kept: tuple[pa.ChunkedArray, pa.ChunkedArray] | None = None,
+) -> pa.Table:
     """Every (tuple, master row) pair with equal join values (and, ``on_version``, the
     row of the tuple's pinned version): the tuple's stream columns and position, the
-    row's master columns."""
+    row's master columns. ``kept``: masks of the tuples and of the master rows that
+    take part (the others' rows are not copied)."""
     # Only the keys and row numbers go through the hash join (Arrow's join cannot carry
     # nested columns, and need not copy any): the rows are taken by number after it.
     keys = [_KEY, PINNED_VERSION] if on_version else [_KEY]
@@ -467,6 +481,8 @@ def _join(tuples: pa.Table, master: pa.Table, layout: ColumnarLayout, on_version
     left = tuples.select(keys).append_column("__left", _row_numbers(tuples.num_rows))
     right = master.select([_KEY, *versions]).rename_columns(["__rkey", *versions])
     right = right.append_column("__right", _row_numbers(master.num_rows))
+    if kept is not None:
+        left, right = left.filter(kept[0]), right.filter(kept[1])
     if left.num_rows and right.num_rows:
         pairs = left.join(right, keys=keys, right_keys=["__rkey", *versions], join_type="inner")
         lefts, rights = pairs.column("__left"), pairs.column("__right")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.arrow_rows import rows_at, rows_where
+from common.arrow_rows import MAX_RUNS, rows_at, rows_where
 
 masks = st.lists(st.sampled_from([True, False, None]), max_size=40)
 
@@ -82,3 +82,27 @@ def test_rows_at_counting_up_is_a_slice(before: int, run: int, after: int) -> No
 def test_rows_at_past_the_end_is_refused_as_take_refuses_it() -> None:
     with pytest.raises(IndexError):
         rows_at(_table(3), pa.array([2, 3], pa.int64()))
+
+
+@settings(deadline=None)  # the first calls load Arrow's kernels
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), min_size=2, max_size=6))
+def test_a_few_runs_are_slices_of_the_same_buffers(runs: list[tuple[int, int]]) -> None:
+    # (gap before, length) of each run: the kept rows, in order, and no copy of them.
+    mask: list[bool] = []
+    for gap, length in runs:
+        mask += [False] * gap + [True] * length
+    table = _table(len(mask) + 3)
+    mask_array = pa.array(mask + [False] * 3, pa.bool_())
+    kept = rows_where(table, mask_array)
+    assert kept.equals(table.filter(mask_array))
+    assert _shares_buffers(kept, table)
+
+
+def test_many_runs_are_taken_not_sliced() -> None:
+    # Every other row: one run per kept row, copied into one chunk by take.
+    n = 4 * MAX_RUNS
+    table = _table(n)
+    mask = pa.array([i % 2 == 0 for i in range(n)], pa.bool_())
+    kept = rows_where(table, mask)
+    assert kept.equals(table.filter(mask))
+    assert kept.column("i").num_chunks == 1
