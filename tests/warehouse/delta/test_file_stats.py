@@ -190,3 +190,49 @@ def test_the_embedded_engine_writes_stats_other_delta_readers_use(
     ):
         expected = sum(1 for r in written if keep(r))
         assert frame.where(predicate).count() == expected, predicate
+
+
+def test_arrow_writes_take_stats_from_the_writer_and_dictionary_encode_only_text(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The driver's Parquet writer hands its footer to the add action (no second read of
+    # the file): the stats must be the file's own, and delta-rs must read them so.
+    engine = EmbeddedDeltaEngine(spark)
+    path = str(tmp_path / "t")
+    rows = pa.table(
+        {
+            "id": pa.array([3, 1, None, 7], pa.int64()),
+            "segment": pa.array(["b", "a", "b", None], pa.string()),
+            "price": pa.array([1.5, None, 2.5, 0.5], pa.float64()),
+            "day": pa.array([1, 1, 1, 1], pa.int32()),
+        }
+    )
+    engine.append_arrow(path, rows, partition_by=["day"])
+    (add,) = [
+        json.loads(line)["add"]
+        for log in sorted((Path(path) / "_delta_log").glob("*.json"))
+        for line in log.read_text().splitlines()
+        if '"add"' in line
+    ]
+    file = Path(path) / add["path"]
+    assert add["stats"] == delta_stats_json(pq.read_metadata(file))
+    stats = strict_json(add["stats"])
+    check_bounds(file, stats, "id", "long")
+    check_bounds(file, stats, "segment", "string")
+    footer = pq.read_metadata(file)
+    encodings = {
+        footer.schema.column(i).name: footer.row_group(0).column(i).encodings
+        for i in range(footer.num_columns)
+    }
+    assert "RLE_DICTIONARY" in encodings["segment"]
+    assert "RLE_DICTIONARY" not in encodings["id"]
+    assert "RLE_DICTIONARY" not in encodings["price"]
+    assert (
+        DeltaTable(path)
+        .to_pyarrow_table()
+        .sort_by("id")
+        .equals(
+            rows.sort_by("id").select(["id", "segment", "price", "day"]),
+            check_metadata=False,
+        )
+    )
