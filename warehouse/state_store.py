@@ -37,15 +37,19 @@ from sqlalchemy import (
     Float,
     Integer,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
+    bindparam,
     create_engine,
+    delete,
     event,
     func,
     insert,
     select,
     text,
+    update,
 )
 from sqlalchemy import DateTime as SQLDateTime
 from sqlalchemy.engine import Connection, Dialect, Engine
@@ -197,6 +201,51 @@ class VersionPin(Base):
     table_path: Mapped[str] = mapped_column(String(2000))
     version: Mapped[int] = mapped_column(Integer)
     holder: Mapped[str] = mapped_column(String(200))
+
+
+class _StepStatements:
+    """The statements a stage's every step runs, built once: a step completes every few
+    tens of milliseconds, and building a statement (or the ORM's unit of work) each time
+    cost more than running it (a completed step: 1.2 ms through the ORM, 0.47 ms so, on
+    SQLite). Their parameters take the columns' types (the UTC timestamps, the JSON)."""
+
+    def __init__(self) -> None:
+        offsets = _table(StageOffset)
+        states = _table(OperatorState)
+        pins = _table(VersionPin)
+        self.complete_offset = (
+            update(offsets)
+            .where(offsets.c.stage == bindparam("b_stage"))
+            .values(
+                input_version=bindparam("b_input_version"),
+                step_seq=bindparam("b_step_seq"),
+                updated_at=bindparam("b_at"),
+                planned_input_version=None,
+                planned_master_version=None,
+            )
+        )
+        self.insert_offset = insert(offsets)
+        self.update_state = (
+            update(states)
+            .where(states.c.stage == bindparam("b_stage"))
+            .values(state=bindparam("b_state"), updated_at=bindparam("b_at"))
+        )
+        self.insert_state = insert(states)
+        self.held_pins = select(pins.c.id, pins.c.table_path, pins.c.version).where(
+            pins.c.holder == bindparam("b_holder")
+        )
+        self.delete_pin = delete(pins).where(pins.c.id == bindparam("b_id"))
+        self.insert_pins = insert(pins)
+        self.insert_metrics = insert(_table(Metric))
+
+
+def _table(model: type[Base]) -> Table:
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
+_STEP = _StepStatements()
 
 
 # Each entry upgrades the schema from (key - 1) to key. create_all covers fresh databases.
@@ -604,17 +653,27 @@ class StateStore:
         with ``pins`` (holder, table path -> versions), make those the holder's pins in
         the same transaction (:meth:`set_pins`)."""
         pinned = None if pins is None else (pins[0], _wanted_pins(*pins))
+        now = utcnow()
         with self._session() as session:
-            offset = session.get(StageOffset, stage)
-            if offset is None:
-                offset = StageOffset(stage=stage)
-                session.add(offset)
-            offset.input_version, offset.step_seq, offset.updated_at = (
-                input_version,
-                step_seq,
-                utcnow(),
+            found = session.execute(
+                _STEP.complete_offset,
+                {
+                    "b_stage": stage,
+                    "b_input_version": input_version,
+                    "b_step_seq": step_seq,
+                    "b_at": now,
+                },
             )
-            offset.planned_input_version = offset.planned_master_version = None
+            if not _matched(found):
+                session.execute(
+                    _STEP.insert_offset,
+                    {
+                        "stage": stage,
+                        "input_version": input_version,
+                        "step_seq": step_seq,
+                        "updated_at": now,
+                    },
+                )
             _put_operator_state(session, stage, state)
             if pinned is not None:
                 _replace_pins(session, *pinned)
@@ -651,7 +710,7 @@ class StateStore:
             # One multi-row insert: a step records a few dozen values, and the ORM's unit of
             # work costs more than the rows.
             session.execute(
-                insert(Metric),
+                _STEP.insert_metrics,
                 [
                     {
                         "run_id": run_id,
@@ -813,25 +872,32 @@ def _wanted_pins(holder: str, pins: Mapping[str, Sequence[int]]) -> set[tuple[st
 
 
 def _replace_pins(session: Session, holder: str, wanted: set[tuple[str, int]]) -> None:
-    """Within ``session``: make ``wanted`` all of ``holder``'s pins."""
+    """Within ``session``: make ``wanted`` all of ``holder``'s pins (those it keeps stay
+    as they are)."""
     held = {
-        (row.table_path, row.version): row
-        for row in session.scalars(select(VersionPin).where(VersionPin.holder == holder))
+        (path, int(version)): pin_id
+        for pin_id, path, version in session.execute(_STEP.held_pins, {"b_holder": holder})
     }
-    for key, row in held.items():
-        if key not in wanted:
-            session.delete(row)
-    session.add_all(
-        VersionPin(table_path=path, version=version, holder=holder)
-        for path, version in sorted(wanted - held.keys())
-    )
+    gone = [{"b_id": pin_id} for key, pin_id in held.items() if key not in wanted]
+    if gone:
+        session.execute(_STEP.delete_pin, gone)
+    added = sorted(wanted - held.keys())
+    if added:
+        session.execute(
+            _STEP.insert_pins,
+            [{"table_path": path, "version": version, "holder": holder} for path, version in added],
+        )
 
 
 def _put_operator_state(session: Session, stage: str, state: Mapping[str, Any]) -> None:
     """Within ``session``: ``stage``'s controller state becomes ``state``."""
     payload = json.loads(json.dumps(state))
-    row = session.get(OperatorState, stage)
-    if row is None:
-        session.add(OperatorState(stage=stage, state=payload))
-    else:
-        row.state, row.updated_at = payload, utcnow()
+    now = utcnow()
+    found = session.execute(_STEP.update_state, {"b_stage": stage, "b_state": payload, "b_at": now})
+    if not _matched(found):
+        session.execute(_STEP.insert_state, {"stage": stage, "state": payload, "updated_at": now})
+
+
+def _matched(result: Any) -> bool:
+    """Whether an UPDATE found its row (``rowcount``: the rows it matched)."""
+    return bool(result.rowcount)

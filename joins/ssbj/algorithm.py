@@ -31,8 +31,10 @@ Invariants, for any sequence of steps with k partitions:
 
 Where this differs from the paper, and why: the eviction pass runs at the first step of an
 eviction cycle instead of its end (both see f_count over the E cycles since the previous
-pass); s_count is reset when an incrementing cycle starts (the paper resets it at phase-out,
-line 12: the same counts reach line 33); pending tuples of a value moved into H_R stay in
+pass); s_count is reset right after line 33, its only reader, at the first step of the
+switching cycle (the paper resets it at phase-out, line 12: the same counts reach line 33,
+and the counters of the values without hits are not carried through the switching and
+phase-out cycles); pending tuples of a value moved into H_R stay in
 H_S until their cycle completes (removing them early would lose the partitions they have
 not met yet). Beyond the paper, the instrumentation can be bounded to a set of tracked
 values (``run_step``'s ``tracked``: the ASketch filter of ``operator.key_counts: sketch``);
@@ -386,7 +388,9 @@ def run_step(
             for c in counters.values():
                 c.hits = 0
         if position.state is CycleState.INCREMENTING:
-            for c in counters.values():  # line 12: s_count restarts with the cycle
+            # Line 12: s_count restarts with the cycle (zero already since line 33 reset
+            # it, unless the state was saved before that reset moved there).
+            for c in counters.values():
                 c.master_rows = c.observed = 0
         counters = {key: c for key, c in counters.items() if not c.is_zero()}
 
@@ -432,6 +436,11 @@ def run_step(
             whole = tuples * spread.get(key, 1) if spread else tuples
             if should_switch_into_cache(whole, estimate, plan.sizes, plan.switch_factor):
                 buffer[key] = []
+        # Line 33 was s_count's last reader until the next incrementing cycle counts it
+        # afresh: it is reset here, and only values with hits keep their counters.
+        for c in counters.values():
+            c.master_rows = c.observed = 0
+        counters = {key: c for key, c in counters.items() if not c.is_zero()}
 
     # Disk phase, lines 24–27: each pending tuple meets this partition of its version.
     index = {v: by_key(partitions.get(v, ()), plan) for v in plan.partition_versions}

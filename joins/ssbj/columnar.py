@@ -374,6 +374,11 @@ def columnar_result(
             if switch_now.any()
             else marked
         )
+        # Line 33 was s_count's last reader until the next incrementing cycle: it is
+        # reset now (``joins.ssbj.algorithm``), and only values with hits keep counters.
+        zeros = np.zeros(len(counters), np.int64)
+        counters = counters.with_columns({MASTER_ROWS: zeros, OBSERVED: zeros})
+        counters = _Counters(counters.table.filter(pc.not_equal(counters.table.column(HITS), 0)))
 
     # Disk phase, lines 24–27.
     live = rows_where(pending, pc.is_valid(pending.column(_KEY)))

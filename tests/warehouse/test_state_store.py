@@ -314,3 +314,37 @@ def test_a_state_is_saved_and_a_step_completed_with_its_pins_in_one_transaction(
         store.complete_step("a", 6, 2, {"next_step": object()}, pins=("ssbj.a", {"/w/m": [4]}))
     assert store.offset("a").input_version == 5
     assert store.pins_of("ssbj.a") == {"/w/m": [3]}
+
+
+def _plan_complete_and_measure(store: StateStore) -> None:
+    """A stage's per-step writes (plan with pins, completion with pins, metrics), as the
+    SSBJ controller makes them, read back through the store."""
+    plan = {"next_step": 1, "plan": {"step": 0}, "ratio": float("nan"), "nested": {"a": [1, 2]}}
+    store.save_operator_state("s", plan, pins=("ssbj.s", {"/w/in": [0, 1], "/w/m": [4]}))
+    saved = store.operator_state("s")
+    assert saved is not None and math.isnan(saved.pop("ratio"))
+    assert saved == {k: v for k, v in plan.items() if k != "ratio"}
+    assert store.pins_of("ssbj.s") == {"/w/in": [0, 1], "/w/m": [4]}
+    assert store.offset("s").input_version == 0
+
+    done = {"next_step": 1, "plan": None, "chunks": {"0": 4}}
+    store.complete_step("s", 1, 1, done, pins=("ssbj.s", {"/w/in": [1], "/w/m": [4, 5]}))
+    offset = store.offset("s")
+    assert (offset.input_version, offset.step_seq) == (1, 1)
+    assert offset.planned_input_version is None and offset.planned_master_version is None
+    assert offset.updated_at.tzinfo is not None
+    assert store.operator_state("s") == done
+    assert store.pins_of("ssbj.s") == {"/w/in": [1], "/w/m": [4, 5]}
+
+    store.complete_step("s", 3, 2, {"next_step": 2}, pins=("ssbj.s", {}))
+    assert (store.offset("s").input_version, store.offset("s").step_seq) == (3, 2)
+    assert store.pins_of("ssbj.s") == {}
+
+    store.record_metrics("r1", "s", 1, {"tuples_in": 5, "seconds": 0.25})
+    recorded = {(m.step, m.name): m.value for m in store.metrics("r1")}
+    assert recorded == {(1, "tuples_in"): 5.0, (1, "seconds"): 0.25}
+    assert all(m.recorded_at.tzinfo is not None for m in store.metrics("r1"))
+
+
+def test_a_step_is_planned_completed_and_measured(store: StateStore) -> None:
+    _plan_complete_and_measure(store)

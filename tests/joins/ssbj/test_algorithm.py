@@ -523,3 +523,25 @@ def test_partition_rows_no_tuple_asks_for_change_nothing_in_a_bucket() -> None:
     )
     only = bucket_step(bucket([], unasked), layout, arrow_plan, BucketDeltas(), 4)
     assert only.num_rows == 0 and only.schema == alone.schema
+
+
+def test_s_count_is_read_at_the_switching_cycles_first_step_then_reset() -> None:
+    """Line 33 reads s_count once, at the first step of the switching cycle, and nothing
+    reads it until the next incrementing cycle counts it afresh: the decision still sees
+    the counts (key 1 switches), and afterwards only values with hits keep counters,
+    with s_count zero (key 2 keeps its hits, key 3 had only s_count and is gone)."""
+    counted = {
+        (1,): KeyCounters(master_rows=1, observed=1),
+        (2,): KeyCounters(hits=2, master_rows=4, observed=1),
+        (3,): KeyCounters(master_rows=9, observed=1),
+    }
+    state = BucketState(counters=dict(counted))
+    control = {"cache_version": 0, "switch_version": None}
+    plan, reads = plan_for(1, 1, 5, 0, True, False, "paper", state, control, True)
+    assert plan.position.state is CycleState.SWITCHING and plan.position.starts_cycle
+    new = [(0, 1), (1, 1), (2, 1)]
+    partitions = {v: [(1, 0, 1.0)] for v in reads.partition_versions}
+    result = run_step(plan, state, new, partitions)
+    assert set(result.state.switch_buffer) == {(1,)}
+    assert result.state.counters == {(2,): KeyCounters(hits=2)}
+    assert result.counts.counter_rows == 1
