@@ -170,34 +170,33 @@ class _Counters:
     def add(
         self, key_type: pa.DataType, keys: pa.Array, increments: dict[str, np.ndarray]
     ) -> _Counters:
-        """Counters of ``keys`` (created at zero) incremented by ``increments``."""
-        absent = keys.filter(pc.invert(_in(keys, self.table.column(_KEY))))
-        table = self.table
-        if len(absent):
-            zeros = pa.array(np.zeros(len(absent), np.int64))
-            table = pa.concat_tables(
-                [
-                    table,
-                    pa.table(
-                        {
-                            _KEY: absent.cast(key_type),
-                            HITS: zeros,
-                            MASTER_ROWS: zeros,
-                            OBSERVED: zeros,
-                        }
-                    ),
-                ]
-            )
-        counters = _Counters(table)
-        at = pc.index_in(table.column(_KEY), value_set=keys).to_numpy(zero_copy_only=False)
-        hit = ~np.isnan(at) if at.dtype.kind == "f" else np.ones(len(at), bool)
-        rows = np.where(hit, np.nan_to_num(at), 0).astype(np.int64)
+        """Counters of ``keys`` (distinct values; created at zero) incremented by
+        ``increments``: the counters in their order, then the values that had none, in
+        the order of ``keys``."""
+        # One hash look-up of the keys among the counters: where each is, or null.
+        at = pc.index_in(keys, value_set=self.table.column(_KEY)).to_numpy(zero_copy_only=False)
+        found = ~np.isnan(at) if at.dtype.kind == "f" else np.ones(len(at), bool)
+        rows = np.nan_to_num(at[found]).astype(np.int64)
+        absent = keys.filter(pa.array(~found))
         updated = {}
-        for name, values in increments.items():
-            column = counters.column(name)
-            column[hit] += np.asarray(values, np.int64)[rows[hit]]
-            updated[name] = column
-        return counters.with_columns(updated)
+        for name in (HITS, MASTER_ROWS, OBSERVED):
+            column = self.column(name)
+            by = increments.get(name)
+            added = np.zeros(len(absent), np.int64)
+            if by is not None:
+                by = np.asarray(by, np.int64)
+                column[rows] += by[found]
+                added += by[~found]
+            updated[name] = np.concatenate([column, added])
+        known = self.table.column(_KEY).chunks
+        return _Counters(
+            pa.table(
+                {
+                    _KEY: pa.chunked_array([*known, absent.cast(key_type)], key_type),
+                    **{name: pa.array(values, pa.int64()) for name, values in updated.items()},
+                }
+            )
+        )
 
 
 def columnar_result(

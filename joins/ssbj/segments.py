@@ -4,8 +4,10 @@ The state table (``joins.ssbj.roles``: one row per item of H_S, H_R, the counter
 s_B) is partitioned by ``_segment``:
 
 - a pending tuple of H_S: its entry step (>= 0), its chunk of Algorithm 1's queue Q;
-- H_R (role ``cache``): -1; the counters: -2; s_B (``marked`` and ``switch``): -3; the
-  tuples waiting for late master rows: -4.
+- H_R (role ``cache``): -1; the counters: -2; the values marked for s_B (``marked``):
+  -3; the rows s_B collected (``switch``): -5; the tuples waiting for late master rows:
+  -4. The marks are set at a switching cycle's first step and the rows grow every step of
+  it: apart, a step of that cycle rewrites the rows, not the marks.
 
 A step replaces only the segments whose rows changed, in one commit: the chunk its new
 tuples entered, the chunk that expired (removed, nothing written), and the other segments
@@ -47,7 +49,7 @@ from joins.ssbj.roles import (
 
 SEGMENT = "_segment"
 # The segment of every state role but ``pending`` (whose segment is its entry step).
-SHARED_SEGMENTS: Mapping[str, int] = {CACHE: -1, COUNTER: -2, MARKED: -3, SWITCH: -3, LATE: -4}
+SHARED_SEGMENTS: Mapping[str, int] = {CACHE: -1, COUNTER: -2, MARKED: -3, SWITCH: -5, LATE: -4}
 
 # Segment -> (rows, of them matched): what the state table holds, by segment.
 Prints = dict[int, tuple[int, int]]

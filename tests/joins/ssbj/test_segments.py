@@ -48,7 +48,7 @@ def test_each_role_has_its_segment_and_a_pending_tuple_its_entry_step() -> None:
         {"_role": LATE, "s__id": 4},
     ]
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    assert segment_column(table).to_pylist() == [7, 9, -1, -2, -3, -3, -4]
+    assert segment_column(table).to_pylist() == [7, 9, -1, -2, -3, -5, -4]
     assert segment_column(table.slice(0, 0)).to_pylist() == []
 
 
