@@ -14,7 +14,10 @@ is a case of its own), the stream is a
 backlog in bronze (commits of ``--commit`` tuples), and each step admits what fits in M
 (Eq. 1). The operator, not the arrival rate, bounds throughput, so the service rate ratio
 SSBJ / MESHJOIN at equal memory is the paper's headline figure. Steps alternate between the
-two operators over the same backlog; the first R-cycles (3, `--memory-warmup-cycles`) are warm-up. With
+two operators over the same backlog; the first R-cycles (3, `--memory-warmup-cycles`) are
+warm-up, and the next ones (3, ``--memory-measured-cycles``) are measured: one whole period
+of SSBJ's incrementing, switching and phase-out cycles, whose steps cost differently (one
+phase-out cycle alone, measured until session 34, flattered SSBJ by about a fifth). With
 ``--mesh-multiples``, MESHJOIN also runs at those multiples of M: the paper's second
 headline, the state MESHJOIN needs for SSBJ's service rate, is interpolated between the two
 multiples whose rates bracket SSBJ's (:func:`state_at_equal_rate`). Beside it, the least
@@ -430,6 +433,12 @@ def run_memory_case(  # type: ignore[no-untyped-def]
     logger.info("memory %s z=%s: backlog of %d tuples written", master, z, args.backlog)
     warmup = args.memory_warmup_cycles * k
     steps = warmup + args.memory_measured_cycles * k
+    if args.memory_measured_cycles % 3:
+        logger.warning(
+            "memory: %d measured R-cycle(s) are not whole periods of SSBJ's three cycle "
+            "states, whose costs differ: its rate depends on where the window falls",
+            args.memory_measured_cycles,
+        )
     timings: dict[str, list[float]] = {m: [] for m in modes}
     for step in range(steps):
         for mode in modes:
@@ -693,7 +702,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="memory experiment: M as shares of the master's |R|·v_R bytes, one case each",
     )
     parser.add_argument("--memory-partitions", type=int, default=5)
-    parser.add_argument("--memory-measured-cycles", type=int, default=1)
+    parser.add_argument(
+        "--memory-measured-cycles",
+        type=int,
+        default=3,
+        help=(
+            "memory experiment: R-cycles measured. SSBJ's cycles differ in cost (an "
+            "incrementing cycle counts s_count for every pending value, a switching cycle "
+            "collects s_B, a phase-out cycle does neither): a multiple of 3 measures whole "
+            "periods of the three"
+        ),
+    )
     parser.add_argument(
         "--memory-warmup-cycles",
         type=int,
