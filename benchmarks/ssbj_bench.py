@@ -74,6 +74,7 @@ from demo.data import ZipfSampler, _plain, generate_tpch
 from joins.ssbj.cache.cost_model import StepMeasurement, fit_step_costs, loop_seconds
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.least_state import StateBound, least_state
+from joins.ssbj.cache.rcycle import CycleState, StepPosition
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
@@ -440,12 +441,15 @@ def run_memory_case(  # type: ignore[no-untyped-def]
             args.memory_measured_cycles,
         )
     timings: dict[str, list[float]] = {m: [] for m in modes}
+    by_state: dict[str, dict[CycleState, list[float]]] = {m: {} for m in modes}
     for step in range(steps):
         for mode in modes:
             started = time.perf_counter()
             case.runner.run_stage_step(case.config.stage(mode), f"step{step}")
             if step >= warmup:
                 timings[mode].append(time.perf_counter() - started)
+                state = StepPosition(step, k).state
+                by_state[mode].setdefault(state, []).append(timings[mode][-1])
         logger.info("memory %s z=%s step %d/%d done", master, z, step + 1, steps)
     metrics = case.metrics()
     result: dict = {
@@ -473,6 +477,7 @@ def run_memory_case(  # type: ignore[no-untyped-def]
             "cache_share": sum(s.get("cache_hits", 0) for s in measured) / max(1, tuples),
             "bytes_read": statistics.mean(s.get("master_bytes_read", 0) for s in measured),
             "bytes_read_max": max(s.get("master_bytes_read", 0) for s in measured),
+            "by_state": {state: statistics.mean(t) for state, t in by_state[mode].items()},
         }
     result["bound"] = _least_state_at_ssbj_rate(result, metrics["ssbj"], sampler, table, spec.key)
     case.store.dispose()
@@ -542,15 +547,18 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
         f"{args.memory_warmup_cycles} warm-up cycles, master written as one file, local[2] "
         "on 2 cores",
         "",
-        "| master | z | share | M (MB) | mode | tuples/step | step s | service rate (tuples/s) | state mean / M | state max / M | cache share | master MB read/step (mean, max) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| master | z | share | M (MB) | mode | tuples/step | step s | step s by R-cycle state (incrementing, switching, phase-out) | service rate (tuples/s) | state mean / M | state max / M | cache share | master MB read/step (mean, max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for mode in r["modes"]:
             m = r[mode]
+            states = ", ".join(
+                f"{m['by_state'][s]:.3f}" if s in m["by_state"] else "-" for s in CycleState
+            )
             lines.append(
                 f"| {r['master']} | {r['z']:g} | {r['share']:g} | {r['budget'] / 1e6:.2f} | {mode} | "
-                f"{m['tuples_per_step']:,.0f} | {m['seconds']:.2f} | {m['rate']:,.0f} | "
+                f"{m['tuples_per_step']:,.0f} | {m['seconds']:.3f} | {states} | {m['rate']:,.0f} | "
                 f"{m['state_mean'] / r['budget']:.2f} | "
                 f"{m['state_max'] / r['budget']:.2f} | {m['cache_share']:.0%} | "
                 f"{m['bytes_read'] / 1e6:.2f}, {m['bytes_read_max'] / 1e6:.2f} |"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from benchmarks.ssbj_bench import memory_config, mesh_stage, state_at_equal_rate
+from benchmarks.ssbj_bench import memory_config, mesh_stage, render_memory, state_at_equal_rate
 from benchmarks.ssbj_scale import Shape
+from joins.ssbj.cache.rcycle import CycleState
 from pipeline.config import parse_config
 
 
@@ -84,3 +86,40 @@ def test_shape_parse() -> None:
         Shape.parse("10:partsupp:20000")
     with pytest.raises(ValueError, match="master must be one of"):
         Shape.parse("10:lineitem:20000:1:8")
+
+
+def test_the_memory_table_gives_each_modes_step_time_by_cycle_state() -> None:
+    # SSBJ's steps cost differently by R-cycle state; MESHJOIN measured no switching step.
+    mode = {
+        "rate": 1000.0,
+        "tuples_per_step": 100.0,
+        "seconds": 0.05,
+        "state_mean": 5.0,
+        "state_max": 6.0,
+        "cache_share": 0.5,
+        "bytes_read": 1e6,
+        "bytes_read_max": 2e6,
+    }
+    ssbj = mode | {
+        "by_state": {
+            CycleState.PHASE_OUT: 0.04,
+            CycleState.INCREMENTING: 0.06,
+            CycleState.SWITCHING: 0.05,
+        }
+    }
+    mesh = mode | {"by_state": {CycleState.INCREMENTING: 0.03, CycleState.PHASE_OUT: 0.02}}
+    result = _result((1000, 5), {"meshjoin": (500, 10)})
+    result |= {"master": "customer", "z": 1.0, "share": 0.5, "budget": 10.0, "k": 10}
+    result |= {"ssbj": ssbj, "meshjoin": mesh}
+    args = argparse.Namespace(
+        scale=1.0,
+        mesh_multiples=[1.0],
+        memory_partitions=10,
+        backlog=1000,
+        commit=100,
+        memory_measured_cycles=3,
+        memory_warmup_cycles=2,
+    )
+    lines = render_memory([result], args).splitlines()
+    assert "| customer | 1 | 0.5 | 0.00 | ssbj | 100 | 0.050 | 0.060, 0.050, 0.040 |" in lines[4]
+    assert "| meshjoin | 100 | 0.050 | 0.030, -, 0.020 |" in lines[5]
