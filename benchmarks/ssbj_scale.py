@@ -7,9 +7,10 @@ A shape is ``SCALE:MASTER:BATCH:Z:K``: the TPC-H scale factor, the master table 
 many-to-many on partkey; ``customer``: one-to-many on custkey, with string columns), the
 stream tuples per batch, the Zipf skew of the stream's join key (one ranking: the same keys
 stay hot in every batch) and k, the master partitions of one R-cycle. The default list
-(about 45 minutes on 2 cores with one measured cycle, over an hour with three) is issue 35's grid, SF1, SF10 and SF30 partsupp and SF10
-customer, batches of 20k and 200k, z in {0, 1, 1.5}, with SF0.1 partsupp (80k rows) beside
-it, where a 200k batch is larger than the master; ``30:partsupp:200000:1:16`` is not in it
+(about 45 minutes on 2 cores with one measured cycle, over an hour with three) is issue
+35's grid, SF1, SF10 and SF30 partsupp and SF10 customer, batches of 20k and 200k, z in
+{0, 1, 1.5}, with SF0.1 partsupp (80k rows) beside it, where a 200k batch is larger than
+the master; ``30:partsupp:200000:1:16`` is not in it
 (another half hour).
 
 Per batch, in one process and one warm Spark session (local[2]), on the same batches:
