@@ -317,6 +317,17 @@ def brought_forward(
     return result
 
 
+def _reset_s_count(counters: Mapping[Key, KeyCounters]) -> None:
+    """Line 12: every value's s_count and the partitions it was counted over back to 0."""
+    for c in counters.values():
+        c.master_rows = c.observed = 0
+
+
+def _nonzero(counters: Mapping[Key, KeyCounters]) -> dict[Key, KeyCounters]:
+    """The values with some counter above zero."""
+    return {key: c for key, c in counters.items() if not c.is_zero()}
+
+
 def run_step(
     plan: StepPlan,
     state: BucketState,
@@ -390,9 +401,8 @@ def run_step(
         if position.state is CycleState.INCREMENTING:
             # Line 12: s_count restarts with the cycle (zero already since line 33 reset
             # it, unless the state was saved before that reset moved there).
-            for c in counters.values():
-                c.master_rows = c.observed = 0
-        counters = {key: c for key, c in counters.items() if not c.is_zero()}
+            _reset_s_count(counters)
+        counters = _nonzero(counters)
 
     # Cache phase, lines 15–23.
     version = plan.master_version
@@ -438,9 +448,8 @@ def run_step(
                 buffer[key] = []
         # Line 33 was s_count's last reader until the next incrementing cycle counts it
         # afresh: it is reset here, and only values with hits keep their counters.
-        for c in counters.values():
-            c.master_rows = c.observed = 0
-        counters = {key: c for key, c in counters.items() if not c.is_zero()}
+        _reset_s_count(counters)
+        counters = _nonzero(counters)
 
     # Disk phase, lines 24–27: each pending tuple meets this partition of its version.
     index = {v: by_key(partitions.get(v, ()), plan) for v in plan.partition_versions}

@@ -167,6 +167,21 @@ class _Counters:
             table = table.set_column(index, name, pa.array(values, pa.int64()))
         return _Counters(table)
 
+    def without_s_count(self) -> _Counters:
+        """s_count and its partitions reset (line 12), and the values left with no
+        counter at all dropped."""
+        zeros = np.zeros(len(self), np.int64)
+        return self.with_columns({MASTER_ROWS: zeros, OBSERVED: zeros}).nonzero()
+
+    def nonzero(self) -> _Counters:
+        """The values with some counter above zero (``KeyCounters.is_zero``)."""
+        table = self.table
+        kept = pc.or_(
+            pc.or_(pc.not_equal(table.column(HITS), 0), pc.not_equal(table.column(MASTER_ROWS), 0)),
+            pc.not_equal(table.column(OBSERVED), 0),
+        )
+        return _Counters(table.filter(kept))
+
     def add(
         self, key_type: pa.DataType, keys: pa.Array, increments: dict[str, np.ndarray]
     ) -> _Counters:
@@ -288,16 +303,8 @@ def columnar_result(
             cache = _evicted(cache, counters, plan, position.eviction_cycles)
             counters = counters.with_columns({HITS: np.zeros(counters.table.num_rows, np.int64)})
         if position.state is CycleState.INCREMENTING:
-            zeros = np.zeros(counters.table.num_rows, np.int64)
-            counters = counters.with_columns({MASTER_ROWS: zeros, OBSERVED: zeros})
-        nonzero = pc.or_(
-            pc.or_(
-                pc.not_equal(counters.table.column(HITS), 0),
-                pc.not_equal(counters.table.column(MASTER_ROWS), 0),
-            ),
-            pc.not_equal(counters.table.column(OBSERVED), 0),
-        )
-        counters = _Counters(counters.table.filter(nonzero))
+            counters = counters.without_s_count()
+        counters = counters.nonzero()
 
     # Cache phase, lines 15–23.
     outputs: list[pa.Table] = []
@@ -375,9 +382,7 @@ def columnar_result(
         )
         # Line 33 was s_count's last reader until the next incrementing cycle: it is
         # reset now (``joins.ssbj.algorithm``), and only values with hits keep counters.
-        zeros = np.zeros(len(counters), np.int64)
-        counters = counters.with_columns({MASTER_ROWS: zeros, OBSERVED: zeros})
-        counters = _Counters(counters.table.filter(pc.not_equal(counters.table.column(HITS), 0)))
+        counters = counters.without_s_count()
 
     # Disk phase, lines 24–27.
     live = rows_where(pending, pc.is_valid(pending.column(_KEY)))
