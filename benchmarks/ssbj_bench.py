@@ -434,12 +434,7 @@ def run_memory_case(  # type: ignore[no-untyped-def]
     logger.info("memory %s z=%s: backlog of %d tuples written", master, z, args.backlog)
     warmup = args.memory_warmup_cycles * k
     steps = warmup + args.memory_measured_cycles * k
-    if args.memory_measured_cycles % 3:
-        logger.warning(
-            "memory: %d measured R-cycle(s) are not whole periods of SSBJ's three cycle "
-            "states, whose costs differ: its rate depends on where the window falls",
-            args.memory_measured_cycles,
-        )
+    warn_unless_whole_periods(args.memory_measured_cycles)
     timings: dict[str, list[float]] = {m: [] for m in modes}
     by_state: dict[str, dict[CycleState, list[float]]] = {m: {} for m in modes}
     for step in range(steps):
@@ -506,6 +501,17 @@ def _least_state_at_ssbj_rate(  # type: ignore[no-untyped-def]
         result["rows"] / k,
         TupleSizes(stream_bytes=v_s[-1], master_bytes=v_r[-1]),
     )
+
+
+def warn_unless_whole_periods(cycles: int) -> None:
+    """Warn when ``cycles`` measured R-cycles are not whole periods of SSBJ's incrementing,
+    switching and phase-out cycles, whose steps cost differently."""
+    if cycles % 3:
+        logger.warning(
+            "%d measured R-cycle(s) are not whole periods of SSBJ's three cycle states, "
+            "whose costs differ: its figures depend on where the window falls",
+            cycles,
+        )
 
 
 def state_at_equal_rate(result: dict) -> tuple[float | None, str]:

@@ -58,7 +58,14 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from benchmarks.revision import has_uncommitted_changes, short_commit
-from benchmarks.ssbj_bench import MASTERS, Case, _table_versions, build_config, stream_batch
+from benchmarks.ssbj_bench import (
+    MASTERS,
+    Case,
+    _table_versions,
+    build_config,
+    stream_batch,
+    warn_unless_whole_periods,
+)
 from demo.data import ZipfSampler, _plain, generate_tpch
 from joins.ssbj.mesh_partitions import partition_by_bytes
 from pipeline.config import EquiStage
@@ -446,12 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each shape's warehouse")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ssbj-scale.md"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.cycles % 3:
-        logger.warning(
-            "%d measured R-cycle(s) are not whole periods of SSBJ's three cycle states, "
-            "whose costs differ: its times depend on where the window falls",
-            args.cycles,
-        )
+    warn_unless_whole_periods(args.cycles)
     try:
         shapes = [Shape.parse(s) for s in args.shapes]
     except ValueError as e:
