@@ -100,6 +100,10 @@ class StepPlan:
     switch_version: int | None = None
     # Versions whose partition ``step mod k`` this step's bucket input holds.
     partition_versions: frozenset[int] = frozenset()
+    # The stored state holds each value's counters and s_B mark once: the step that wrote
+    # it had no split keys (whose replicas each keep their own). False: not known, and a
+    # pass merges them (``decode_state``; the columnar pass checks).
+    one_row_per_value: bool = False
 
     def __post_init__(self) -> None:
         if len(self.stream_key) != len(self.master_key) or not self.stream_key:

@@ -42,6 +42,7 @@ from joins.ssbj.algorithm import (
     run_step,
 )
 from joins.ssbj.columnar import ColumnarLayout, columnar_result, supports
+from joins.ssbj.key_loads import key_loads, key_loads_by_bucket
 from joins.ssbj.late import (
     LateRule,
     SortedLateRows,
@@ -432,62 +433,6 @@ def encode_result(
     return enc.table()
 
 
-def key_loads(table: pa.Table, top: int, replicated: pa.Array | None = None) -> pa.Table:
-    """The bucket's load (FastJoin Eq. 3-4) and its ``top`` heaviest keys, as rows of the
-    result: ``(bucket label, key hash, stored, probes)``, the totals with a null hash.
-
-    Keys are ranked by what moving them would take off the bucket's load, Eq. 8 on this
-    side alone: ``|R_i| * phi_sik + phi_si * |R_ik|``. The copies of ``replicated`` keys'
-    rows (split keys this bucket is a replica of) are not stored here."""
-    roles = table.column(ROLE)
-    loaded = pc.is_in(roles, value_set=pa.array(LOADED_ROLES))
-    if replicated is not None and len(replicated):
-        loaded = pc.and_(loaded, pc.invert(pc.is_in(table.column(KEY_HASH), replicated)))
-    stored = pc.cast(loaded, pa.int64())
-    probes = pc.cast(pc.is_in(roles, value_set=pa.array(PROBING_ROLES)), pa.int64())
-    per_key = (
-        pa.table({KEY_HASH: table.column(KEY_HASH), STORED: stored, PROBES: probes})
-        .group_by(KEY_HASH)
-        .aggregate([(STORED, "sum"), (PROBES, "sum")])
-        .rename_columns([KEY_HASH, STORED, PROBES])
-    )
-    label = table.column(BUCKET)[0].as_py() if table.num_rows else None
-    return _load_rows(per_key, label, top)
-
-
-def _load_rows(per_key: pa.Table, label: int | None, top: int) -> pa.Table:
-    """One bucket's load rows from its per-key ``stored`` and ``probes`` (one row per key
-    hash): its ``top`` heaviest keys by Eq. 8's gain (ties by hash), then the totals."""
-    total_stored = pc.sum(per_key.column(STORED)).as_py() or 0
-    total_probes = pc.sum(per_key.column(PROBES)).as_py() or 0
-    gain = pc.add(
-        pc.multiply(per_key.column(PROBES), total_stored),
-        pc.multiply(per_key.column(STORED), total_probes),
-    )
-    ranked = pa.table({"gain": gain, KEY_HASH: per_key.column(KEY_HASH)})
-    sort_keys = [("gain", "descending"), (KEY_HASH, "ascending")]
-    if top > 0 and per_key.num_rows:
-        # The top of (gain, hash), a unique order, without sorting every key of the bucket;
-        # then the few chosen in that order.
-        chosen = pc.select_k_unstable(ranked, min(top, per_key.num_rows), sort_keys=sort_keys)
-        order = chosen.take(pc.sort_indices(ranked.take(chosen), sort_keys=sort_keys))
-    else:
-        order = pa.array([], pa.uint64())
-    heaviest = per_key.take(order)
-    n = heaviest.num_rows + 1
-    return pa.table(
-        {
-            BUCKET: pa.repeat(pa.scalar(label, pa.int32()), n),
-            KEY_HASH: pa.concat_arrays(
-                [heaviest.column(KEY_HASH).combine_chunks(), pa.nulls(1, pa.int64())]
-            ),
-            STORED: pa.array([*heaviest.column(STORED).to_pylist(), total_stored], pa.int64()),
-            PROBES: pa.array([*heaviest.column(PROBES).to_pylist(), total_probes], pa.int64()),
-        },
-        schema=_LOAD_SCHEMA,
-    )
-
-
 LOAD_FIELDS = (
     pa.field(BUCKET, pa.int32()),
     pa.field(KEY_HASH, pa.int64()),
@@ -495,7 +440,6 @@ LOAD_FIELDS = (
     pa.field(PROBES, pa.int64()),
     pa.field(SKETCH, pa.binary()),
 )
-_LOAD_SCHEMA = pa.schema(LOAD_FIELDS[:4])  # a load row's columns
 
 
 def bucket_step(
@@ -823,38 +767,6 @@ class BucketStep:
         labels = [label for label, _ in sketches]
         enc.add(KEY_SKETCH, len(sketches), {BUCKET: labels, SKETCH: [s for _, s in sketches]})
         return pa.concat_tables([encoded, enc.table()])
-
-
-def key_loads_by_bucket(table: pa.Table, top: int) -> pa.Table:
-    """:func:`key_loads` of every bucket of ``table`` (rows of several ``_bucket`` labels,
-    no split keys, so a key hash is in one bucket) in one pass: the same rows as
-    concatenating it per bucket."""
-    roles = table.column(ROLE)
-    stored = pc.cast(pc.is_in(roles, value_set=pa.array(LOADED_ROLES)), pa.int64())
-    probes = pc.cast(pc.is_in(roles, value_set=pa.array(PROBING_ROLES)), pa.int64())
-    per_key = (
-        pa.table(
-            {
-                KEY_HASH: table.column(KEY_HASH),
-                BUCKET: table.column(BUCKET),
-                STORED: stored,
-                PROBES: probes,
-            }
-        )
-        .group_by(KEY_HASH)
-        .aggregate([(BUCKET, "min"), (STORED, "sum"), (PROBES, "sum")])
-        .rename_columns([KEY_HASH, BUCKET, STORED, PROBES])
-    )
-    per_key_columns = [KEY_HASH, STORED, PROBES]
-    parts = [
-        _load_rows(
-            per_key.filter(pc.equal(per_key.column(BUCKET), label)).select(per_key_columns),
-            label,
-            top,
-        )
-        for label in sorted(pc.unique(per_key.column(BUCKET)).to_pylist())
-    ]
-    return pa.concat_tables([_LOAD_SCHEMA.empty_table(), *parts])
 
 
 def _sketch_rows(

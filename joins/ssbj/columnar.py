@@ -270,7 +270,9 @@ def columnar_result(
             }
         )
     )
-    if pc.count_distinct(counters.table.column(_KEY), mode="all").as_py() < len(counters):
+    if not plan.one_row_per_value and pc.count_distinct(
+        counters.table.column(_KEY), mode="all"
+    ).as_py() < len(counters):
         # One row per value: a split key's replicas handed their counters to its owner
         # (hits add up, master rows were counted over the same partitions), as
         # ``decode_state`` does. The counters this pass wrote are one per value already.
@@ -280,7 +282,9 @@ def columnar_result(
             .select([_KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
             .rename_columns([_KEY, HITS, MASTER_ROWS, OBSERVED])
         )
-    marked = _unique(_role(table, MARKED).column(layout.master_key).cast(key_type))
+    marked = _role(table, MARKED).column(layout.master_key).cast(key_type).combine_chunks()
+    if not plan.one_row_per_value:
+        marked = _unique(marked)
     switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
     parts = _with_key(_role(table, PARTITION), layout.master_key, key_type)
     parts = rows_where(parts, pc.is_valid(parts.column(_KEY)))

@@ -199,6 +199,10 @@ class ControllerState(Stored):
     # (``joins.ssbj.segments``); None when not known (the table is not segmented, or the
     # last step wrote it from Spark tasks), and the next step rewrites it whole.
     segments: dict[str, list[int]] | None = None
+    # The state table may hold a value's counters and s_B mark more than once, one per
+    # replica of a split key (the last step had split keys), or it is not known (a state
+    # of an older release): the next step merges them (``StepPlan.one_row_per_value``).
+    replica_rows: bool = True
 
     # The keys a fresh state is written with, in order.
     KEYS: ClassVar[tuple[str, ...]] = (

@@ -153,6 +153,7 @@ def run_pass(
         estimator=w.params.scount_estimator,
         switch_version=reads.collecting,
         partition_versions=reads.partition_versions,
+        one_row_per_value=not state.replica_rows,
     )
     planned = time.monotonic()
     shape = hot_keys.sketch_shape(w)
@@ -187,6 +188,9 @@ def run_pass(
         result = wide.step(keyed, function)
         counts, loads, sketches = run_and_write(w, wide, result, routing, state, plan, report)
     written = time.monotonic()
+    # Without split keys every value's rows met in one bucket: its counters and mark are
+    # one row each in the state just written.
+    state.replica_rows = bool(routing.split)
     hot_keys.rebalance_after_step(w, state, routing, loads, report)
     hot_keys.merge_sketches(state, position, shape, saved_sketch, sketches, report)
     report.tracked_keys = len(tracked) if tracked is not None else 0

@@ -236,3 +236,57 @@ def test_arrow_writes_take_stats_from_the_writer_and_dictionary_encode_only_text
             check_metadata=False,
         )
     )
+
+
+def test_arrow_writes_leave_out_all_null_columns_and_every_reader_reads_them_as_nulls(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # A state table's rows each use a few of its columns: a file whose rows leave a
+    # nullable column empty does not store it. Delta readers read a column a file lacks
+    # as nulls; the embedded engine, delta-rs and delta-spark must all give the rows back.
+    engine = EmbeddedDeltaEngine(spark)
+    path = str(tmp_path / "t")
+    first = pa.table(
+        {
+            "role": pa.array(["counter", "counter"], pa.string()),
+            "key": pa.array([4, 9], pa.int64()),
+            "name": pa.array([None, None], pa.string()),
+            "hits": pa.array([2, None], pa.int64()),
+            "seg": pa.array([-2, -2], pa.int64()),
+        }
+    )
+    second = pa.table(
+        {
+            "role": pa.array(["pending"], pa.string()),
+            "key": pa.array([None], pa.int64()),
+            "name": pa.array(["x"], pa.string()),
+            "hits": pa.array([None], pa.int64()),
+            "seg": pa.array([7], pa.int64()),
+        }
+    )
+    engine.append_arrow(path, first, partition_by=["seg"])
+    engine.append_arrow(path, second, partition_by=["seg"])
+    files = {
+        json.loads(line)["add"]["partitionValues"]["seg"]: json.loads(line)["add"]
+        for log in sorted((Path(path) / "_delta_log").glob("*.json"))
+        for line in log.read_text().splitlines()
+        if '"add"' in line
+    }
+    stored = {seg: pq.read_schema(Path(path) / add["path"]).names for seg, add in files.items()}
+    assert stored == {"-2": ["role", "key", "hits"], "7": ["role", "name"]}
+    assert set(strict_json(files["7"]["stats"])["nullCount"]) == {"role", "name"}
+    expected = sorted(
+        [*first.to_pylist(), *second.to_pylist()], key=lambda r: (r["seg"], r["role"])
+    )
+
+    def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(
+            [{c: r[c] for c in first.column_names} for r in rows],
+            key=lambda r: (r["seg"], r["role"]),
+        )
+
+    snapshot = engine.snapshot(path)
+    assert ordered(engine.read_arrow(snapshot).to_pylist()) == expected
+    assert ordered(DeltaTable(path).to_pyarrow_table().to_pylist()) == expected
+    spark_rows = spark.read.format("delta").load(path).collect()
+    assert ordered([r.asDict() for r in spark_rows]) == expected
