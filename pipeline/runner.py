@@ -131,11 +131,13 @@ class PipelineRunner:
     def _recorded(self, run_id: str, report: StageReport) -> StageReport:
         """Record the metrics of each step the driver took, under the stage's name.
 
-        Recorded once the driver returns: a command killed between two steps of one run
-        loses the first step's metric rows (never its data; the rerun records its own).
+        Recorded once the driver returns, unless the driver recorded them with the step's
+        completion (SSBJ): a command killed between two steps of one run loses the first
+        step's metric rows (never its data; the rerun records its own).
         """
         for step in report.steps:
-            self.store.record_metrics(run_id, report.stage, step.step, step.values)
+            if not step.recorded:
+                self.store.record_metrics(run_id, report.stage, step.step, step.values)
         self.progress(
             f"{report.stage}: {len(report.steps)} step(s), {report.tuples_in:,} tuple(s) in, "
             f"{report.output_rows:,} row(s) out, {report.tuples_pending:,} pending, "

@@ -25,6 +25,8 @@ class StepMetrics:
 
     step: int
     values: dict[str, float]
+    # Recorded already, with the step's completion (an SSBJ step): the runner skips it.
+    recorded: bool = False
 
 
 @dataclass

@@ -648,13 +648,21 @@ class StateStore:
         step_seq: int,
         state: Mapping[str, Any],
         pins: tuple[str, Mapping[str, Sequence[int]]] | None = None,
+        metrics: StepMetricValues | None = None,
     ) -> None:
         """Record a finished operator step and its controller state in one transaction;
         with ``pins`` (holder, table path -> versions), make those the holder's pins in
-        the same transaction (:meth:`set_pins`)."""
+        the same transaction (:meth:`set_pins`); with ``metrics``, record the step's
+        metrics in it too (:meth:`record_metrics`): a step is never completed without
+        them, nor they recorded for a step that was not."""
         pinned = None if pins is None else (pins[0], _wanted_pins(*pins))
         now = utcnow()
         with self._session() as session:
+            if metrics is not None and metrics.values:
+                session.execute(
+                    _STEP.insert_metrics,
+                    _metric_rows(metrics.run_id, stage, metrics.step, metrics.values, now),
+                )
             found = session.execute(
                 _STEP.complete_offset,
                 {
@@ -705,23 +713,9 @@ class StateStore:
     ) -> None:
         if not values:
             return
-        now = utcnow()
         with self._session() as session:
-            # One multi-row insert: a step records a few dozen values, and the ORM's unit of
-            # work costs more than the rows.
             session.execute(
-                _STEP.insert_metrics,
-                [
-                    {
-                        "run_id": run_id,
-                        "stage": stage,
-                        "step": step,
-                        "name": name,
-                        "value": float(value),
-                        "recorded_at": now,
-                    }
-                    for name, value in values.items()
-                ],
+                _STEP.insert_metrics, _metric_rows(run_id, stage, step, values, utcnow())
             )
 
     def metrics(self, run_id: str | None = None) -> list[Metric]:
@@ -887,6 +881,33 @@ def _replace_pins(session: Session, holder: str, wanted: set[tuple[str, int]]) -
             _STEP.insert_pins,
             [{"table_path": path, "version": version, "holder": holder} for path, version in added],
         )
+
+
+@dataclass(frozen=True)
+class StepMetricValues:
+    """A step's metrics, recorded with its completion (``StateStore.complete_step``)."""
+
+    run_id: str
+    step: int
+    values: Mapping[str, float]
+
+
+def _metric_rows(
+    run_id: str, stage: str, step: int, values: Mapping[str, float], now: datetime
+) -> list[dict[str, Any]]:
+    """The rows of one multi-row insert: a step records a few dozen values, and the ORM's
+    unit of work costs more than the rows."""
+    return [
+        {
+            "run_id": run_id,
+            "stage": stage,
+            "step": step,
+            "name": name,
+            "value": float(value),
+            "recorded_at": now,
+        }
+        for name, value in values.items()
+    ]
 
 
 def _put_operator_state(session: Session, stage: str, state: Mapping[str, Any]) -> None:

@@ -624,8 +624,10 @@ def state_of_arrow(result: pa.Table) -> pa.Table:
 def summary_rows_arrow(result: pa.Table) -> list[tuple[Any, ...]]:
     """:func:`summary_of`'s rows from a step result collected as Arrow."""
     roles = pa.array([METRIC_ROLE, KEY_LOAD, KEY_SKETCH])
-    kept = result.filter(pc.is_in(result.column(ROLE), roles)).select(list(_SUMMARY_COLUMNS))
-    return [tuple(row.values()) for row in kept.to_pylist()]
+    # The summary rows are the result's last runs (slices, no copy), and few: read by
+    # column, not as a dict per row.
+    kept = rows_where(result.select(list(_SUMMARY_COLUMNS)), pc.is_in(result.column(ROLE), roles))
+    return list(zip(*(column.to_pylist() for column in kept.columns), strict=True))
 
 
 def bucket_loads(

@@ -33,6 +33,7 @@ from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState, SavedPlan
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import AppTransaction, CommitOutcome, Snapshot
+from warehouse.state_store import StepMetricValues
 
 
 def commit_step(
@@ -125,12 +126,23 @@ def complete(
         ).bytes(sizes)
 
 
-def finish(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> None:
-    """Complete the step in the state store: offset, step count, controller state and the
-    completed state's pins (replacing the plan's) in one transaction."""
+def finish(
+    w: SsbjWiring,
+    state: ControllerState,
+    plan: SavedPlan,
+    metrics: StepMetricValues | None = None,
+) -> None:
+    """Complete the step in the state store: offset, step count, controller state, the
+    completed state's pins (replacing the plan's) and the step's ``metrics`` in one
+    transaction."""
     completed = pins(w, state, int(plan.input_to))
     w.store.complete_step(
-        w.name, plan.input_to, plan.step + 1, state.to_dict(), pins=(ssbj_holder(w.name), completed)
+        w.name,
+        plan.input_to,
+        plan.step + 1,
+        state.to_dict(),
+        pins=(ssbj_holder(w.name), completed),
+        metrics=metrics,
     )
 
 

@@ -204,7 +204,7 @@ class SsbjDriver:
             report.tuples_pending = step.pending_rows
             report.master_bytes_read += step.master_bytes_read
             report.seconds += step.seconds
-            report.steps.append(StepMetrics(step.step + 1, step.as_metrics()))
+            report.steps.append(StepMetrics(step.step + 1, step.as_metrics(), recorded=True))
         return report
 
 

@@ -62,7 +62,7 @@ from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.warm import WarmCache
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import DeltaEngine
-from warehouse.state_store import StateStore
+from warehouse.state_store import StateStore, StepMetricValues
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,8 @@ class SsbjStage:
         commit.complete(w, state, plan, position, report, master, done.reads)
         report.seconds = time.monotonic() - started
         completing = time.monotonic()
-        commit.finish(w, state, plan)
+        # The step's metrics (numbered from 1) are recorded with its completion.
+        commit.finish(w, state, plan, StepMetricValues(run_id, step + 1, report.as_metrics()))
         logger.debug(
             "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
             "then %.2f to complete the step in the state store",

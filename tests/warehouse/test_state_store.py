@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from common.errors import DuplicateRecordError, StateStoreError
 from tests.postgres import PostgresServer
-from warehouse.state_store import SCHEMA_VERSION, StateStore
+from warehouse.state_store import SCHEMA_VERSION, StateStore, StepMetricValues
 
 
 @pytest.fixture
@@ -344,6 +344,27 @@ def _plan_complete_and_measure(store: StateStore) -> None:
     recorded = {(m.step, m.name): m.value for m in store.metrics("r1")}
     assert recorded == {(1, "tuples_in"): 5.0, (1, "seconds"): 0.25}
     assert all(m.recorded_at.tzinfo is not None for m in store.metrics("r1"))
+
+    # A step's metrics recorded with its completion, in its transaction: a completion
+    # that fails (a metric that is no number) leaves neither.
+    store.complete_step(
+        "s", 4, 3, {"next_step": 3}, metrics=StepMetricValues("r2", 3, {"tuples_in": 7})
+    )
+    assert [(m.stage, m.step, m.name, m.value) for m in store.metrics("r2")] == [
+        ("s", 3, "tuples_in", 7.0)
+    ]
+    assert store.offset("s").step_seq == 3
+    with pytest.raises(ValueError, match="could not convert"):
+        store.complete_step(
+            "s",
+            5,
+            4,
+            {"next_step": 4},
+            metrics=StepMetricValues("r2", 4, {"bad": "x"}),  # type: ignore[dict-item]
+        )
+    assert len(store.metrics("r2")) == 1
+    assert (store.offset("s").input_version, store.offset("s").step_seq) == (4, 3)
+    assert store.operator_state("s") == {"next_step": 3}
 
 
 def test_a_step_is_planned_completed_and_measured(store: StateStore) -> None:
