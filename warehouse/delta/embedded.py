@@ -563,10 +563,13 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         snapshots would cost a file listing each. A commit file already cleaned up by log
         retention falls back to the snapshots."""
         root = table_root(path)
+        versions = range(after_version + 1, to_version + 1)
         try:
             return [
-                (version, self._commit(root, version).rows_added)
-                for version in range(after_version + 1, to_version + 1)
+                (version, (known or self._commit(root, version)).rows_added)
+                for version, known in zip(
+                    versions, self._commits.get_many(root, versions), strict=True
+                )
             ]
         except FileNotFoundError:
             return [

@@ -10,6 +10,10 @@ would be a request per look-up, and such entries are simply built again.
 
 Invariant: :meth:`VersionCache.get` returns a value only if it was :meth:`put` for the same
 table root and version while that version's commit file had the identity it has now.
+:meth:`VersionCache.get_many` keeps it with one check for a whole range: each entry also
+records the identity of the table's first commit file (version 0) when it was put, and
+while that file is still the same file the table was not created again, so no commit file
+of it was replaced (commit files are written once, never rewritten).
 """
 
 from __future__ import annotations
@@ -43,24 +47,44 @@ class VersionCache(Generic[Value]):
         if capacity < 1:
             raise ValueError(f"a version cache holds at least one entry; capacity {capacity}")
         self._capacity = capacity
-        self._entries: OrderedDict[tuple[str, int], tuple[CommitStamp, Value]] = OrderedDict()
+        # (root, version) -> (its commit file's stamp, version 0's stamp then, value)
+        self._entries: OrderedDict[
+            tuple[str, int], tuple[CommitStamp, CommitStamp | None, Value]
+        ] = OrderedDict()
 
     def get(self, root: str, version: int) -> Value | None:
         entry = self._entries.get((root, version))
         if entry is None:
             return None
-        stamp, value = entry
+        stamp, _, value = entry
         if commit_stamp(root, version) != stamp:
             del self._entries[(root, version)]
             return None
         self._entries.move_to_end((root, version))
         return value
 
+    def get_many(self, root: str, versions: range) -> list[Value | None]:
+        """:meth:`get` of each of ``versions``, checking one commit file for all of them
+        (version 0's: the table is the one the entries were built from) where it can; an
+        entry put before that file changed, or while it was gone (log retention), is
+        checked on its own. A stat per version cost admission 1.8 ms a step."""
+        first = commit_stamp(root, 0)
+        found: list[Value | None] = []
+        for version in versions:
+            entry = self._entries.get((root, version))
+            if entry is not None and first is not None and entry[1] == first:
+                self._entries.move_to_end((root, version))
+                found.append(entry[2])
+            else:
+                found.append(self.get(root, version))
+        return found
+
     def put(self, root: str, version: int, value: Value) -> None:
         stamp = commit_stamp(root, version)
         if stamp is None:
             return
-        self._entries[(root, version)] = (stamp, value)
+        first = stamp if version == 0 else commit_stamp(root, 0)
+        self._entries[(root, version)] = (stamp, first, value)
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
 

@@ -71,3 +71,22 @@ def test_a_table_is_held_while_one_of_its_entries_is_still_valid(tmp_path: Path)
     assert cache.holds(str(root))  # an older version is still that version
     shutil.rmtree(root)
     assert not cache.holds(str(root))  # its commit file is gone
+
+
+def test_a_range_is_checked_once_and_never_serves_a_table_created_again(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    for value in range(4):
+        commit(root, value)
+    cache: VersionCache[str] = VersionCache(8)
+    for version in range(4):
+        cache.put(str(root), version, f"old v{version}")
+    assert cache.get_many(str(root), range(1, 5)) == ["old v1", "old v2", "old v3", None]
+    shutil.rmtree(root)
+    for value in range(3):
+        commit(root, value)  # versions 0-2 again: other commit files, a new version 0
+    assert cache.get_many(str(root), range(0, 4)) == [None, None, None, None]
+    cache.put(str(root), 1, "new v1")
+    assert cache.get_many(str(root), range(1, 3)) == ["new v1", None]
+    # Version 0 gone (log retention): each entry is checked on its own, and still served.
+    (root / "_delta_log" / f"{0:020d}.json").unlink()
+    assert cache.get_many(str(root), range(1, 2)) == ["new v1"]
