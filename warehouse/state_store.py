@@ -691,6 +691,16 @@ class StateStore:
             row = session.get(OperatorState, stage)
             return None if row is None else json.loads(json.dumps(row.state))
 
+    def stage_progress(self, stage: str) -> tuple[StageOffset, dict[str, Any] | None]:
+        """:meth:`offset` and :meth:`operator_state` of ``stage`` in one transaction, as a
+        step starts from them."""
+        with self._session() as session:
+            offset = session.get(StageOffset, stage)
+            if offset is None:
+                offset = StageOffset(stage=stage, input_version=0, step_seq=0)
+            row = session.get(OperatorState, stage)
+            return offset, None if row is None else json.loads(json.dumps(row.state))
+
     def save_operator_state(
         self,
         stage: str,

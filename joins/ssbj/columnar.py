@@ -584,6 +584,24 @@ def _encode(
     counts: StepCounts,
 ) -> pa.Table:
     parts: list[pa.Table] = []
+    # A role's rows leave most of the wide table's columns null: each type's null column
+    # is made once, as long as the largest role, and sliced (zero-copy) for each column.
+    # One array per column cost an incrementing step 3-4 ms: 20 null columns of 48k
+    # counters, each with its own zeroed buffers.
+    longest = max(
+        0 if out is None else out.num_rows,
+        kept.num_rows,
+        0 if cache is None else cache.num_rows,
+        counters.table.num_rows,
+        len(marked),
+        switch.num_rows,
+    )
+    nulls: dict[pa.DataType, pa.Array] = {}
+
+    def null_column(kind: pa.DataType, n: int) -> pa.Array:
+        if kind not in nulls or len(nulls[kind]) < n:  # the metric rows may be more
+            nulls[kind] = pa.nulls(max(longest, n), kind)
+        return nulls[kind].slice(0, n)
 
     def add(role: str, n: int, columns: dict[str, pa.Array | pa.ChunkedArray]) -> None:
         if n == 0:
@@ -596,7 +614,7 @@ def _encode(
                 column = columns[f.name]  # a cast to its own type would copy it
                 arrays.append(column if column.type == f.type else column.cast(f.type))
             else:
-                arrays.append(pa.nulls(n, f.type))
+                arrays.append(null_column(f.type, n))
         parts.append(pa.Table.from_arrays(arrays, schema=schema))
 
     if out is not None:

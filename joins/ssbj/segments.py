@@ -60,20 +60,21 @@ def segment_column(state: pa.Table) -> pa.Array:
     if state.num_rows == 0:
         return pa.array([], pa.int64())
     roles = state.column(ROLE)
-    entry = state.column(ENTRY_STEP).to_numpy(zero_copy_only=False)
-    segments = np.full(state.num_rows, -2, dtype=np.int64)
-    for role, segment in SHARED_SEGMENTS.items():
-        segments[pc.equal(roles, role).to_numpy(zero_copy_only=False)] = segment
-    pending = pc.fill_null(pc.equal(roles, PENDING), False).to_numpy(zero_copy_only=False)
+    # One pass over the role strings: each row's role as its place in ``named``.
+    named = [PENDING, *SHARED_SEGMENTS]
+    place = pc.index_in(roles, value_set=pa.array(named))
+    if place.null_count:
+        unknown = pc.unique(roles.filter(pc.is_null(place))).to_pylist()
+        raise ValueError(f"operator state rows of roles {unknown}: not state roles")
+    places = np.asarray(place.to_numpy(zero_copy_only=False), dtype=np.int64)
+    segments = np.array([0, *SHARED_SEGMENTS.values()], dtype=np.int64)[places]
+    pending = places == 0
     if pending.any():
+        entry = state.column(ENTRY_STEP).to_numpy(zero_copy_only=False)
         steps = np.asarray(entry[pending], dtype=np.float64)
         if np.isnan(steps).any():
             raise ValueError("a pending tuple of the operator state has no entry step")
         segments[pending] = steps.astype(np.int64)
-    known = pc.is_in(roles, value_set=pa.array([PENDING, *SHARED_SEGMENTS]))
-    if not pc.all(pc.fill_null(known, False)).as_py():
-        unknown = pc.unique(roles.filter(pc.invert(pc.fill_null(known, False)))).to_pylist()
-        raise ValueError(f"operator state rows of roles {unknown}: not state roles")
     return pa.array(segments, pa.int64())
 
 
@@ -88,21 +89,24 @@ def prints_of(state: pa.Table) -> Prints:
     """``(rows, matched)`` of each segment of a state table with ``_segment``."""
     if state.num_rows == 0:
         return {}
-    matched = pc.cast(pc.fill_null(state.column(MATCHED), False), pa.int64())
-    counted = (
-        pa.table({SEGMENT: state.column(SEGMENT), "m": matched})
-        .group_by(SEGMENT)
-        .aggregate([("m", "count"), ("m", "sum")])
+    # Counted over runs of equal segments (a state's segments are a few runs), then the
+    # runs of each segment added up: no hash group-by over every row.
+    segments = np.asarray(state.column(SEGMENT).to_numpy(zero_copy_only=False), np.int64)
+    matched = np.asarray(
+        pc.fill_null(state.column(MATCHED), False).to_numpy(zero_copy_only=False), np.int64
     )
-    return {
-        int(s): (int(n), int(m))
-        for s, n, m in zip(
-            counted.column(SEGMENT).to_pylist(),
-            counted.column("m_count").to_pylist(),
-            counted.column("m_sum").to_pylist(),
-            strict=True,
-        )
-    }
+    starts = np.flatnonzero(np.concatenate([[True], segments[1:] != segments[:-1]]))
+    rows = np.diff(np.append(starts, len(segments)))
+    found: Prints = {}
+    for segment, n, m in zip(
+        segments[starts].tolist(),
+        rows.tolist(),
+        np.add.reduceat(matched, starts).tolist(),
+        strict=True,
+    ):
+        known = found.get(segment, (0, 0))
+        found[segment] = (known[0] + n, known[1] + m)
+    return found
 
 
 @dataclass(frozen=True)

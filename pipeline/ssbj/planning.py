@@ -12,6 +12,7 @@ the plan admits only the input versions whose tuples fit the budget (Eq. 1,
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ from pipeline.ssbj.scan_copy import scan_versions
 from pipeline.ssbj.state import STATE_LAYOUT, ControllerState, SavedPlan, held_back
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
+from warehouse.state_store import StageOffset
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +41,36 @@ def now_us() -> int:
 # ---------------------------------------------------------------------- the state
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a step starts from: the controller state and the stage's offset, read in one
+    transaction (the offset tells the input consumed and the steps completed)."""
+
+    state: ControllerState
+    offset: StageOffset
+
+
 def load_state(w: SsbjWiring) -> ControllerState:
-    """The controller state a step starts from: the saved one, carried on from an earlier
-    release's, or a fresh one."""
-    raw = w.store.operator_state(w.name)
+    """The controller state a step starts from (see :func:`load`)."""
+    return load(w).state
+
+
+def load(w: SsbjWiring) -> Progress:
+    """The controller state a step starts from (the saved one, carried on from an earlier
+    release's, or a fresh one) and the stage's offset."""
+    offset, raw = w.store.stage_progress(w.name)
+    return Progress(_controller_state(w, raw, offset), offset)
+
+
+def _controller_state(
+    w: SsbjWiring, raw: dict[str, Any] | None, offset: StageOffset
+) -> ControllerState:
     if raw is not None and raw.get("layout") != STATE_LAYOUT:
         return from_earlier_release(w, raw)
     # The output's app transactions are numbered by step, and steps of another driver
     # (an auto stage that ran the plain join meanwhile) advanced the offset's step
     # count: SSBJ continues above it, or its next commit would be skipped as done.
-    done = w.store.offset(w.name).step_seq
+    done = offset.step_seq
     if raw is None:
         return ControllerState.fresh(next_step=done, partitions=w.params.partitions)
     state = ControllerState.from_dict(raw)
@@ -106,14 +128,17 @@ def from_earlier_release(w: SsbjWiring, earlier: dict[str, Any]) -> ControllerSt
 # ---------------------------------------------------------------------- idle
 
 
-def idle(w: SsbjWiring, take_input: bool, state: ControllerState) -> bool:
+def idle(
+    w: SsbjWiring, take_input: bool, state: ControllerState, offset: StageOffset | None = None
+) -> bool:
     """True when a step from ``state`` would have nothing to do: no tuple waits in H_S, no
-    step is half done and (if the step would take input) no input version is new."""
+    step is half done and (if the step would take input) no input version is new.
+    ``offset``: the stage's, when read with the state (else it is read here)."""
     if state.chunks or state.plan or late_rows_due(w, state):
         return False
     if not take_input or not w.engine.exists(w.input_path):
         return True
-    offset = w.store.offset(w.name)
+    offset = w.store.offset(w.name) if offset is None else offset
     return w.engine.snapshot(w.input_path).version <= offset.input_version
 
 
@@ -172,14 +197,17 @@ def position(w: SsbjWiring, state: ControllerState) -> StepPosition:
     )
 
 
-def plan_step(w: SsbjWiring, state: ControllerState, take_input: bool) -> SavedPlan:
+def plan_step(
+    w: SsbjWiring, state: ControllerState, take_input: bool, offset: StageOffset | None = None
+) -> SavedPlan:
     """The plan of the step ``state`` is at: the saved one when a rerun finds it, else a
-    new one, saved (after its pins) before it is returned."""
+    new one, saved (after its pins) before it is returned. ``offset``: the stage's, when
+    read with the state (else it is read here)."""
     step = state.next_step
     plan = state.plan
     if plan is not None and plan.step == step:
         return plan
-    offset = w.store.offset(w.name)
+    offset = w.store.offset(w.name) if offset is None else offset
     input_to = offset.input_version
     if take_input and w.engine.exists(w.input_path):
         input_to = w.engine.snapshot(w.input_path).version

@@ -133,8 +133,9 @@ class SsbjStage:
             raise ConfigError(f"steps: expected a whole number >= 1, found {steps}")
         for index in range(self.params.steps_per_run if steps is None else steps):
             take_input = index == 0 or budgeted
-            state = planning.load_state(self.wiring)  # one read a step: idle and step share it
-            if self.idle(take_input, state):
+            # One read a step: idle and step share it.
+            progress = planning.load(self.wiring)
+            if planning.idle(self.wiring, take_input, progress.state, progress.offset):
                 # Nothing pending and nothing new: a step would only rewrite the same
                 # state. The operator pauses where it is (the cycle position, the cache
                 # and its version stay; the next step brings the cache forward).
@@ -143,12 +144,12 @@ class SsbjStage:
                     self.stage.name,
                 )
                 break
-            reports.append(self.step(run_id, take_input, state))
+            reports.append(self.step(run_id, take_input, progress))
         if drain:
-            state = planning.load_state(self.wiring)
-            while int(state.pending_rows) > 0:
-                reports.append(self.step(run_id, False, state))
-                state = planning.load_state(self.wiring)
+            progress = planning.load(self.wiring)
+            while int(progress.state.pending_rows) > 0:
+                reports.append(self.step(run_id, False, progress))
+                progress = planning.load(self.wiring)
         return reports
 
     def idle(self, take_input: bool, state: ControllerState | None = None) -> bool:
@@ -182,16 +183,17 @@ class SsbjStage:
     # ------------------------------------------------------------------ one step
 
     def step(
-        self, run_id: str, take_input: bool, state: ControllerState | None = None
+        self, run_id: str, take_input: bool, progress: planning.Progress | None = None
     ) -> SsbjStepReport:
-        """One Algorithm 1 iteration from ``state`` (the controller state, read afresh when
-        not given); the caller records the report's metrics."""
+        """One Algorithm 1 iteration from ``progress`` (the controller state and the
+        offset, read afresh when not given); its metrics are recorded with its completion."""
         w = self.wiring
         started = time.monotonic()
-        if state is None:
-            state = planning.load_state(w)
+        if progress is None:
+            progress = planning.load(w)
+        state = progress.state
         position = planning.position(w, state)
-        plan = planning.plan_step(w, state, take_input)
+        plan = planning.plan_step(w, state, take_input, progress.offset)
         step = plan.step
         version = plan.master_version
         master = self.engine.snapshot(w.master_path, version)

@@ -336,6 +336,11 @@ def _plan_complete_and_measure(store: StateStore) -> None:
     assert store.operator_state("s") == done
     assert store.pins_of("ssbj.s") == {"/w/in": [1], "/w/m": [4, 5]}
 
+    offset, state = store.stage_progress("s")  # both, in one transaction
+    assert (offset.input_version, offset.step_seq, state) == (1, 1, done)
+    fresh, nothing = store.stage_progress("never-ran")
+    assert (fresh.input_version, fresh.step_seq, nothing) == (0, 0, None)
+
     store.complete_step("s", 3, 2, {"next_step": 2}, pins=("ssbj.s", {}))
     assert (store.offset("s").input_version, store.offset("s").step_seq) == (3, 2)
     assert store.pins_of("ssbj.s") == {}

@@ -7,6 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from joins.ssbj.roles import CACHE, COUNTER, LATE, MARKED, PENDING, SWITCH
 from joins.ssbj.segments import (
@@ -63,6 +65,23 @@ def test_prints_count_rows_and_matched_tuples_per_segment() -> None:
     table = state([pending(1, 3), pending(2, 3, True), pending(3, 4), {"_role": CACHE}])
     assert prints_of(table) == {3: (2, 1), 4: (1, 0), -1: (1, 0)}
     assert prints_of(state([])) == {}
+
+
+@given(st.lists(st.tuples(st.integers(-5, 4), st.sampled_from([True, False, None])), max_size=40))
+def test_prints_are_counted_in_any_row_order(rows: list[tuple[int, bool | None]]) -> None:
+    """A segment's rows may come in several runs (a state written by Spark tasks): the
+    prints add them up, as a count per segment over every row would."""
+    table = pa.table(
+        {
+            SEGMENT: pa.array([s for s, _ in rows], pa.int64()),
+            "_matched": pa.array([m for _, m in rows], pa.bool_()),
+        }
+    )
+    expected: dict[int, tuple[int, int]] = {}
+    for segment, matched in rows:
+        n, m = expected.get(segment, (0, 0))
+        expected[segment] = (n + 1, m + bool(matched))
+    assert prints_of(table) == expected
 
 
 def test_a_step_rewrites_the_new_chunk_removes_the_expired_and_leaves_the_others() -> None:
