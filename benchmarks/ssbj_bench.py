@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -544,6 +545,66 @@ def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
     return None, f"> {points[-1][2] / ssbj_state:.2f}x (no tested M reached SSBJ's rate)"
 
 
+@dataclass(frozen=True)
+class StepCostLine:
+    """MESHJOIN's step time and state as straight lines in its tuples per step ``w``,
+    fitted by least squares over every memory multiple it ran at: a step costs
+    ``T = fixed + per_tuple * w`` (MESHJOIN's cost model: a fixed part, the partition's
+    scan among it, and a part per tuple of its queue), its state is
+    ``state = state_fixed + state_per_tuple * w`` (Eq. 1: the disk buffer, and k chunks
+    of w tuples). Its service rate ``w / T`` then rises towards ``1 / per_tuple``, which
+    no memory passes."""
+
+    fixed: float
+    per_tuple: float
+    state_fixed: float
+    state_per_tuple: float
+
+    @property
+    def rate_ceiling(self) -> float:
+        return math.inf if self.per_tuple <= 0 else 1 / self.per_tuple
+
+    def state_at(self, rate: float) -> float | None:
+        """The state at which the fitted MESHJOIN serves ``rate`` tuples a second; None
+        at or above its ceiling."""
+        if rate * self.per_tuple >= 1:
+            return None
+        tuples = rate * self.fixed / (1 - rate * self.per_tuple)
+        return self.state_fixed + self.state_per_tuple * tuples
+
+
+def meshjoin_cost_line(result: dict) -> StepCostLine | None:
+    """:class:`StepCostLine` of the MESHJOIN runs with input; None with fewer than three
+    (two points always fit a line: nothing would check it)."""
+    points = [
+        (result[m]["tuples_per_step"], result[m]["seconds"], result[m]["state_mean"])
+        for m in result["modes"]
+        if m != "ssbj" and result[m]["tuples_per_step"] > 0
+    ]
+    if len(points) < 3:
+        return None
+    w = np.array([p[0] for p in points], float)
+    per_tuple, fixed = np.polyfit(w, np.array([p[1] for p in points], float), 1)
+    state_per_tuple, state_fixed = np.polyfit(w, np.array([p[2] for p in points], float), 1)
+    return StepCostLine(float(fixed), float(per_tuple), float(state_fixed), float(state_per_tuple))
+
+
+def state_at_equal_rate_fitted(result: dict) -> str:
+    """MESHJOIN's state at SSBJ's rate over SSBJ's state, from :func:`meshjoin_cost_line`:
+    every multiple's step time counts, where the interpolation uses the two around SSBJ's
+    rate (near MESHJOIN's ceiling its rates differ by less than their noise)."""
+    line = meshjoin_cost_line(result)
+    if line is None:
+        return "n/a (fewer than 3 MESHJOIN runs)"
+    target = result["ssbj"]["rate"]
+    ceiling = f"ceiling {line.rate_ceiling:,.0f}/s"
+    state = line.state_at(target)
+    if state is None:
+        return f"unbounded: SSBJ's rate is at or above MESHJOIN's {ceiling}"
+    ratio = state / max(1.0, result["ssbj"]["state_mean"])
+    return f"{ratio:.2f}x (SSBJ at {target * line.per_tuple:.0%} of MESHJOIN's {ceiling})"
+
+
 def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
     lines = [
         f"TPC-H SF{args.scale:g}, memory M = share x |R|·v_R for SSBJ, "
@@ -577,15 +638,16 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
         "| master | z | share | service rate SSBJ / MESHJOIN at equal M | tuples/step SSBJ / MESHJOIN "
         "| step time MESHJOIN / SSBJ | bound 1 / (1 - SSBJ cache share) "
         "| state MESHJOIN / SSBJ at equal service rate (mean bytes) "
+        "| the same from MESHJOIN's fitted step cost T = F + a·w "
         "| least SSBJ state at its rate (Theorem 1) / measured "
         "| bound: MESHJOIN / least SSBJ state at that rate (its cache share) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ssbj, mesh = r["ssbj"], r["meshjoin"]
         if not (ssbj["rate"] and mesh["rate"]):
             void = "void: a mode had no input in the measured steps (raise --backlog)"
-            lines.append(f"| {r['master']} | {r['z']:g} | {r['share']:g} | {void} | | | | | | |")
+            lines.append(f"| {r['master']} | {r['z']:g} | {r['share']:g} | {void} | | | | | | | |")
             continue
         ratio, how = state_at_equal_rate(r)
         equal_rate = f"{ratio:.2f}x ({how})" if ratio is not None else how
@@ -594,6 +656,7 @@ def render_memory(results: Sequence[dict], args: argparse.Namespace) -> str:
             f"{ssbj['tuples_per_step'] / mesh['tuples_per_step']:.2f}x | "
             f"{mesh['seconds'] / ssbj['seconds']:.2f}x | "
             f"{1 / max(1e-9, 1 - ssbj['cache_share']):.2f}x | {equal_rate} | "
+            f"{state_at_equal_rate_fitted(r)} | "
             f"{_bound_cells(r.get('bound'), ssbj['state_mean'])} |"
         )
     return "\n".join(lines)

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ssbj_bench import memory_config, mesh_stage, render_memory, state_at_equal_rate
+from benchmarks.ssbj_bench import (
+    memory_config,
+    mesh_stage,
+    meshjoin_cost_line,
+    render_memory,
+    state_at_equal_rate,
+    state_at_equal_rate_fitted,
+)
 from benchmarks.ssbj_scale import Shape
 from joins.ssbj.cache.rcycle import CycleState
 from pipeline.config import parse_config
@@ -123,3 +130,28 @@ def test_the_memory_table_gives_each_modes_step_time_by_cycle_state() -> None:
     lines = render_memory([result], args).splitlines()
     assert "| customer | 1 | 0.5 | 0.00 | ssbj | 100 | 0.050 | 0.060, 0.050, 0.040 |" in lines[4]
     assert "| meshjoin | 100 | 0.050 | 0.030, -, 0.020 |" in lines[5]
+
+
+def _timed(ssbj_rate: float, points: list[tuple[float, float, float]]) -> dict:
+    """A memory result whose MESHJOIN runs have (tuples per step, step s, state) each."""
+    names = [f"meshjoin_x{i}" for i in range(len(points))]
+    result: dict = {"modes": ["ssbj", *names], "multiples": {}}
+    result["ssbj"] = {"rate": ssbj_rate, "state_mean": 10.0, "tuples_per_step": 1}
+    for name, (w, seconds, state) in zip(names, points, strict=True):
+        result[name] = {"tuples_per_step": w, "seconds": seconds, "state_mean": state}
+    return result
+
+
+def test_the_fitted_meshjoin_line_inverts_its_rate_and_knows_its_ceiling() -> None:
+    # T = 0.02 + 1e-5 w (ceiling 100k/s), state = 5 + 2 w, with the middle point noisy.
+    points = [(1000.0, 0.03, 2005.0), (3000.0, 0.05 + 0.001, 6005.0), (5000.0, 0.07, 10005.0)]
+    line = meshjoin_cost_line(_timed(1.0, points))
+    assert line is not None
+    assert line.rate_ceiling == pytest.approx(1e5, rel=0.05)
+    # At 50k/s the line needs w = 50k * 0.02 / (1 - 0.5) = 2000 tuples: state 4005.
+    assert line.state_at(5e4) == pytest.approx(4005, rel=0.05)
+    assert line.state_at(2e5) is None
+    text = state_at_equal_rate_fitted(_timed(5e4, points))
+    assert float(text.split("x")[0]) == pytest.approx(400.5, rel=0.05), text  # / SSBJ's 10
+    assert state_at_equal_rate_fitted(_timed(2e5, points)).startswith("unbounded")
+    assert meshjoin_cost_line(_timed(1.0, points[:2])) is None
