@@ -37,6 +37,16 @@ def strict_json(text: str) -> dict[str, Any]:
     return json.loads(text, parse_constant=refuse, parse_float=decimal.Decimal)
 
 
+def logged_adds(path: str) -> list[dict[str, Any]]:
+    """Every add action of the table's commit files, in commit order."""
+    return [
+        json.loads(line)["add"]
+        for log in sorted((Path(path) / "_delta_log").glob("*.json"))
+        for line in log.read_text().splitlines()
+        if '"add"' in line
+    ]
+
+
 def duckdb_truth(path: Path, column: str) -> tuple[Any, Any, int, int]:
     query = (
         f'SELECT min("{column}"), max("{column}"), count(*) - count("{column}"), count(*) '
@@ -208,12 +218,7 @@ def test_arrow_writes_take_stats_from_the_writer_and_dictionary_encode_only_text
         }
     )
     engine.append_arrow(path, rows, partition_by=["day"])
-    (add,) = [
-        json.loads(line)["add"]
-        for log in sorted((Path(path) / "_delta_log").glob("*.json"))
-        for line in log.read_text().splitlines()
-        if '"add"' in line
-    ]
+    (add,) = logged_adds(path)
     file = Path(path) / add["path"]
     assert add["stats"] == delta_stats_json(pq.read_metadata(file))
     stats = strict_json(add["stats"])
@@ -266,12 +271,7 @@ def test_arrow_writes_leave_out_all_null_columns_and_every_reader_reads_them_as_
     )
     engine.append_arrow(path, first, partition_by=["seg"])
     engine.append_arrow(path, second, partition_by=["seg"])
-    files = {
-        json.loads(line)["add"]["partitionValues"]["seg"]: json.loads(line)["add"]
-        for log in sorted((Path(path) / "_delta_log").glob("*.json"))
-        for line in log.read_text().splitlines()
-        if '"add"' in line
-    }
+    files = {add["partitionValues"]["seg"]: add for add in logged_adds(path)}
     stored = {seg: pq.read_schema(Path(path) / add["path"]).names for seg, add in files.items()}
     assert stored == {"-2": ["role", "key", "hits"], "7": ["role", "name"]}
     assert set(strict_json(files["7"]["stats"])["nullCount"]) == {"role", "name"}
