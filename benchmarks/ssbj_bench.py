@@ -515,6 +515,12 @@ def warn_unless_whole_periods(cycles: int) -> None:
         )
 
 
+def meshjoin_runs(result: dict) -> list[str]:
+    """The MESHJOIN modes of a memory result that had input in their measured steps: a
+    multiple whose backlog ran out before them says nothing."""
+    return [m for m in result["modes"] if m != "ssbj" and result[m]["tuples_per_step"] > 0]
+
+
 def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
     """MESHJOIN's state where its service rate equals SSBJ's at M, over SSBJ's state.
 
@@ -528,8 +534,7 @@ def state_at_equal_rate(result: dict) -> tuple[float | None, str]:
     ssbj_state = max(1.0, result["ssbj"]["state_mean"])
     points = [
         (result["multiples"][m], result[m]["rate"], result[m]["state_mean"])
-        for m in result["modes"]
-        if m != "ssbj" and result[m]["tuples_per_step"] > 0
+        for m in meshjoin_runs(result)
     ]
     points.sort()
     if not points:
@@ -578,8 +583,7 @@ def meshjoin_cost_line(result: dict) -> StepCostLine | None:
     (two points always fit a line: nothing would check it)."""
     points = [
         (result[m]["tuples_per_step"], result[m]["seconds"], result[m]["state_mean"])
-        for m in result["modes"]
-        if m != "ssbj" and result[m]["tuples_per_step"] > 0
+        for m in meshjoin_runs(result)
     ]
     if len(points) < 3:
         return None

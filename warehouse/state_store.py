@@ -612,10 +612,7 @@ class StateStore:
 
     def offset(self, stage: str) -> StageOffset:
         with self._session() as session:
-            row = session.get(StageOffset, stage)
-            if row is None:
-                return StageOffset(stage=stage, input_version=0, step_seq=0)
-            return row
+            return _offset_in(session, stage)
 
     def set_offset(self, stage: str, input_version: int, step_seq: int) -> None:
         """Record a completed step: the input is consumed up to ``input_version``."""
@@ -688,18 +685,13 @@ class StateStore:
 
     def operator_state(self, stage: str) -> dict[str, Any] | None:
         with self._session() as session:
-            row = session.get(OperatorState, stage)
-            return None if row is None else json.loads(json.dumps(row.state))
+            return _operator_state_in(session, stage)
 
     def stage_progress(self, stage: str) -> tuple[StageOffset, dict[str, Any] | None]:
         """:meth:`offset` and :meth:`operator_state` of ``stage`` in one transaction, as a
         step starts from them."""
         with self._session() as session:
-            offset = session.get(StageOffset, stage)
-            if offset is None:
-                offset = StageOffset(stage=stage, input_version=0, step_seq=0)
-            row = session.get(OperatorState, stage)
-            return offset, None if row is None else json.loads(json.dumps(row.state))
+            return _offset_in(session, stage), _operator_state_in(session, stage)
 
     def save_operator_state(
         self,
@@ -918,6 +910,20 @@ def _metric_rows(
         }
         for name, value in values.items()
     ]
+
+
+def _offset_in(session: Session, stage: str) -> StageOffset:
+    """Within ``session``: ``stage``'s offset, or a new stage's (nothing consumed)."""
+    row = session.get(StageOffset, stage)
+    if row is None:
+        return StageOffset(stage=stage, input_version=0, step_seq=0)
+    return row
+
+
+def _operator_state_in(session: Session, stage: str) -> dict[str, Any] | None:
+    """Within ``session``: a copy of ``stage``'s controller state, or None."""
+    row = session.get(OperatorState, stage)
+    return None if row is None else json.loads(json.dumps(row.state))
 
 
 def _put_operator_state(session: Session, stage: str, state: Mapping[str, Any]) -> None:

@@ -198,16 +198,15 @@ def position(w: SsbjWiring, state: ControllerState) -> StepPosition:
 
 
 def plan_step(
-    w: SsbjWiring, state: ControllerState, take_input: bool, offset: StageOffset | None = None
+    w: SsbjWiring, state: ControllerState, take_input: bool, offset: StageOffset
 ) -> SavedPlan:
     """The plan of the step ``state`` is at: the saved one when a rerun finds it, else a
-    new one, saved (after its pins) before it is returned. ``offset``: the stage's, when
-    read with the state (else it is read here)."""
+    new one, saved (after its pins) before it is returned. ``offset``: the stage's, read
+    with the state (:func:`load`)."""
     step = state.next_step
     plan = state.plan
     if plan is not None and plan.step == step:
         return plan
-    offset = w.store.offset(w.name) if offset is None else offset
     input_to = offset.input_version
     if take_input and w.engine.exists(w.input_path):
         input_to = w.engine.snapshot(w.input_path).version
