@@ -332,7 +332,7 @@ class SsbjParams(Strict):
         default=None,
         gt=0,
         description=(
-            "M: the operator's memory budget in bytes (Eq. 1: disk buffer + H_R + H_S). Each "
+            "M: the operator's memory budget in bytes (Eq. 1: disk buffer + H_R + s_B + H_S). Each "
             "step admits only the input versions whose tuples fit beside the cache and the "
             "pending chunks; the rest waits in the input table. Unset: every step takes all "
             "new input"

@@ -268,6 +268,7 @@ class StepCounts:
     pending_rows: int = 0
     cache_rows: int = 0  # H_R rows, an empty entry counting as one
     counter_rows: int = 0  # join values with counters (f_count, s_count) after the step
+    switch_rows: int = 0  # master rows s_B holds after the step (line 34; H_R's at line 10)
     # Of the counts above, the tuples returning from the late rows (``run_step``'s
     # ``returning``): in, answered from H_R, and answered there without a row.
     returned: int = 0
@@ -501,4 +502,5 @@ def run_step(
     counts.pending_rows = len(kept)
     counts.cache_rows = sum(max(1, len(rows)) for rows in cache.values())
     counts.counter_rows = len(counters)
+    counts.switch_rows = sum(len(rows) for rows in buffer.values())
     return StepResult(output, BucketState(kept, cache, counters, buffer), counts)

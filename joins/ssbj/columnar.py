@@ -456,6 +456,7 @@ def columnar_result(
     counts.output_rows = 0 if out is None else out.num_rows
     counts.pending_rows = kept.num_rows
     counts.counter_rows = counters.table.num_rows
+    counts.switch_rows = switch.num_rows
     if use_cache:
         assert cache is not None
         counts.cache_rows = cache.num_rows

@@ -106,6 +106,7 @@ def complete(
     state.switch_version = reads.next_switch_version(state.switch_version, version)
     state.pending_rows = report.pending_rows
     state.cache_rows = report.cache_rows
+    state.switch_rows = report.switch_rows
     state.counter_rows = report.counter_rows
     state.late_rows = report.late_rows
     state.late_waiting = report.late_waiting
@@ -123,6 +124,7 @@ def complete(
             file_rows(master.files) / w.params.partitions,
             report.cache_rows,
             report.pending_rows,
+            report.switch_rows,
         ).bytes(sizes)
 
 

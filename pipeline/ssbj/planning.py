@@ -260,6 +260,7 @@ def admit_input(
         disk_buffer_rows=file_rows(master.files) / k,
         cache_rows=int(state.cache_rows) if w.use_cache else 0,
         pending_rows=max(0, int(state.pending_rows) - expiring),
+        switch_rows=int(state.switch_rows) if w.use_cache else 0,
     )
     disk_buffer = memory.disk_buffer_rows * sizes.master_bytes
     if disk_buffer > budget:
@@ -281,13 +282,15 @@ def admit_input(
     log = logger.warning if admission.forced else logger.info
     log(
         "ssbj %s step %d: memory %d B holds %d new H_S tuples beside b=%.0f, H_R=%d, "
-        "H_S=%d rows; admitting input v%d..v%d (%d rows, miss rate %.2f%s), %d rows wait",
+        "s_B=%d, H_S=%d rows; admitting input v%d..v%d (%d rows, miss rate %.2f%s), "
+        "%d rows wait",
         w.name,
         step,
         budget,
         capacity,
         memory.disk_buffer_rows,
         memory.cache_rows,
+        memory.switch_rows,
         memory.pending_rows,
         offset + 1,
         admission.to_version,

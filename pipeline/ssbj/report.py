@@ -30,7 +30,8 @@ class SsbjStepReport:
     output_version: int | None = None
     seconds: float = 0.0
     state: str = ""
-    state_bytes: float = 0.0  # Eq. 1 at the end of the step: (b + h_R)·v_R + |H_S|·v_S
+    # Eq. 1 at the end of the step, s_B's rows with H_R's: (b + h_R + |s_B|)·v_R + |H_S|·v_S
+    state_bytes: float = 0.0
     memory_bytes: int | None = None  # the budget M, when one is set
     backlog_rows: int = 0  # input rows left waiting for a later step by the budget
     # FastJoin's Eq. 2 over the key buckets' loads this step, before and after the moves
@@ -42,6 +43,7 @@ class SsbjStepReport:
     routed_keys: int = 0  # keys away from their home bucket in the next step's routing
     split_keys: int = 0  # hot keys spread over several buckets in the next step's routing
     counter_rows: int = 0  # join values with counters in the state after the step
+    switch_rows: int = 0  # master rows s_B holds after the step (H_R's at the next phase-out)
     tracked_keys: int = 0  # key_counts: sketch: the values the step counted (0 for exact)
     sketch_bytes: int = 0  # key_counts: sketch: the merged sketch's size
     # Tuples that met no master row and wait for a newer version (``joins.ssbj.late``).
@@ -87,6 +89,7 @@ class SsbjStepReport:
             "routed_keys": self.routed_keys,
             "split_keys": self.split_keys,
             "counter_rows": self.counter_rows,
+            "switch_rows": self.switch_rows,
             "tracked_keys": self.tracked_keys,
             "sketch_bytes": self.sketch_bytes,
             # Conservation view: every tuple in is served by the cache or waits.

@@ -181,6 +181,7 @@ class ControllerState(Stored):
     chunk_rows: dict[str, int] = field(default_factory=dict)  # entry step -> H_S tuples
     pending_rows: int = 0  # H_S after the last completed step
     cache_rows: int = 0  # H_R rows after the last completed step
+    switch_rows: int = 0  # s_B's master rows after the last completed step
     # Intervals a backfill joined and published: {"start", "end" (ISO), "input_version"}.
     backfills: list[dict[str, Any]] = field(default_factory=list)
     sizes: dict[str, float] | None = None  # v_S and v_R, {"stream": B, "master": B}

@@ -121,6 +121,20 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     assert h.metric_sum("cache_hits") > 0  # key-1 tuples after the phase-out hit the cache
     # every tuple produced exactly its matches: 1 per key-1 tuple, 6 per key-5 tuple
     assert len(h.output()) == 8 * (3 * 1 + 1 * 6)
+    # s_B: key 1's master row is collected in the switching cycle and moves into H_R at
+    # the phase-out's first step (4); the state counts it beside H_R's rows while held.
+    by_step: dict[int, dict[str, float]] = {}
+    for m in h.store.metrics():
+        if m.stage == "enrich":
+            by_step.setdefault(m.step - 1, {})[m.name] = m.value  # metrics count from 1
+    assert by_step[3]["switch_rows"] == 1 and by_step[4]["switch_rows"] == 0
+    assert max(by_step[s]["switch_rows"] for s in (0, 1, 4, 5)) == 0
+    b = 7 / 2  # Eq. 1's disk buffer: the master's rows over k
+    for values in by_step.values():
+        held = b + values["cache_rows"] + values["switch_rows"]
+        assert values["state_bytes"] == pytest.approx(
+            held * sizes.master_bytes + values["pending_rows"] * sizes.stream_bytes
+        )
 
 
 @pytest.mark.parametrize("rows_per_tuple", [0, 10**9], ids=["semi-join", "buckets-drop"])

@@ -142,6 +142,7 @@ def test_assigning_a_key_the_state_lacks_appends_it_as_assigning_the_dict_did() 
         ("switch_version", 1),
         ("pending_rows", 2),
         ("cache_rows", 0),
+        ("switch_rows", 0),
         ("counter_rows", 1),
         ("late_rows", 0),
         ("late_waiting", 0),

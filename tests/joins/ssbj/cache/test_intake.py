@@ -64,12 +64,13 @@ def test_capacity_is_eq_1_solved_for_the_new_chunk() -> None:
     st.integers(0, 500),
     st.integers(0, 500),
     st.integers(1, 16),
+    st.integers(0, 200),
 )
 def test_an_admitted_chunk_keeps_the_state_within_the_budget(
-    budget: int, b: int, h_r: int, pending: int, k: int
+    budget: int, b: int, h_r: int, pending: int, k: int, s_b: int
 ) -> None:
     sizes = TupleSizes(stream_bytes=7.0, master_bytes=13.0)
-    memory = OperatorMemory(b, h_r, pending)
+    memory = OperatorMemory(b, h_r, pending, s_b)
     w = chunk_capacity(budget, memory, sizes, k)
     assert w >= 0
     if w > 0:
@@ -81,3 +82,20 @@ def test_rejects_versions_at_or_before_the_offset_and_bad_rates() -> None:
         admit(5, [(5, 1)], 10, 1.0, nothing_pending=True)
     with pytest.raises(ValueError, match="miss rate"):
         admit(0, [(1, 1)], 10, 1.5, nothing_pending=True)
+
+
+def test_the_switching_buffer_takes_room_as_h_r_does() -> None:
+    """s_B's rows are held through the switching cycle and become H_R at the phase-out:
+    counted beside H_R's, the chunk the budget admits is the one it admits once they have
+    moved, and the state stays within M through the move."""
+    sizes = TupleSizes(stream_bytes=10.0, master_bytes=40.0)
+    collecting = OperatorMemory(disk_buffer_rows=100, cache_rows=50, pending_rows=0, switch_rows=25)
+    moved = OperatorMemory(disk_buffer_rows=100, cache_rows=75, pending_rows=0)
+    # k·w_S = (10_000 - (100 + 50 + 25)·40) / 10 = 300 rows of H_S
+    assert chunk_capacity(10_000, collecting, sizes, partitions=1) == 300
+    assert chunk_capacity(10_000, moved, sizes, partitions=1) == 300
+    assert collecting.bytes(sizes, new_pending=300) == moved.bytes(sizes, new_pending=300)
+    assert collecting.bytes(sizes, new_pending=300) == 10_000
+    without = OperatorMemory(disk_buffer_rows=100, cache_rows=50, pending_rows=0)
+    assert chunk_capacity(10_000, without, sizes, partitions=1) == 400  # s_B left out
+    assert moved.bytes(sizes, new_pending=400) > 10_000  # ... is over M once it moves
