@@ -203,11 +203,12 @@ class _Counters:
                 column[rows] += by[found]
                 added += by[~found]
             updated[name] = np.concatenate([column, added])
+        # One chunk: appended to step after step, the key column would gain a chunk each.
         known = self.table.column(_KEY).chunks
         return _Counters(
             pa.table(
                 {
-                    _KEY: pa.chunked_array([*known, absent.cast(key_type)], key_type),
+                    _KEY: pa.concat_arrays([*known, absent.cast(key_type)]),
                     **{name: pa.array(values, pa.int64()) for name, values in updated.items()},
                 }
             )
@@ -298,8 +299,13 @@ def columnar_result(
             moved = _set(switch, EMPTY, pa.repeat(pa.scalar(False, pa.bool_()), switch.num_rows))
             with_rows = _unique(switch.column(_KEY))
             bare = marked.filter(pc.invert(_in(marked, with_rows)))
+            # s_B was collected a chunk per step: H_R takes it as one.
             cache = pa.concat_tables(
-                [kept, moved.cast(cache.schema), _key_rows(bare, cache.schema, layout, True)]
+                [
+                    kept,
+                    moved.cast(cache.schema).combine_chunks(),
+                    _key_rows(bare, cache.schema, layout, True),
+                ]
             )
             marked = pa.array([], key_type)
             switch = switch.slice(0, 0)

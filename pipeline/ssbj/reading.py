@@ -185,7 +185,10 @@ def keyed_rows_in_driver(
     """The step's keyed rows read and laid out in the driver (:func:`spark_inputs` and
     ``WideTable.keyed_rows`` in memory): new tuples, stored state, master partitions."""
     assert w.input_rows_arrow is not None
-    new = w.input_rows_arrow(plan.input_from, plan.input_to)
+    # One chunk, not one per input file: the misses enter H_S as this step's chunk and
+    # stay k steps, and a pass over H_S held in one Arrow chunk per input version (59
+    # of them at 0.5 x M) cost 15-20% more than over one per entry step.
+    new = w.input_rows_arrow(plan.input_from, plan.input_to).combine_chunks()
     covered = covered_arrow(new, state, INTERVAL_START, INPUT_VERSION)
     if covered is not None:
         new = new.filter(pc.invert(covered))
