@@ -381,7 +381,8 @@ class SsbjParams(Strict):
         default="extrapolated",
         description=(
             "paper: s_count(j) sums master rows seen while j was pending, 0 if never seen; "
-            "extrapolated: scales the sum to all k partitions and skips values never seen"
+            "extrapolated: scales the sum to all k partitions, and skips values whose rows "
+            "are not known yet (never seen, or no row counted in fewer than k partitions)"
         ),
     )
     key_counts: Literal["exact", "sketch"] = Field(

@@ -441,11 +441,16 @@ def run_step(
                 continue
             counted = counters.get(key)
             if plan.estimator == "extrapolated":
-                if counted is None or counted.observed == 0:
-                    continue  # never counted: no estimate of its master rows yet
-                estimate = estimated_master_rows(
-                    counted.master_rows, counted.observed, position.partitions
+                known = (
+                    None
+                    if counted is None
+                    else estimated_master_rows(
+                        counted.master_rows, counted.observed, position.partitions
+                    )
                 )
+                if known is None:
+                    continue  # its master rows are not known yet: it stays in H_S
+                estimate = known
             else:
                 estimate = counted.master_rows if counted is not None else 0
             whole = tuples * spread.get(key, 1) if spread else tuples

@@ -372,7 +372,11 @@ def columnar_result(
         master_rows = _lookup(keys, counters.table, MASTER_ROWS)
         observed = _lookup(keys, counters.table, OBSERVED)
         if plan.estimator == "extrapolated":
-            usable = counted & (observed > 0)
+            # ``estimated_master_rows``: known when some row was counted, or when every
+            # partition was seen and none was (m = 0).
+            usable = (
+                counted & (observed > 0) & ((master_rows > 0) | (observed >= position.partitions))
+            )
             estimate = np.where(
                 usable, master_rows * position.partitions / np.maximum(observed, 1), 0.0
             )

@@ -76,6 +76,19 @@ def test_extrapolated_count_equals_the_count_when_every_partition_was_seen(
     if observed > k:
         return
     estimate = estimated_master_rows(rows, observed, k)
-    assert estimate >= rows
+    if rows == 0 and observed < k:
+        assert estimate is None  # no row over part of the cycle: m is not known
+        return
+    assert estimate is not None and estimate >= rows
     if observed == k:
         assert estimate == rows
+
+
+def test_a_value_never_observed_or_with_no_row_yet_has_no_estimate() -> None:
+    """A foreign key's value has one master row, in one of k partitions: seen pending in
+    3 of 10 partitions without it, its rows are unknown, not m = 0; seen in all 10
+    without a row, it has none (the negative cache)."""
+    assert estimated_master_rows(0, 0, 10) is None
+    assert estimated_master_rows(0, 3, 10) is None
+    assert estimated_master_rows(0, 10, 10) == 0
+    assert estimated_master_rows(1, 5, 10) == 2.0
