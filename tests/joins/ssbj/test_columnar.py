@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +45,9 @@ from joins.ssbj.buckets import (
     PINNED_VERSION as PINNED,
 )
 from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.cache.rcycle import CycleState
 from joins.ssbj.columnar import ColumnarLayout, columnar_result
+from joins.ssbj.roles import MARKED
 from tests.joins.ssbj.test_algorithm import (
     MASTER,
     STREAM,
@@ -356,3 +359,37 @@ def test_nested_stream_columns_ride_along_and_narrowing_keys_are_left_to_the_ref
     plan, _ = plan_for(0, 2, 1, 0, True, True, "paper", _pending_versions(narrow.empty_table()), {
         "cache_version": None, "switch_version": None}, False)  # fmt: skip
     assert columnar_result(narrow.empty_table(), shape, plan, narrow) is None
+
+
+@pytest.mark.parametrize("estimator", ["extrapolated", "paper"])
+def test_a_value_whose_rows_were_not_seen_yet_stays_in_h_s_under_extrapolation(
+    estimator: str,
+) -> None:
+    """At the switching cycle's first step (k = 4; v_S = 24 B, v_R = 40 B): key 1 was
+    pending over 2 of the 4 partitions and no row of it was counted, so its rows are not
+    known and it stays in H_S (the paper's s_count takes it as m = 0 and switches it);
+    key 2 was seen over all 4 with no row, m = 0: the negative cache; key 3 had its one
+    row counted over 2 partitions, m = 2 extrapolated: 4 tuples (96 B) > 80 B. The Arrow
+    step decides as the reference model."""
+    counters = [
+        {MASTER[0]: 1, "_hits": 0, "_master_rows": 0, "_observed": 2},
+        {MASTER[0]: 2, "_hits": 0, "_master_rows": 0, "_observed": 4},
+        {MASTER[0]: 3, "_hits": 0, "_master_rows": 1, "_observed": 2},
+    ]
+    keys = [1, 1, 1, 2, 3, 3, 3, 3]
+    table = pa.concat_tables(
+        [
+            role_rows("counter", counters),
+            role_rows(NEW, [{STREAM[0]: i, STREAM[1]: k} for i, k in enumerate(keys)]),
+            role_rows(PARTITION, [{MASTER[0]: 9, MASTER[1]: 0, MASTER[2]: 1.0, VERSION: 0}]),
+        ]
+    )
+    control = {"cache_version": 0, "switch_version": None}
+    plan, _ = plan_for(4, 4, 5, 0, True, False, estimator, _pending_versions(table), control, True)
+    assert plan.position.state is CycleState.SWITCHING and plan.position.starts_cycle
+    plan = replace(plan, stream_key=LAYOUT.stream_key_positions)
+    fast = bucket_step(table, LAYOUT, plan, BucketDeltas())
+    reference = bucket_step(table, LAYOUT, plan, BucketDeltas(), columnar=False)
+    assert rows_of(fast) == rows_of(reference)
+    marked = {r[MASTER[0]] for r in fast.filter(pc.equal(fast.column(ROLE), MARKED)).to_pylist()}
+    assert marked == ({2, 3} if estimator == "extrapolated" else {1, 2, 3})
