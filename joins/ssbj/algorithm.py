@@ -441,16 +441,13 @@ def run_step(
                 continue
             counted = counters.get(key)
             if plan.estimator == "extrapolated":
-                known = (
-                    None
-                    if counted is None
-                    else estimated_master_rows(
-                        counted.master_rows, counted.observed, position.partitions
-                    )
+                if counted is None:
+                    continue  # never counted: its master rows are not known yet
+                estimate = estimated_master_rows(
+                    counted.master_rows, counted.observed, position.partitions
                 )
-                if known is None:
-                    continue  # its master rows are not known yet: it stays in H_S
-                estimate = known
+                if estimate is None:
+                    continue  # no row counted over part of the cycle: it stays in H_S
             else:
                 estimate = counted.master_rows if counted is not None else 0
             whole = tuples * spread.get(key, 1) if spread else tuples

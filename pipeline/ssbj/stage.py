@@ -156,7 +156,9 @@ class SsbjStage:
         """True when a step from ``state`` (the controller state, read when not given)
         would have nothing to do: no tuple waits in H_S, no step is half done and (if the
         step would take input) no input version is new."""
-        state = planning.load_state(self.wiring) if state is None else state
+        if state is None:  # the state and the offset, in one read
+            progress = planning.load(self.wiring)
+            return planning.idle(self.wiring, take_input, progress.state, progress.offset)
         return planning.idle(self.wiring, take_input, state)
 
     def pending_rows(self) -> int:
