@@ -254,8 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     stage = command(
         "stage",
         "one step of one stage",
-        "SSBJ stages take `operator.steps_per_run` steps; other stages join what arrived "
-        "since their last step.",
+        "SSBJ stages take their scheduled steps (`operator.steps_per_run`, or the fewest "
+        "that keep `freshness.complete_within`), then the steps that answer every tuple the "
+        "bound makes due; other stages join what arrived since their last step.",
     )
     stage.add_argument("name", metavar="NAME", help="the stage's name in the config")
     stage.add_argument(
@@ -263,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_at_least_one,
         default=None,
         metavar="N",
-        help="SSBJ operator steps this run (default operator.steps_per_run; other stages "
-        "take one step, which joins everything that arrived)",
+        help="SSBJ operator steps this run before its closing steps (default: the scheduled "
+        "steps; other stages take one step, which joins everything that arrived)",
     )
     stage.add_argument(
         "--drain", action="store_true", help="then join every pending tuple of the stage"

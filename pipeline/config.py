@@ -38,11 +38,19 @@ from pydantic import (
     model_validator,
 )
 
+from common.durations import parse_duration
 from common.errors import ConfigError
 from common.model import Identifier, Strict
 from common.secrets import looks_secret, mask_url, register_secret, register_url_password
 from joins.theta.choice import SAMPLE_ABOVE_BYTES
 from joins.theta.predicate import ThetaPredicate
+from pipeline.freshness import (
+    Freshness,
+    FreshnessBound,
+    check_late_wait,
+    check_steps,
+    steps_for_bound,
+)
 from quality.config import QualityConfig
 from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
 
@@ -58,19 +66,10 @@ SIMPLE_TYPES = (
     "timestamp",
 )
 DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
 # "$${" (a literal "${"), "${NAME}", or a "${" that starts no valid reference.
 ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 # The state store URL of every command when set: it beats `warehouse.state_store`.
 STATE_STORE_ENV = "ENRICH_STATE_STORE"
-
-
-def parse_duration(text: str) -> timedelta:
-    match = DURATION.match(text.strip())
-    if not match:
-        raise ValueError(f"expected a duration like 30s, 5m, 1h or 1d, got {text!r}")
-    units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-    return timedelta(**{units[match.group(2)]: int(match.group(1))})
 
 
 class ColumnSpec(Strict):
@@ -318,7 +317,15 @@ class SsbjParams(Strict):
         ),
     )
     partitions: int = Field(default=8, ge=1, description="k: master partitions per R-cycle")
-    steps_per_run: int = Field(default=1, ge=1)
+    steps_per_run: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "SSBJ steps a scheduled run takes; unset: ceil(k / B), the fewest that answer "
+            "every tuple within the stage's freshness bound of B intervals (a run may take "
+            "more to close the tuples that are due). Set below that, the config is refused"
+        ),
+    )
     switch_factor: float = Field(default=1.0, gt=0, description="s_f of the cache inequality")
     eviction_cycles: int = Field(
         default=10,
@@ -444,6 +451,14 @@ class EquiStage(Strict):
     join: Literal["inner", "left"] = "inner"
     output: Identifier
     operator: SsbjParams = Field(default_factory=SsbjParams)
+    freshness: Freshness = Field(default_factory=Freshness)
+
+    def scheduled_steps(self, interval: timedelta) -> int:
+        """SSBJ steps a scheduled run of ``interval`` takes: ``operator.steps_per_run``, or
+        the fewest that keep the freshness bound (``pipeline.freshness``)."""
+        if self.operator.steps_per_run is not None:
+            return self.operator.steps_per_run
+        return steps_for_bound(self.operator.partitions, self.freshness.bound(interval))
 
 
 LAYOUT_SCHEMES = ("adsp", "square", "dynamic")
@@ -484,6 +499,7 @@ class ThetaStage(Strict):
     join: Literal["inner", "left"] = "inner"
     output: Identifier
     operator: ThetaParams = Field(default_factory=ThetaParams)
+    freshness: Freshness = Field(default_factory=Freshness)
 
 
 Stage = Annotated[EquiStage | ThetaStage, Field(discriminator="kind")]
@@ -539,6 +555,7 @@ class PipelineConfig(Strict):
                         f"{where}.join_on: master columns {bad} are not projected by master "
                         f"{stage.master!r} (columns: {master.columns})"
                     )
+            _check_freshness(stage, self.schedule.interval_delta, where)
             known.append(stage.output)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
@@ -595,6 +612,32 @@ class PipelineConfig(Strict):
         while table not in self.streams:
             table = self.producing_stage(table).input
         return table
+
+
+def _check_freshness(stage: EquiStage | ThetaStage, interval: timedelta, where: str) -> None:
+    """Refuse a stage config that cannot keep its freshness bound, naming the key."""
+    try:
+        bound = stage.freshness.bound(interval)
+    except ValueError as e:
+        raise ValueError(f"{where}.freshness.complete_within: {e}") from e
+    if not isinstance(stage, EquiStage):
+        return  # a theta stage answers every tuple in the run that takes it
+    operator = stage.operator
+    if operator.late_master is not None:
+        try:
+            check_late_wait(operator.late_master.wait_delta, bound)
+        except ValueError as e:
+            raise ValueError(f"{where}.operator.late_master.wait: {e}") from e
+    if operator.mode != "baseline" and operator.steps_per_run is not None:
+        try:
+            check_steps(operator.partitions, operator.steps_per_run, bound)
+        except ValueError as e:
+            raise ValueError(f"{where}.operator.steps_per_run: {e}") from e
+
+
+def stage_bound(stage: EquiStage | ThetaStage, interval: timedelta) -> FreshnessBound:
+    """The freshness bound of a validated stage."""
+    return stage.freshness.bound(interval)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:

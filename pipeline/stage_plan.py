@@ -116,7 +116,7 @@ def _ssbj_plan(config: PipelineConfig, stage: EquiStage, steps: list[dict[str, f
     hits = sum(s.get("cache_hits", 0.0) for s in steps)
     share = hits / tuples if tuples else 0.0
     period = config.schedule.interval_delta.total_seconds()
-    per_run = stage.operator.steps_per_run
+    per_run = stage.scheduled_steps(config.schedule.interval_delta)
     # Tuples entering per scheduled run, over the run's length: the measured λ.
     rate = (tuples / len(steps)) * per_run / period if steps else 0.0
 

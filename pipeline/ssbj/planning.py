@@ -142,6 +142,14 @@ def idle(
     return w.engine.snapshot(w.input_path).version <= offset.input_version
 
 
+def input_waiting(w: SsbjWiring, offset: StageOffset) -> bool:
+    """True when the input table has versions the stage has not taken (a memory budget
+    left them, or they arrived since)."""
+    if not w.engine.exists(w.input_path):
+        return False
+    return w.engine.snapshot(w.input_path).version > offset.input_version
+
+
 def late_rows_due(w: SsbjWiring, state: ControllerState) -> bool:
     """Whether a late row would return (the master has a version newer than one a late
     row met no row at) or expire (the longest wait is over) at a step now."""

@@ -56,6 +56,7 @@ from common.errors import ConfigError
 from joins.ssbj.algorithm import StepCounts
 from joins.ssbj.step import JoinSpec
 from pipeline.config import EquiStage, PipelineConfig, SsbjParams
+from pipeline.freshness import due_before
 from pipeline.ssbj import commit, planning, step_pass
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState
@@ -84,6 +85,9 @@ class SsbjStage:
         warm: WarmCache | None = None,
     ) -> None:
         self.stage = stage
+        interval = config.schedule.interval_delta
+        self._bound = stage.freshness.bound(interval)
+        self._scheduled_steps = stage.scheduled_steps(interval)
         self.wiring = SsbjWiring.of(
             stage,
             config,
@@ -123,15 +127,17 @@ class SsbjStage:
     def run(
         self, run_id: str, drain: bool = False, steps: int | None = None
     ) -> list[SsbjStepReport]:
-        """``steps`` steps (default ``operator.steps_per_run``), fewer when idle; then, with
-        ``drain``, steps without new input until nothing is pending."""
+        """A scheduled run's steps: ``steps`` (default: the stage's scheduled steps,
+        ``EquiStage.scheduled_steps``), fewer when idle; then the closing steps that answer
+        every tuple the freshness bound makes due by the end of this run; with ``drain``,
+        steps without new input until nothing is pending."""
         # Under a memory budget the backlog enters a step at a time, so every step takes
         # the input that fits; otherwise the run's first step takes all of it.
         budgeted = self.params.memory_bytes is not None
         reports: list[SsbjStepReport] = []
         if steps is not None and steps < 1:
             raise ConfigError(f"steps: expected a whole number >= 1, found {steps}")
-        for index in range(self.params.steps_per_run if steps is None else steps):
+        for index in range(self._scheduled_steps if steps is None else steps):
             take_input = index == 0 or budgeted
             # One read a step: idle and step share it.
             progress = planning.load(self.wiring)
@@ -144,13 +150,55 @@ class SsbjStage:
                     self.stage.name,
                 )
                 break
+            self._record_run_start(run_id, progress.state)
             reports.append(self.step(run_id, take_input, progress))
         if drain:
             progress = planning.load(self.wiring)
             while int(progress.state.pending_rows) > 0:
                 reports.append(self.step(run_id, False, progress))
                 progress = planning.load(self.wiring)
+        else:
+            reports += self._close(run_id, budgeted)
         return reports
+
+    def _record_run_start(self, run_id: str, state: ControllerState) -> None:
+        """Remember the first step of run ``run_id`` (saved with the step), keeping the
+        runs the bound looks back over; a retry of the run keeps its first record."""
+        if run_id in state.run_starts:
+            return
+        kept = max(self._bound.intervals - 1, 1)
+        starts = [*state.run_starts.items(), (run_id, state.next_step)][-kept:]
+        state.run_starts = dict(starts)
+
+    def _close(self, run_id: str, budgeted: bool) -> list[SsbjStepReport]:
+        """Steps until no tuple that the freshness bound makes due by the end of this run
+        is still pending (``pipeline.freshness.due_before``): none with the scheduled
+        steps the bound derives and all input taken at the first; some when a memory
+        budget admitted input later in the run, or fewer steps were asked for. With a
+        bound of one interval, input a budget left in the input table is due too."""
+        reports: list[SsbjStepReport] = []
+        while True:
+            progress = planning.load(self.wiring)
+            state = progress.state
+            threshold = due_before(list(state.run_starts.values()), state.next_step, self._bound)
+            due = [entry for entry in state.chunks if int(entry) < threshold]
+            backlog = (
+                budgeted
+                and self._bound.intervals == 1
+                and planning.input_waiting(self.wiring, progress.offset)
+            )
+            if not due and state.plan is None and not backlog:
+                return reports
+            logger.info(
+                "ssbj %s: closing the run: %d tuple(s) due within %s still pending%s; step %d",
+                self.stage.name,
+                sum(state.chunk_rows.get(entry, 0) for entry in due),
+                self._bound.describe(),
+                ", input left by the memory budget" if backlog else "",
+                state.next_step,
+            )
+            self._record_run_start(run_id, state)
+            reports.append(self.step(run_id, backlog, progress))
 
     def idle(self, take_input: bool, state: ControllerState | None = None) -> bool:
         """True when a step from ``state`` (the controller state, read when not given)

@@ -204,6 +204,9 @@ class ControllerState(Stored):
     # replica of a split key (the last step had split keys), or it is not known (a state
     # of an older release): the next step merges them (``StepPlan.one_row_per_value``).
     replica_rows: bool = True
+    # The first step each of the stage's latest runs took, by run id, oldest first: which
+    # pending tuples a run must answer before it ends (``pipeline.freshness.due_before``).
+    run_starts: dict[str, int] = field(default_factory=dict)
 
     # The keys a fresh state is written with, in order.
     KEYS: ClassVar[tuple[str, ...]] = (

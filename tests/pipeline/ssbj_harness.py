@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ def config_for(
                     "output": "out",
                     "operator": {"mode": mode, "partitions": partitions, "steps_per_run": steps}
                     | (operator or {}),
+                    # The bound these steps keep: tuples wait across runs as the tests mean.
+                    "freshness": {"complete_within": f"{math.ceil(partitions / steps)} intervals"},
                 }
             ],
         }

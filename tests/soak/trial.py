@@ -197,6 +197,9 @@ def config(
                 "join": "left",
                 "output": "out",
                 "operator": operator,
+                # One step a run over k = 2 partitions: a tuple waits up to two runs, and
+                # a late master row up to two hours.
+                "freshness": {"complete_within": "2 intervals"},
             },
             {
                 "name": "promo",
