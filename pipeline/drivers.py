@@ -135,7 +135,13 @@ class StageDrivers:
             batch_rows=batch_rows,
         )
         params = stage.operator
-        choice = choose_equi_mode(sizes, params.ssbj_above_bytes, params.ssbj_master_batches)
+        bound = stage.freshness.bound(self.config.schedule.interval_delta)
+        choice = choose_equi_mode(
+            sizes,
+            params.ssbj_above_bytes,
+            params.ssbj_master_batches,
+            cycle_runs=min(bound.intervals, params.partitions),
+        )
         logger.info("stage %s: auto chose %s: %s", stage.name, choice.mode, choice.reason)
         self._choices[stage.name] = choice
         return choice

@@ -7,8 +7,12 @@ the pending state H_S and the cache H_R are written and read back, and a tuple m
 to one R-cycle (k steps) for its answer. The plain join pays one scan of the master per
 batch and answers every tuple at once.
 
-Invariant: the choice is SSBJ only when both hold
+Invariant: the choice is SSBJ only when all three hold
 
+- the stage's freshness bound lets one R-cycle span two runs or more
+  (``pipeline.freshness``): within one run SSBJ reads all k partitions, the whole master,
+  as the plain join does, and pays its state's I/O besides (BENCHMARKS.md, section 1,
+  measures both at the bound of one interval);
 - the master's live files exceed ``ssbj_above_bytes`` (where a scan of the whole master
   costs less than an SSBJ step's bookkeeping), and
 - the master has at least ``ssbj_master_batches`` times the batch's rows (against a
@@ -54,9 +58,19 @@ class EquiChoice:
 
 
 def choose_equi_mode(
-    sizes: EquiSizes, ssbj_above_bytes: int, ssbj_master_batches: float
+    sizes: EquiSizes, ssbj_above_bytes: int, ssbj_master_batches: float, cycle_runs: int
 ) -> EquiChoice:
-    """The join of one equi step under ``mode: auto`` (module docstring)."""
+    """The join of one equi step under ``mode: auto`` (module docstring); ``cycle_runs`` is
+    how many scheduled runs the stage's freshness bound lets one R-cycle span
+    (``min(B, k)``)."""
+    if cycle_runs < 2:
+        return EquiChoice(
+            "baseline",
+            "the freshness bound makes every R-cycle end within one run: SSBJ would read "
+            "the whole master each run, as the plain join does, and add its state's reads "
+            "and writes (freshness.complete_within of 2 or more intervals lets SSBJ read a "
+            "slice of the master a run)",
+        )
     if sizes.master_bytes <= ssbj_above_bytes:
         return EquiChoice(
             "baseline",

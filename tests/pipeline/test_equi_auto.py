@@ -93,3 +93,17 @@ def test_switching_between_ssbj_and_the_plain_join_answers_every_tuple_once(
     h.run()
     h.drain()
     assert_same_multiset(h.output(), h.oracle("left"))
+
+
+def test_auto_at_a_bound_of_one_interval_joins_whole_and_says_why(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """k = 2 steps a run over k = 2 partitions: the harness's bound is one interval, where a
+    cycle ends within each run, so even thresholds that always pick SSBJ give the plain join."""
+    h = SsbjHarness(spark, tmp_path, "auto", 2, 2, "left", operator=SSBJ_ALWAYS)
+    assert h.config.stage("enrich").freshness.complete_within == "1 intervals"
+    h.load_master(MASTER, files=2)
+    h.arrive([(0, 1), (1, 4)])
+    with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
+        assert isinstance(h.runner.driver(h.config.stage("enrich")), EquiBaselineDriver)
+    assert "auto chose baseline" in caplog.text and "freshness bound" in caplog.text
