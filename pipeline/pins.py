@@ -17,6 +17,8 @@ on a table, by any holder, to ``vacuum`` as ``keep_versions``. Holders:
                    the layout version the state records
 ``audit.<table>``  the last audited output (silver) version and the pending-table version
                    the audit state records
+``completeness.<table>``  the root stream's bronze version whose rows the table's
+                   completeness record has counted (``pipeline.completeness``)
 
 A stage follows its input by the rows added after the version it consumed
 (:meth:`warehouse.delta.api.DeltaEngine.rows_added`), which reads files a compaction may
@@ -59,6 +61,10 @@ def adsp_holder(stage: str) -> str:
 
 def audit_holder(table: str) -> str:
     return f"audit.{table}"
+
+
+def completeness_holder(table: str) -> str:
+    return f"completeness.{table}"
 
 
 def union_pins(*pins: Mapping[str, Iterable[int]]) -> dict[str, list[int]]:

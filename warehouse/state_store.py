@@ -1,8 +1,9 @@
 """The pipeline state store: small control data in any SQLAlchemy database.
 
 It holds the run ledger, the landing-file ledger, stage offsets (last consumed version of
-each input table), the join operators' controller state, per-run metrics and the Delta
-versions that in-flight work still pins. Bulk operator state (cache rows, pending tuples)
+each input table), the join operators' controller state, per-run metrics, the Delta
+versions that in-flight work still pins and each output's completeness per event-time
+interval. Bulk operator state (cache rows, pending tuples)
 lives in Delta tables under the warehouse root, never here.
 
 SQLite is the embedded default; a deployment passes a PostgreSQL URL
@@ -34,6 +35,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     Integer,
     String,
@@ -203,6 +205,48 @@ class VersionPin(Base):
     holder: Mapped[str] = mapped_column(String(200))
 
 
+class IntervalCompleteness(Base):
+    """One event-time interval of one output table: its root-stream tuples, how many still
+    wait in the table's chain, and since when and by which run it is complete
+    (``pipeline.completeness``)."""
+
+    __tablename__ = "interval_completeness"
+    table_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    interval_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    interval_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    tuples: Mapped[int] = mapped_column(BigInteger)
+    waiting: Mapped[int] = mapped_column(BigInteger)
+    quarantined: Mapped[int] = mapped_column(BigInteger)
+    oldest_waiting_entered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    complete: Mapped[bool] = mapped_column(Boolean)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_run_id: Mapped[str | None] = mapped_column(String(200), index=True)
+    run_id: Mapped[str] = mapped_column(String(200))  # the run that recorded these values
+
+
+@dataclass(frozen=True)
+class IntervalRecord:
+    """A row of ``interval_completeness``, as the store reads and writes it.
+
+    ``quarantined``: tuples answered into an output batch that was quarantined and is not
+    resolved yet (not published). ``completed_at``/``completed_run_id``: when, and by
+    which run, the interval last became complete (None while it is not); ``run_id``: the
+    run that recorded these values.
+    """
+
+    table: str
+    interval_start: datetime
+    interval_end: datetime
+    tuples: int
+    waiting: int
+    quarantined: int
+    oldest_waiting_entered_at: datetime | None
+    complete: bool
+    completed_at: datetime | None
+    completed_run_id: str | None
+    run_id: str
+
+
 class _StepStatements:
     """The statements a stage's every step runs, built once: a step completes every few
     tens of milliseconds, and building a statement (or the ORM's unit of work) each time
@@ -248,7 +292,8 @@ def _table(model: type[Base]) -> Table:
 _STEP = _StepStatements()
 
 
-# Each entry upgrades the schema from (key - 1) to key. create_all covers fresh databases.
+# Each entry upgrades the schema from (key - 1) to key. create_all covers fresh databases,
+# and adds a new table to an existing one (interval_completeness needed no entry).
 _MIGRATIONS: Mapping[int, Sequence[str]] = {
     2: ("ALTER TABLE landing_files ADD COLUMN records_resent INTEGER",),
 }
@@ -727,6 +772,71 @@ class StateStore:
                 query = query.where(Metric.run_id == run_id)
             return list(session.scalars(query))
 
+    # ------------------------------------------------------------------ completeness
+
+    def save_completeness(
+        self,
+        records: Sequence[IntervalRecord],
+        state: tuple[str, Mapping[str, Any]],
+        pins: tuple[str, Mapping[str, Sequence[int]]],
+    ) -> None:
+        """Write ``records`` (one row per table and interval, replacing any there), the
+        computation's progress ``state`` (key, controller state) and its ``pins`` (holder,
+        table path -> versions), in one transaction."""
+        pinned = (pins[0], _wanted_pins(*pins))
+        with self._session() as session:
+            for record in records:
+                row = session.get(IntervalCompleteness, (record.table, record.interval_start))
+                if row is None:
+                    row = IntervalCompleteness(
+                        table_name=record.table, interval_start=record.interval_start
+                    )
+                    session.add(row)
+                for name in _RECORD_FIELDS:
+                    setattr(row, name, getattr(record, name))
+            _put_operator_state(session, *state)
+            _replace_pins(session, *pinned)
+
+    def interval_records(
+        self,
+        table: str,
+        *,
+        latest: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        incomplete: bool = False,
+        starts: Sequence[datetime] = (),
+    ) -> list[IntervalRecord]:
+        """``table``'s interval rows, newest interval first: the ``latest`` ones, those
+        starting in ``[since, until)``, only the incomplete ones (``incomplete``), or,
+        with ``starts``, the incomplete ones and those starting at one of ``starts``."""
+        rows = IntervalCompleteness
+        query = select(rows).where(rows.table_name == table)
+        if since is not None:
+            query = query.where(rows.interval_start >= since)
+        if until is not None:
+            query = query.where(rows.interval_start < until)
+        if starts:
+            query = query.where(~rows.complete | rows.interval_start.in_(list(starts)))
+        elif incomplete:
+            query = query.where(~rows.complete)
+        query = query.order_by(rows.interval_start.desc())
+        if latest is not None:
+            query = query.limit(latest)
+        with self._session() as session:
+            return [_interval_record(row) for row in session.scalars(query)]
+
+    def intervals_completed_by(self, run_id: str, table: str) -> list[IntervalRecord]:
+        """The intervals of ``table`` that run ``run_id`` completed, oldest first."""
+        rows = IntervalCompleteness
+        query = (
+            select(rows)
+            .where(rows.table_name == table, rows.completed_run_id == run_id, rows.complete)
+            .order_by(rows.interval_start)
+        )
+        with self._session() as session:
+            return [_interval_record(row) for row in session.scalars(query)]
+
     # ------------------------------------------------------------------ version pins
 
     def pin(self, table_path: str, version: int, holder: str) -> None:
@@ -910,6 +1020,27 @@ def _metric_rows(
         }
         for name, value in values.items()
     ]
+
+
+_RECORD_FIELDS = (
+    "interval_end",
+    "tuples",
+    "waiting",
+    "quarantined",
+    "oldest_waiting_entered_at",
+    "complete",
+    "completed_at",
+    "completed_run_id",
+    "run_id",
+)
+
+
+def _interval_record(row: IntervalCompleteness) -> IntervalRecord:
+    return IntervalRecord(
+        row.table_name,
+        row.interval_start,
+        **{name: getattr(row, name) for name in _RECORD_FIELDS},
+    )
 
 
 def _offset_in(session: Session, stage: str) -> StageOffset:

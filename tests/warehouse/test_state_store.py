@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from common.errors import DuplicateRecordError, StateStoreError
 from tests.postgres import PostgresServer
-from warehouse.state_store import SCHEMA_VERSION, StateStore, StepMetricValues
+from warehouse.state_store import SCHEMA_VERSION, IntervalRecord, StateStore, StepMetricValues
 
 
 @pytest.fixture
@@ -374,3 +374,77 @@ def _plan_complete_and_measure(store: StateStore) -> None:
 
 def test_a_step_is_planned_completed_and_measured(store: StateStore) -> None:
     _plan_complete_and_measure(store)
+
+
+def _interval(
+    start: datetime, tuples: int, waiting: int, run_id: str, completed_at: datetime | None = None
+) -> IntervalRecord:
+    complete = completed_at is not None
+    return IntervalRecord(
+        "out",
+        start,
+        start + timedelta(hours=1),
+        tuples,
+        waiting,
+        0,
+        None if complete else start + timedelta(minutes=70),
+        complete,
+        completed_at,
+        run_id if complete else None,
+        run_id,
+    )
+
+
+def test_interval_completeness_is_replaced_by_table_and_interval_with_its_progress_and_pins(
+    store: StateStore,
+) -> None:
+    """Each (table, interval) is one row that a later record replaces; the records, the
+    progress state and the pins land in one transaction (a bad pin keeps all three)."""
+    hour = datetime(2024, 1, 1, tzinfo=UTC)
+    first = [_interval(hour, 10, 5, "r1"), _interval(hour + timedelta(hours=1), 4, 4, "r1")]
+    store.save_completeness(first, ("completeness.out", {"counted_version": 3}), ("c.out", {}))
+    assert store.interval_records("out") == first[::-1]  # newest interval first
+    done_at = hour + timedelta(hours=2, minutes=5)
+    second = [_interval(hour, 10, 0, "r2", done_at)]
+    store.save_completeness(
+        second, ("completeness.out", {"counted_version": 4}), ("c.out", {"/w/bronze": [4]})
+    )
+    assert store.interval_records("out") == [first[1], second[0]]
+    assert store.operator_state("completeness.out") == {"counted_version": 4}
+    assert store.pins_of("c.out") == {"/w/bronze": [4]}
+    (back,) = store.interval_records("out", latest=1, since=hour, until=hour + timedelta(hours=1))
+    assert back.completed_at == done_at and back.completed_at.tzinfo is not None
+    assert store.interval_records("out", incomplete=True) == [first[1]]
+    # The open intervals and those asked for, as an evaluation loads them.
+    assert store.interval_records("out", starts=[hour]) == [first[1], second[0]]
+    assert store.interval_records("out", latest=1) == [first[1]]
+    assert store.intervals_completed_by("r2", "out") == second
+    assert store.intervals_completed_by("r1", "out") == []
+    assert store.interval_records("other") == []
+
+    with pytest.raises(StateStoreError, match=">= 0"):
+        store.save_completeness(
+            [_interval(hour, 11, 1, "r3")],
+            ("completeness.out", {"counted_version": 5}),
+            ("c.out", {"/w/bronze": [-1]}),
+        )
+    assert store.interval_records("out") == [first[1], second[0]]
+    assert store.operator_state("completeness.out") == {"counted_version": 4}
+
+
+def test_a_store_without_the_completeness_table_gains_it_when_opened(
+    state_store_url: str,
+) -> None:
+    """interval_completeness came after schema version 2: opening a store written before it
+    creates the table, and keeps the rest."""
+    store = StateStore(state_store_url)
+    store.start_run("r1", "scheduled")
+    with store._engine.begin() as connection:
+        connection.execute(text("DROP TABLE interval_completeness"))
+    store.dispose()
+    reopened = StateStore(state_store_url)
+    hour = datetime(2024, 1, 1, tzinfo=UTC)
+    reopened.save_completeness([_interval(hour, 1, 1, "r1")], ("k", {}), ("h", {}))
+    assert [r.tuples for r in reopened.interval_records("out")] == [1]
+    assert [r.run_id for r in reopened.runs()] == ["r1"]
+    reopened.dispose()
