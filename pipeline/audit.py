@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RUN_ID, FAILED_EXPECTATIONS, QUARANTINED_AT = "_run_id", "_failed_expectations", "_quarantined_at"
+BATCH_TO = "_batch_to"  # a quarantined row's batch: the silver version it was staged up to
 PUBLISHED, QUARANTINED, WARNED, UNCHECKED, NOTHING_NEW = (
     "published",
     "quarantined",
@@ -674,8 +676,8 @@ class AuditPublisher:
                 batch_to = int(entry["batch"][1])
                 rows = (
                     self.engine.read(self.layout.quarantined_output(table))
-                    .where((F.col(RUN_ID) == run_id) & (F.col("_batch_to") == batch_to))
-                    .drop(RUN_ID, FAILED_EXPECTATIONS, QUARANTINED_AT, "_batch_to")
+                    .where((F.col(RUN_ID) == run_id) & (F.col(BATCH_TO) == batch_to))
+                    .drop(RUN_ID, FAILED_EXPECTATIONS, QUARANTINED_AT, BATCH_TO)
                 )
                 outcome = self._publish(
                     table, rows, AppTransaction(f"release.{table}.{batch_to}", 1)
@@ -686,6 +688,26 @@ class AuditPublisher:
         self._save_state(table, state)
         logger.info("resolved quarantined batch(es) of %s from run %s", table, run_id)
         return published
+
+    def unresolved_rows_arrow(self, table: str) -> pa.Table | None:
+        """The root stream's id and ``_interval_start`` of the rows in ``table``'s
+        quarantined batches nobody resolved yet (answered, not published), read in the
+        driver's memory; None when there are none."""
+        batches = [
+            int(entry["batch"][1])
+            for entry in self._state(table)["quarantined"]
+            if not entry.get("resolved")
+        ]
+        path = self.layout.quarantined_output(table)
+        if not batches or not self.engine.exists(path):
+            return None
+        id_column = self._id_column(table)
+        rows = self.engine.read_arrow(
+            self.engine.snapshot(path),
+            columns=[id_column, INTERVAL_START, BATCH_TO],
+            where=pc.field(BATCH_TO).isin(batches),
+        )
+        return rows.select([id_column, INTERVAL_START])
 
     # ------------------------------------------------------------------ internals
 
@@ -814,7 +836,7 @@ class AuditPublisher:
     def _quarantine(self, audit: TableAudit, staged: DataFrame) -> None:
         rows = (
             staged.withColumn(RUN_ID, F.lit(audit.run_id))
-            .withColumn("_batch_to", F.lit(audit.batch[1]).cast(T.LongType()))
+            .withColumn(BATCH_TO, F.lit(audit.batch[1]).cast(T.LongType()))
             .withColumn(
                 FAILED_EXPECTATIONS,
                 F.array(*[F.lit(f) for f in audit.failures]).cast(

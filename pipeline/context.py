@@ -170,6 +170,13 @@ class PipelineContext:
                     f"step counters of {problem.stage} step {problem.step}: {problem.message}"
                 )
             self.auditor.audit_run(run_id, extra)
+            from pipeline.completeness import record_completeness
+
+            # Per output and interval: what is published, what still waits (status, the
+            # run report and the Airflow Asset events read it).
+            record_completeness(
+                self.runner.drivers, run_id, (start, end), self.auditor.unresolved_rows_arrow
+            )
         if command == "maintain":
             from pipeline.maintenance import maintain
 
