@@ -1,7 +1,8 @@
 """What a scheduled interval costs, end to end, against the same work written plainly.
 
     python -m benchmarks.interval_cost [--shapes demo equi20k ...] [--intervals 4]
-                                       [--modes tasks warm plain duckdb]
+                                       [--modes tasks warm plain duckdb] [--bound 1]
+                                       [--set KEY=VALUE ...]
                                        [--out benchmarks/results/interval-cost.md]
 
 Each shape is a pipeline config, its masters and one file per stream per interval:
@@ -28,7 +29,12 @@ each in a fresh warehouse:
   the single-machine floor.
 
 Every mode's published rows must equal the others' as multisets (the join columns, the
-stream tuple id and the master columns), or the benchmark fails. The first interval of
+stream tuple id and the master columns), or the benchmark fails. Modes are compared at
+equal freshness: each must publish every tuple within ``--bound`` runs of the one that
+ingested it (the pipeline's ``freshness.complete_within``, 1 interval by default; set a
+longer one for the pipeline with ``--set``), or the benchmark fails; whatever a pipeline
+still holds after the last interval is drained, and the drain is counted (``with
+drain``); each table gives the tuple waits from landing to gold (:class:`WaitClock`). The first interval of
 each mode is warm-up (the first touch of each table, the JIT); the table reports the
 median of the others, the steady state of a scheduled pipeline, and the ratios against
 ``plain`` in the same run.
@@ -207,6 +213,31 @@ def lineitem_stream(master: pa.Table, index: int, rng: np.random.Generator, rows
     )
 
 
+def zipf_lineitem_stream(
+    master: pa.Table, index: int, rng: np.random.Generator, rows: int, z: float
+) -> pa.Table:
+    """``rows`` lineitem-like tuples whose part keys follow Zipf(``z``) over the master's
+    part keys (rank r drawn with probability ~ 1 / r^z; every key has master rows)."""
+    parts = np.unique(master.column("ps_partkey").to_numpy())
+    weights = 1.0 / np.arange(1, len(parts) + 1) ** z
+    ranked = np.random.default_rng(7).permutation(parts)  # the same hot keys every interval
+    keys = rng.choice(ranked, size=rows, p=weights / weights.sum())
+    first_id = index * rows
+    return _with_event_time(
+        pa.table(
+            {
+                "l_id": pa.array(np.arange(first_id, first_id + rows), pa.int64()),
+                "l_orderkey": pa.array(rng.integers(1, 6_000_000, size=rows), pa.int64()),
+                "l_partkey": pa.array(keys, pa.int64()),
+                "l_quantity": pa.array(rng.integers(1, 51, size=rows).astype(float)),
+                "l_extendedprice": pa.array(np.round(rng.uniform(900, 105_000, rows), 2)),
+            }
+        ),
+        index,
+        rng,
+    )
+
+
 def _with_event_time(table: pa.Table, index: int, rng: np.random.Generator) -> pa.Table:
     start = FIRST_INTERVAL + index * INTERVAL
     offsets = np.sort(rng.uniform(0, INTERVAL.total_seconds(), size=table.num_rows))
@@ -287,6 +318,34 @@ def equi_shape(name: str, description: str, scale: float, rows: int) -> Shape:
                 "partsupp",
                 EquiJoin("li_left", "left", "l_partkey", "ps_partkey"),
                 checks=checks,
+            ),
+        ),
+    )
+
+
+def user_shape(name: str, description: str, scale: float, rows: int) -> Shape:
+    """A new user's first pipeline: one Parquet file of Zipf(1) lineitem tuples an interval,
+    one inner equi stage to TPC-H partsupp with the operator at its defaults."""
+    return Shape(
+        name=name,
+        description=description,
+        streams=(
+            Stream(
+                "li",
+                "l_id",
+                lambda masters, index, rng, cache: zipf_lineitem_stream(
+                    masters["partsupp"], index, rng, rows, 1.0
+                ),
+                format="parquet",
+            ),
+        ),
+        masters=(Master("partsupp", ("ps_partkey", "ps_suppkey"), partsupp_master(scale)),),
+        stages=(
+            Stage(
+                "li",
+                "partsupp",
+                EquiJoin("li_parts", "inner", "l_partkey", "ps_partkey"),
+                checks=Checks(value_ranges={"l_quantity": (1, 50)}),
             ),
         ),
     )
@@ -453,6 +512,13 @@ SHAPES: dict[str, Shape] = {
             0.125,
             20_000,
         ),
+        user_shape(
+            "user20k",
+            "a new user's pipeline: 20k Zipf(1) tuples a Parquet file, one inner equi stage "
+            "at its defaults, partsupp SF1 (800k rows)",
+            1.0,
+            20_000,
+        ),
         equi_shape(
             "equi200k",
             "200k tuples through an inner and a left equi stage, partsupp SF1 (800k rows)",
@@ -494,6 +560,13 @@ class Prepared:
     @property
     def intervals(self) -> int:
         return len(next(iter(self.stream_files.values())))
+
+    def id_column(self, stage: Stage) -> str:
+        """The id column of the stream whose tuples flow into ``stage``'s output."""
+        name = stage.input
+        while name not in self.stream_schemas:
+            name = next(s for s in self.shape.stages if s.published == name).input
+        return next(s.id_column for s in self.shape.streams if s.name == name)
 
     def columns(self, name: str) -> list[str]:
         """The columns of a stream, or of a stage's output: its input's and its master's."""
@@ -685,6 +758,14 @@ class ModeResult:
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
     """Published rows per output, sorted, for the multiset comparison."""
     process_start: float | None = None
+    drain_seconds: float = 0.0
+    """What the mode still had to do after the last interval so that every tuple is
+    published (the pipeline's drain and its validate; 0 for the plain modes)."""
+    waits: list[float] = field(default_factory=list)
+    """Each published tuple's wait (per output) in schedule time, from its file's landing
+    to the end of the run that published it (:class:`WaitClock`)."""
+    runs_waited: list[int] = field(default_factory=list)
+    """For each published tuple: later runs it waited beyond the one that ingested it."""
 
     def steady(self) -> float:
         rest = self.interval_seconds[1:] or self.interval_seconds
@@ -692,6 +773,43 @@ class ModeResult:
 
     def add_phase(self, name: str, seconds: float) -> None:
         self.phases.setdefault(name, []).append(seconds)
+
+
+class WaitClock:
+    """The tuple waits of one mode, from landing to gold, in schedule time.
+
+    A tuple of interval ``i`` lands at the start of run ``i`` (its file is delivered, then
+    the run's commands start, as a scheduled run starts at its interval's end). After run
+    ``j`` ends, every tuple newly in a published table waited ``(j - i)`` intervals plus
+    run ``j``'s seconds: the wait a scheduled pipeline's consumer sees. Tuples are counted
+    per output (a tuple in two outputs waits twice), by their stream id, once however
+    many rows they have there. Reading gold happens outside the timed work.
+    """
+
+    def __init__(self, prepared: Prepared, gold: Path) -> None:
+        self.prepared = prepared
+        self.gold = gold
+        self.seen: dict[str, np.ndarray] = {}
+
+    def after_run(self, result: ModeResult, run: int, run_seconds: float) -> None:
+        from deltalake import DeltaTable
+
+        for stage in self.prepared.shape.stages:
+            path = self.gold / stage.published
+            if not DeltaTable.is_deltatable(str(path)):
+                continue
+            id_column = self.prepared.id_column(stage)
+            table = DeltaTable(str(path)).to_pyarrow_table(columns=[id_column, "event_time"])
+            ids = table.column(id_column).to_numpy()
+            seen = self.seen.get(stage.published, np.empty(0, ids.dtype))
+            fresh = ~np.isin(ids, seen)
+            ids, first = np.unique(ids[fresh], return_index=True)
+            times = table.column("event_time").to_numpy()[fresh][first]
+            landed = (times - np.datetime64(FIRST_INTERVAL)) // np.timedelta64(INTERVAL)
+            waited = run - landed.astype(np.int64)
+            result.runs_waited += waited.tolist()
+            result.waits += (waited * INTERVAL.total_seconds() + run_seconds).tolist()
+            self.seen[stage.published] = np.concatenate([seen, ids])
 
 
 @contextlib.contextmanager
@@ -758,6 +876,7 @@ def run_warm(prepared: Prepared) -> ModeResult:
     root, config_path = _pipeline_folder(prepared, "warm")
     result = ModeResult("warm")
     base = ["--config", str(config_path)]
+    clock = WaitClock(prepared, root / "warehouse" / "gold")
 
     def enrich(*argv: str) -> None:
         code = main([*base, *argv])
@@ -773,11 +892,15 @@ def run_warm(prepared: Prepared) -> ModeResult:
         with timed(result, "validate"):
             enrich("validate", *window)
         result.interval_seconds.append(time.perf_counter() - started)
+        clock.after_run(result, index, result.interval_seconds[-1])
         logger.info("warm: interval %d in %.2fs", index, result.interval_seconds[-1])
     # Whatever an operator still holds is joined and published, so every mode has
-    # published the same tuples (not timed: a scheduled pipeline drains on its own cycle).
+    # published the same tuples; it counts, as the run after the last interval.
+    started = time.perf_counter()
     enrich("drain", "--run-id", "final")
     enrich("validate", "--run-id", "final")
+    result.drain_seconds = time.perf_counter() - started
+    clock.after_run(result, prepared.intervals, result.drain_seconds)
     result.rows = published_rows(prepared, root / "warehouse" / "gold")
     return result
 
@@ -795,6 +918,7 @@ def run_tasks(prepared: Prepared) -> ModeResult:
     result.process_start = process_start_seconds(in_worker)
     stages = [stage.name for stage in prepared.shape.stages]
     via = ["--worker"] if in_worker else []
+    clock = WaitClock(prepared, root / "warehouse" / "gold")
 
     def enrich(*argv: str) -> float:
         started = time.perf_counter()
@@ -825,9 +949,11 @@ def run_tasks(prepared: Prepared) -> ModeResult:
             result.add_phase(task, took)
             seconds += took
         result.interval_seconds.append(seconds)
+        clock.after_run(result, index, seconds)
         logger.info("tasks: interval %d in %.2fs", index, seconds)
-    enrich("drain", "--run-id", "final")
-    enrich("validate", "--run-id", "final")
+    result.drain_seconds = enrich("drain", "--run-id", "final")
+    result.drain_seconds += enrich("validate", "--run-id", "final")
+    clock.after_run(result, prepared.intervals, result.drain_seconds)
     if in_worker:
         from jobs.worker import stop_worker
 
@@ -941,6 +1067,7 @@ def run_plain(prepared: Prepared) -> ModeResult:
     for name, path in master_paths.items():
         spark.read.parquet(str(prepared.master_files[name])).write.format("delta").save(path)
     result = ModeResult("plain")
+    clock = WaitClock(prepared, root / "gold")
     for index in range(prepared.intervals):
         deliver_interval(prepared, index, root / "landing")
         started = time.perf_counter()
@@ -960,6 +1087,7 @@ def run_plain(prepared: Prepared) -> ModeResult:
             joined.write.format("delta").mode("append").save(str(root / "gold" / stage.published))
             frames[stage.published] = joined
         result.interval_seconds.append(time.perf_counter() - started)
+        clock.after_run(result, index, result.interval_seconds[-1])
         logger.info("plain: interval %d in %.2fs", index, result.interval_seconds[-1])
     from deltalake import DeltaTable
 
@@ -1132,25 +1260,77 @@ def check_equal(shape: Shape, results: Sequence[ModeResult]) -> list[str]:
     return problems
 
 
-def report(shape: Shape, results: Sequence[ModeResult], commit: str) -> list[str]:
-    """The shape's markdown table: steady-state seconds per interval and ratios to plain."""
+def _wait(seconds: float) -> str:
+    hours, rest = divmod(seconds, INTERVAL.total_seconds())
+    return f"{int(hours)} h + {rest:.1f} s" if hours else f"{rest:.1f} s"
+
+
+def waits_column(r: ModeResult) -> str:
+    """p50 / p99 / max of the mode's tuple waits (schedule time)."""
+    if not r.waits:
+        return "-"
+    p50, p99, most = np.percentile(np.asarray(r.waits), [50, 99, 100])
+    return f"{_wait(p50)} / {_wait(p99)} / {_wait(most)}"
+
+
+def in_bound(r: ModeResult, bound: int) -> tuple[int, int]:
+    """Published tuples answered within ``bound`` runs (the ingesting one and bound - 1
+    after it), and all published tuples."""
+    waited = np.asarray(r.runs_waited)
+    return int((waited < bound).sum()), len(waited)
+
+
+def check_bound(shape: Shape, results: Sequence[ModeResult], bound: int) -> list[str]:
+    """Every mode answered every tuple it published within the bound: the same freshness."""
+    problems = []
+    for r in results:
+        inside, total = in_bound(r, bound)
+        if r.waits and inside < total:
+            problems.append(
+                f"{shape.name} {r.mode}: {total - inside} of {total} published tuple(s) "
+                f"waited beyond the bound of {bound} interval(s)"
+            )
+    return problems
+
+
+def _with_drain(r: ModeResult) -> float:
+    """Every measured interval but the warm-up, plus the drain."""
+    return sum(r.interval_seconds[1:] or r.interval_seconds) + r.drain_seconds
+
+
+def report(shape: Shape, results: Sequence[ModeResult], commit: str, bound: int) -> list[str]:
+    """The shape's markdown table: steady-state seconds per interval and ratios to plain,
+    the drains counted, and the tuple waits beside them."""
     by_mode = {r.mode: r for r in results}
     plain = by_mode.get("plain")
     lines = [
         f"### {shape.name}: {shape.description}",
         "",
         f"Commit {commit}; {len(results[0].interval_seconds)} intervals per mode, the first "
-        "is warm-up; seconds are medians of the others.",
+        "is warm-up; seconds are medians of the others. With drain: the measured intervals "
+        "plus what the mode ran after the last one until nothing was pending. Tuple wait: "
+        f"landing to gold in schedule time (1 interval = {_wait(INTERVAL.total_seconds())}), "
+        f"every published tuple of every output; in bound: published within {bound} run(s).",
         "",
-        "| mode | s / interval | vs plain | phases (median s) | every interval (s) |",
-        "|---|---|---|---|---|",
+        "| mode | s / interval | vs plain | with drain, vs plain | tuple wait p50 / p99 / max "
+        "| in bound | phases (median s) | every interval (s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ratio = f"{r.steady() / plain.steady():.2f}x" if plain and plain.steady() else "-"
+        drained = (
+            f"{_with_drain(r):.2f} s, {_with_drain(r) / _with_drain(plain):.2f}x"
+            if plain and _with_drain(plain)
+            else f"{_with_drain(r):.2f} s"
+        )
+        inside, total = in_bound(r, bound)
+        share = f"{inside / total:.1%}" if total else "-"
         phases = ", ".join(
             f"{name} {statistics.median(values[1:] or values):.2f}"
             for name, values in r.phases.items()
         )
+        if r.drain_seconds:
+            phases += f"; drain {r.drain_seconds:.2f}"
         if r.process_start is not None:
             starts = len(r.phases)
             phases += f"; process start {r.process_start:.2f} x {starts} task(s)"
@@ -1158,7 +1338,10 @@ def report(shape: Shape, results: Sequence[ModeResult], commit: str) -> list[str
                 work = r.steady() - starts * r.process_start
                 phases += f" (without it: {work:.2f} s, {work / plain.steady():.2f}x)"
         every = ", ".join(f"{v:.2f}" for v in r.interval_seconds)
-        lines.append(f"| {r.mode} | {r.steady():.2f} | {ratio} | {phases or '-'} | {every} |")
+        lines.append(
+            f"| {r.mode} | {r.steady():.2f} | {ratio} | {drained} | {waits_column(r)} | "
+            f"{share} | {phases or '-'} | {every} |"
+        )
     return lines
 
 
@@ -1167,6 +1350,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--intervals", type=int, default=4, help="intervals per mode (>= 2)")
+    parser.add_argument(
+        "--bound",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the freshness bound every mode is held to, in intervals: a mode that "
+        "publishes a tuple later fails the run (set the pipeline's with --set "
+        "'stages.*.freshness.complete_within=N intervals')",
+    )
     parser.add_argument("--work", type=Path, default=REPO / "var" / "bench" / "interval_cost")
     parser.add_argument("--out", type=Path, default=None, help="markdown table to write")
     parser.add_argument(
@@ -1195,7 +1387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = {mode: MODES[mode](prepared) for mode in order}
         results = [done[mode] for mode in args.modes]
         problems += check_equal(shape, results)
-        lines += [*report(shape, results, commit), ""]
+        problems += check_bound(shape, results, args.bound)
+        lines += [*report(shape, results, commit, args.bound), ""]
         print("\n".join(lines[-len(results) - 7 :]), flush=True)
     if args.overrides:
         lines.append(f"Pipeline settings: {' '.join(args.overrides)}")

@@ -30,8 +30,25 @@ def equi_join_flagged(
     on: Mapping[str, str],
     master_name: str,
     master_version: int,
+    prefilter: bool = False,
 ) -> DataFrame:
-    """Left-join every stream row to its matches; ``_matched`` is false for no match."""
+    """Left-join every stream row to its matches; ``_matched`` is false for no match.
+
+    ``prefilter`` first keeps only the master rows whose key the stream holds (a left semi
+    join on the stream's distinct keys, which Spark broadcasts), so that the outer join's
+    master side is the batch's matches rather than the whole master: a left outer join
+    cannot broadcast its stream side, and without it Spark shuffles the whole master for a
+    sort-merge join. The result is the same; for a batch much smaller than the master the
+    step is faster (BENCHMARKS.md, section 1).
+    """
+    if prefilter:
+        keys = [F.col(s).alias(f"_key{i}") for i, s in enumerate(on)]
+        distinct = stream.select(*keys).distinct()
+        probe = None
+        for i, master_col in enumerate(on.values()):
+            term = master[master_col] == distinct[f"_key{i}"]
+            probe = term if probe is None else probe & term
+        master = master.join(F.broadcast(distinct), probe, "left_semi")
     right = _flagged(master, master_name, master_version)
     condition: Column | None = None
     for stream_col, master_col in on.items():
