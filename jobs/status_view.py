@@ -33,8 +33,57 @@ def _duration(seconds: float | None) -> str:
     return f"{minutes}m{rest:02d}s"
 
 
+def _minute(value: Any) -> str:
+    return f"{value:%Y-%m-%d %H:%M}" if isinstance(value, datetime) else _when(value)
+
+
+def _share(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def _complete(interval: dict[str, Any]) -> str:
+    if interval["complete"]:
+        return "yes"
+    return "no, OVERDUE" if interval["overdue"] else "no"
+
+
+def completeness_table(completeness: dict[str, Any]) -> Table:
+    """Each output (with its freshness bound) and its intervals, newest first: tuples,
+    waiting, share published, when the longest-waiting tuple entered its stage, complete;
+    incomplete past the bound: OVERDUE. ``status --json`` has the rest (completed at, by)."""
+    table = Table(
+        title="intervals per output (complete: none of its tuples waits in the output's chain)",
+        title_justify="left",
+    )
+    table.add_column("output")
+    table.add_column("interval start", no_wrap=True)
+    for column in ("tuples", "waiting", "published"):
+        table.add_column(column, justify="right")
+    table.add_column("oldest waiting entered", no_wrap=True)
+    table.add_column("complete", no_wrap=True)
+    for name, info in completeness.items():
+        label = f"{name}\nwithin {info['freshness_bound']}"
+        if not info["intervals"]:
+            table.add_row(label, "none recorded yet")
+        for index, interval in enumerate(info["intervals"]):
+            waiting = _count(interval["waiting"])
+            if interval["quarantined"]:
+                waiting += f" +{_count(interval['quarantined'])} quarantined"
+            table.add_row(
+                label if index == 0 else "",
+                _minute(interval["interval_start"]),
+                _count(interval["tuples"]),
+                waiting,
+                _share(interval["share_answered"]),
+                _minute(interval["oldest_waiting_entered_at"]),
+                _complete(interval),
+            )
+    return table
+
+
 def status_tables(status: dict[str, Any]) -> list[Table]:
-    """The tables of one status: streams, rejected files (if any), stages, last runs."""
+    """The tables of one status: streams, rejected files (if any), stages, each output's
+    intervals, last runs."""
     streams = Table(title="streams", title_justify="left")
     for column in (
         "stream",
@@ -96,7 +145,7 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
     tables = [streams]
     if rejected.row_count:
         tables.append(rejected)
-    return [*tables, stages, runs]
+    return [*tables, stages, completeness_table(status.get("completeness", {})), runs]
 
 
 def print_status(status: dict[str, Any], file: IO[str] | None = None) -> None:

@@ -1,7 +1,8 @@
 """Render the HTML run report for a range of runs (``enrich report``).
 
-Reads the state store's metrics and run ledger and the audit's quarantine records, and
-writes one self-contained HTML file, by default ``<warehouse>/_reports/run-report_<range>.html``.
+Reads the state store's metrics, run ledger and interval completeness and the audit's
+quarantine records, and writes one self-contained HTML file, by default
+``<warehouse>/_reports/run-report_<range>.html``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.completeness import completeness_status
 from pipeline.context import PipelineContext
 from reports.html_report import render_report
 from reports.run_table import run_rows
@@ -64,6 +66,7 @@ def write_run_report(
         docs if docs.exists() else None,
         runs=run_rows(ledger, points),
         run_links={p.run_id: validation_pages(docs.parent, p.run_id) for p in points},
+        completeness=completeness_status(pipeline.config, pipeline.store, since=start, until=end),
     )
     target = out or Path(pipeline.layout.reports()) / f"run-report_{_range_label(start, end)}.html"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""``enrich status``: offsets, lag, landing files and the last runs, without starting Spark.
+"""``enrich status``: offsets, lag, landing files, the last runs and each output's recent
+intervals (complete or waiting), without starting Spark.
 
 Everything it shows is in the state store or in Delta logs, so it reads the logs with
 delta-rs (any Delta table, whichever engine wrote it) and never builds a Spark session:
@@ -13,6 +14,7 @@ from typing import Any
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from pipeline.completeness import completeness_status
 from pipeline.config import PipelineConfig
 from pipeline.late_table import LATE_SINCE, late_table
 from pipeline.layout import WarehouseLayout
@@ -61,7 +63,9 @@ def ssbj_late_tuples(state: dict[str, Any] | None) -> dict[str, Any]:
 def pipeline_status(
     config: PipelineConfig, store: StateStore, runs_shown: int = 5
 ) -> dict[str, Any]:
-    """Streams, stages and the last ``runs_shown`` ledger rows, as plain JSON-able values."""
+    """Streams, stages, the last ``runs_shown`` ledger rows and each output's completeness
+    per interval (:func:`pipeline.completeness.completeness_status`), as plain JSON-able
+    values."""
     layout = WarehouseLayout.of(config)
     stages = {}
     for stage in config.stages:
@@ -112,4 +116,9 @@ def pipeline_status(
         }
         for r in store.runs(limit=runs_shown)
     ]
-    return {"streams": streams, "stages": stages, "last_runs": runs}
+    return {
+        "streams": streams,
+        "stages": stages,
+        "last_runs": runs,
+        "completeness": completeness_status(config, store),
+    }

@@ -6,6 +6,8 @@ Rendered from the jinja2 template ``reports/templates/run_report.html.j2``:
    tasks' errors), rows in and out, validations, and links to the run's Data Docs pages;
 2. the failed expectations of unresolved quarantined batches, inline with their unexpected
    counts and sample values, so the report explains a failure on its own, offline;
+   then each output's intervals: tuples, waiting, share published, the oldest waiting
+   tuple, complete or not, overdue (incomplete past the output's freshness bound);
 3. aligned plots, one point per run (:mod:`reports.series`, :mod:`reports.plots`): cache
    hit rate, pending state, master bytes read, tuples in and rows out per stage, rows
    ingested and quarantined, validations, step seconds per stage, task seconds per phase;
@@ -129,8 +131,10 @@ def render_report(
     docs_index: Path | None,
     runs: Sequence[RunRow] = (),
     run_links: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    completeness: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The report's HTML. ``run_links`` maps a run id to (label, URL) links of its pages."""
+    """The report's HTML. ``run_links`` maps a run id to (label, URL) links of its pages;
+    ``completeness`` is each output's intervals as ``enrich status --json`` shows them."""
     from markupsafe import Markup
 
     labels = [f"{p.at:%m-%d %H:%M}" for p in points]
@@ -162,5 +166,6 @@ def render_report(
             timings=timings,
             timed_runs=len(timed),
             docs_uri=docs_index.as_uri() if docs_index is not None else None,
+            completeness=completeness or {},
         )
     )

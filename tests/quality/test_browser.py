@@ -99,6 +99,10 @@ def test_run_report_shows_every_plot_and_the_failure(browser: object, failed_run
     assert unresolved.is_visible()
     assert "r2" in unresolved.inner_text()
     assert "be_between(price)" in unresolved.inner_text()
+    # Each output's intervals, with what r1's validate published of them.
+    completeness = page.locator("table#completeness")  # type: ignore[attr-defined]
+    assert completeness.is_visible()
+    assert "out" in completeness.inner_text() and "%" in completeness.inner_text()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "run-report.png"), full_page=True)  # type: ignore[attr-defined]
     assert blocked == []

@@ -82,3 +82,45 @@ def test_plots_share_one_size_and_all_zero_values_sit_on_the_floor() -> None:
     zeros = plot_svg("pending", labels, {"s1": [0.0, 0.0]}, "rows")
     assert "0.04" not in zeros and "−0.04" not in zeros
     assert "GiB" in plot_svg("bytes", labels, {"x": [3e9, 1e9]}, "bytes")
+
+
+def test_the_report_shows_each_outputs_intervals_and_flags_the_overdue() -> None:
+    interval = {
+        "interval_start": T0,
+        "interval_end": T0 + timedelta(hours=1),
+        "tuples": 10,
+        "waiting": 4,
+        "quarantined": 1,
+        "share_answered": 0.5,
+        "oldest_waiting_entered_at": T0 + timedelta(minutes=70),
+        "complete": False,
+        "completed_at": None,
+        "completed_run_id": None,
+        "overdue": True,
+    }
+    done = interval | {
+        "interval_start": T0 - timedelta(hours=1),
+        "interval_end": T0,
+        "waiting": 0,
+        "quarantined": 0,
+        "share_answered": 1.0,
+        "complete": True,
+        "completed_at": T0 + timedelta(minutes=5),
+        "overdue": False,
+    }
+    completeness = {
+        "out": {"freshness_bound": "2 intervals (2h)", "intervals": [interval, done]},
+        "other": {"freshness_bound": "1 interval (1h)", "intervals": []},
+    }
+    html = render_report("demo", [], None, None, [], None, completeness=completeness)
+    table = html.split("id='completeness'>", 1)[1].split("</table>", 1)[0]
+    overdue, complete = (
+        table.split("<tr class='overdue'>")[1],
+        table.split("<tr class='complete'>")[1],
+    )
+    assert "<td>out</td>" in overdue and "<td>2 intervals (2h)</td>" in overdue
+    assert "2024-01-01 00:00 &ndash; 2024-01-01 01:00" in overdue
+    assert "4 (+1 quarantined)" in overdue and "50.0%" in overdue and "no, overdue" in overdue
+    assert "<td class='complete'>yes</td>" in complete and "100.0%" in complete
+    assert "2024-01-01 00:05" in complete
+    assert "no interval recorded in this range" in table.split("<td>other</td>", 1)[1]
