@@ -54,7 +54,12 @@ def config_for(
     extra: dict[str, Any] | None = None,
     operator: dict[str, Any] | None = None,
     key_type: str = "bigint",
+    within: str | None = None,
 ) -> PipelineConfig:
+    """The harness's pipeline; with ``within``, that freshness bound and no
+    ``steps_per_run`` (the steps derive from the bound), else the bound ``steps`` keep."""
+    steps_per_run = {} if within is not None else {"steps_per_run": steps}
+    bound = within or f"{math.ceil(partitions / steps)} intervals"
     return parse_config(
         (extra or {})
         | tiny_pipeline(root, "k", key_type)
@@ -71,10 +76,12 @@ def config_for(
                     "join_on": {"k": "mk"},
                     "join": how,
                     "output": "out",
-                    "operator": {"mode": mode, "partitions": partitions, "steps_per_run": steps}
+                    "operator": {"mode": mode, "partitions": partitions}
+                    | steps_per_run
                     | (operator or {}),
-                    # The bound these steps keep: tuples wait across runs as the tests mean.
-                    "freshness": {"complete_within": f"{math.ceil(partitions / steps)} intervals"},
+                    # By default the bound these steps keep: tuples wait across runs as the
+                    # tests mean.
+                    "freshness": {"complete_within": bound},
                 }
             ],
         }
@@ -94,10 +101,11 @@ class SsbjHarness:
         engine: EngineChoice = "embedded",
         operator: dict[str, Any] | None = None,
         key_type: str = "bigint",
+        within: str | None = None,
     ) -> None:
         self.spark = spark
         self.config = config_for(
-            root, mode, partitions, steps, how, extra_config, operator, key_type
+            root, mode, partitions, steps, how, extra_config, operator, key_type, within
         )
         self.master_schema = master_schema(key_type)
         self.engine: DeltaEngine = open_engine(spark, engine)
@@ -265,12 +273,36 @@ def run_scenario(h: SsbjHarness) -> None:
         h.run()
 
 
+CLOSING_RUNS = 4
+
+
+def closing_harness(spark: SparkSession, root: Path) -> SsbjHarness:
+    """k = 2 under the default bound of one interval: every run closes what it ingests."""
+    return SsbjHarness(spark, root, "ssbj", 2, 1, "left", within="1 interval")
+
+
+def run_closing_scenario(h: SsbjHarness) -> None:
+    """Runs asked for one step each (``--steps 1``), so each closes with a second step;
+    resumable as it is: a run whose steps completed finds nothing to do when rerun."""
+    if not h.engine.exists(h.master):
+        h.load_master(
+            [(k, s, float(10 * k + s)) for k in range(1, 6) for s in range(k % 3)], files=2
+        )
+    rng = __import__("random").Random(5)
+    for run in range(CLOSING_RUNS):
+        h.arrive([(run * 10 + i, rng.choice([1, 1, 2, 3, 5, 77])) for i in range(5)])
+        h.run(f"run{run}", steps=1)
+
+
 def main(argv: list[str]) -> int:
     from tests.helpers import TEST_SPARK_CONF
     from warehouse.spark import SparkSettings, build_session
 
     spark = build_session(SparkSettings(master="local[1]", conf=TEST_SPARK_CONF))
-    run_scenario(SsbjHarness(spark, Path(argv[0]), "ssbj", 2, 1, "left"))
+    if argv[1:] == ["closing"]:
+        run_closing_scenario(closing_harness(spark, Path(argv[0])))
+    else:
+        run_scenario(SsbjHarness(spark, Path(argv[0]), "ssbj", 2, 1, "left"))
     return 0
 
 

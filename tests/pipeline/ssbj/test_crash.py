@@ -9,7 +9,12 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, kill_harness_at
-from tests.pipeline.ssbj_harness import SsbjHarness, run_scenario
+from tests.pipeline.ssbj_harness import (
+    SsbjHarness,
+    closing_harness,
+    run_closing_scenario,
+    run_scenario,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,3 +51,19 @@ def test_killed_step_reruns_to_the_uninterrupted_result(
     assert_same_multiset(resumed.output(), reference.oracle("left"))
     assert_same_multiset(resumed.cache_rows(), reference.cache_rows())
     assert resumed.operator().pending_rows() == 0
+
+
+# Each closing run takes two steps, the second its closing step: run 0's closing step is
+# the 2nd step, run 1's the 4th.
+CLOSING_CRASH_POINTS = ["ssbj.after_output:2", "ssbj.before_complete:4"]
+
+
+@pytest.mark.parametrize("crash_at", CLOSING_CRASH_POINTS)
+def test_a_run_killed_in_its_closing_steps_reruns_to_every_tuple_answered_once(
+    spark: SparkSession, tmp_path: Path, crash_at: str
+) -> None:
+    kill_harness_at("tests.pipeline.ssbj_harness", tmp_path, crash_at, REPO_ROOT, args=["closing"])
+    resumed = closing_harness(spark, tmp_path)
+    run_closing_scenario(resumed)
+    assert resumed.operator().pending_rows() == 0  # no drain: each run closed its tuples
+    assert_same_multiset(resumed.output(), resumed.oracle("left"))
