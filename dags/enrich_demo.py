@@ -12,6 +12,14 @@ suites and publish it to `gold/`, or quarantine it and fail the run. Stages:
 - `orders_promotions` (theta)
 - `lineitem_partsupp` (equi)
 
+Each published table has two Assets. `enrich://demo/gold/<table>` is updated by every
+successful `validate`; its event's `extra` says whether the run's interval is complete
+(none of its tuples waits in the table's chain) and the share answered and published. Then
+one `complete_<table>` task per table updates `enrich://demo/gold/<table>/complete`
+only when an interval of the table became complete in this run (its `extra` lists those
+intervals, older ones a stage's freshness bound held back included), and is skipped
+otherwise: a consumer that must see whole intervals schedules on the `complete` Assets.
+
 Each task calls the `enrich` CLI with the run id and the data interval (a run triggered
 without a logical date has none), so the same work runs without Airflow. Every Spark task
 takes a slot of the pool `enrich_spark` (create it with `airflow pools set enrich_spark 1
@@ -40,8 +48,13 @@ from pathlib import Path
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
 from airflow.sdk import DAG, DeltaDataIntervalTimetable, Param, chain
 
-from orchestration.airflow_tasks import route_run, run_enrich
-from orchestration.assets import published_assets
+from orchestration.airflow_tasks import (
+    announce_complete,
+    route_run,
+    run_enrich,
+    validate_and_describe,
+)
+from orchestration.assets import complete_assets, published_assets
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs/demo.yaml")
 STAGES = ("orders_customer", "orders_promotions", "lineitem_partsupp")
@@ -49,6 +62,8 @@ STAGES = ("orders_customer", "orders_promotions", "lineitem_partsupp")
 # published) or `backfill` succeeds: downstream DAGs schedule on them.
 OUTPUTS = ("orders_customer", "orders_enriched", "lineitem_suppliers")
 PUBLISHED = published_assets("demo", OUTPUTS)
+# ... and a second Asset, updated only when an interval of the table became complete.
+COMPLETE = complete_assets("demo", OUTPUTS)
 POOL = "enrich_spark"
 INTERVAL = timedelta(seconds=3600)
 # Commands run in the pipeline's warm worker (schedule.worker.enabled).
@@ -99,12 +114,22 @@ with DAG(
     ]
     validate = PythonOperator(
         task_id="validate",
-        python_callable=run_enrich,
-        op_args=[CONFIG, "validate"],
+        python_callable=validate_and_describe,
+        op_args=[CONFIG],
         op_kwargs=TASK_KWARGS,
         outlets=PUBLISHED,
         pool=POOL,
     )
+    # Reads the state store only: no Spark, no pool slot.
+    complete = [
+        PythonOperator(
+            task_id=f"complete_{table}",
+            python_callable=announce_complete,
+            op_args=[CONFIG, table],
+            outlets=[asset],
+        )
+        for table, asset in zip(OUTPUTS, COMPLETE, strict=True)
+    ]
     backfill = PythonOperator(
         task_id="backfill",
         python_callable=run_enrich,
@@ -113,5 +138,5 @@ with DAG(
         outlets=PUBLISHED,
         pool=POOL,
     )
-    chain(route, ingest, *stages, validate)
+    chain(route, ingest, *stages, validate, complete)
     route >> backfill

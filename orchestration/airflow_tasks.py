@@ -13,6 +13,12 @@ when neither the command line nor the environment names them
 operator steps this run, instead of ``operator.steps_per_run``) and ``drain`` (join every
 pending tuple before the task ends).
 
+After ``validate``, :func:`validate_and_describe` puts each published table's completeness
+in the ``extra`` of its gold Asset event (the run's interval: complete or not, its share
+answered and published), and :func:`announce_complete`, one task per table, updates the
+table's ``complete`` Asset only when an interval of it became complete, and is skipped
+otherwise (a skipped task emits no Asset event; ``orchestration.assets``).
+
 :func:`route_run` sends a run of type ``backfill`` (``airflow backfill create``) to the
 ``backfill`` task, which re-joins the run's interval against the masters as of its end and
 replaces it (``enrich backfill``); the live path (ingest, stages, validate) is skipped, so a
@@ -23,9 +29,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import EXIT_CONFIG, EXIT_PARTIAL, EXIT_VALIDATION, ConfigError
 from orchestration.connections import (
@@ -47,6 +54,10 @@ SPARK_MASTER_ENV = "SPARK_MASTER"
 BACKFILL_RUN_TYPE = "backfill"
 LIVE_TASK = "ingest"
 BACKFILL_TASK = "backfill"
+
+if TYPE_CHECKING:
+    from pipeline.config import PipelineConfig
+    from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -108,26 +119,39 @@ def connection_settings(argv: list[str]) -> list[str]:
             master = spark_master_url(spark)
             logger.info("Spark master %s from Airflow connection %s", master, SPARK_CONNECTION)
             options += ["--master", master]
+    use_state_store_connection()
+    return options
+
+
+def use_state_store_connection() -> None:
+    """Put the state store's URL from its Airflow connection in ``ENRICH_STATE_STORE``,
+    unless that is set."""
     if not os.environ.get(STATE_STORE_ENV):
         store = lookup(STATE_STORE_CONNECTION)
         if store is not None:
             os.environ[STATE_STORE_ENV] = state_store_url(store)
             logger.info("state store from Airflow connection %s", STATE_STORE_CONNECTION)
-    return options
 
 
 def report_range(
     dag_run: Any = None, triggering_asset_events: Mapping[Any, Any] | None = None
 ) -> tuple[datetime, datetime]:
     """The data intervals the quality report of an asset-triggered run covers: from the
-    earliest start to the latest end of the pipeline runs whose publish triggered it, or
-    else (a manual run) the day before the run."""
+    earliest start to the latest end of the pipeline runs whose events triggered it and of
+    the intervals those events announce complete (an earlier run's interval, completed
+    later), or else (a manual run) the day before the run."""
+    events = [event for found in (triggering_asset_events or {}).values() for event in found]
     intervals = [
         (run.data_interval_start, run.data_interval_end)
-        for events in (triggering_asset_events or {}).values()
         for event in events
         for run in [getattr(event, "source_dag_run", None)]
         if run is not None and run.data_interval_start and run.data_interval_end
+    ]
+    intervals += [
+        (datetime.fromisoformat(i["interval_start"]), datetime.fromisoformat(i["interval_end"]))
+        for event in events
+        for i in (getattr(event, "extra", None) or {}).get("intervals", [])
+        if i.get("interval_start") and i.get("interval_end")
     ]
     if intervals:
         return min(start for start, _ in intervals), max(end for _, end in intervals)
@@ -198,3 +222,102 @@ def run_enrich(
         raise EnrichTaskError(
             f"enrich {' '.join(argv)} exited with code {code}; see the task log above"
         )
+
+
+def validate_and_describe(
+    config: str,
+    *argv: str,
+    outlet_events: Any = None,
+    params: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    data_interval_start: datetime | None = None,
+    data_interval_end: datetime | None = None,
+    worker: bool = False,
+) -> None:
+    """``enrich validate`` (:func:`run_enrich`), then the ``extra`` of each published
+    table's Asset event: the run's interval, whether it is complete, its share answered
+    and published, and the intervals this run completed
+    (:func:`pipeline.completeness.published_extra`)."""
+    run_enrich(
+        config,
+        "validate",
+        *argv,
+        params=params,
+        run_id=run_id,
+        data_interval_start=data_interval_start,
+        data_interval_end=data_interval_end,
+        worker=worker,
+    )
+    if outlet_events is None or run_id is None:
+        return
+    from orchestration.assets import published_assets
+    from pipeline.completeness import published_extra
+
+    window = None
+    if data_interval_start is not None and data_interval_end is not None:
+        window = (data_interval_start, data_interval_end)
+    with pipeline_store(config) as (pipeline, store):
+        outputs = pipeline.outputs()
+        for table, asset in zip(outputs, published_assets(pipeline.name, outputs), strict=True):
+            extra = published_extra(pipeline, store, table, run_id, window)
+            outlet_events[asset].extra = extra
+            logger.info(
+                "%s: interval %s..%s %s, %.1f%% answered and published",
+                table,
+                extra["interval_start"],
+                extra["interval_end"],
+                "complete" if extra["complete"] else "not complete",
+                100 * extra["share_answered"],
+            )
+
+
+def announce_complete(
+    config: str, table: str, outlet_events: Any = None, run_id: str | None = None
+) -> None:
+    """Update ``table``'s ``complete`` Asset with the intervals run ``run_id`` completed
+    (:func:`pipeline.completeness.completed_extra`); skip the task, so that no event is
+    emitted, when it completed none."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from orchestration.assets import complete_assets
+    from pipeline.completeness import completed_extra
+
+    if run_id is None:
+        raise AirflowSkipException(f"{table}: a run without an id completes no interval")
+    with pipeline_store(config) as (pipeline, store):
+        extra = completed_extra(store, table, run_id)
+        name = pipeline.name
+    if extra is None:
+        raise AirflowSkipException(f"no interval of {table} became complete in run {run_id}")
+    (asset,) = complete_assets(name, [table])
+    if outlet_events is not None:
+        outlet_events[asset].extra = extra
+    logger.info(
+        "%s: run %s completed interval(s) %s",
+        table,
+        run_id,
+        ", ".join(str(i["interval_start"]) for i in extra["intervals"]),
+    )
+
+
+@contextmanager
+def pipeline_store(config: str) -> Iterator[tuple[PipelineConfig, StateStore]]:
+    """The pipeline's config and its state store (from the Airflow connection when the
+    environment names none), closed afterwards. No Spark."""
+    from pathlib import Path
+
+    from pipeline.config import load_config
+    from warehouse.state_store import StateStore
+
+    try:
+        loaded = load_config(Path(config))
+    except ConfigError as e:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"{config}: {e}") from e
+    use_state_store_connection()
+    store = StateStore(loaded.warehouse.resolved_state_store())
+    try:
+        yield loaded, store
+    finally:
+        store.dispose()

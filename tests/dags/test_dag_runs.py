@@ -113,17 +113,27 @@ def test_dag_runs_match_duckdb_oracle(
     ]
     record = logging.LogRecord("pipeline.runner", logging.INFO, __file__, 0, "probe", (), None)
     assert all(h.filter(record) for h in airflow_handlers)
-    # Each run's successful validate updated every published table's Asset once.
+    # Each run's successful validate updated every published table's Asset once, and,
+    # each run answering all of its interval, the table's complete Asset too, naming it.
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        updated = session.query(AssetModel.uri).join(
+        updated = session.query(AssetModel.uri, AssetEvent.extra).join(
             AssetEvent, AssetEvent.asset_id == AssetModel.id
         )
-        uris = sorted(uri for (uri,) in updated)
+        events = [(uri, dict(extra or {})) for uri, extra in updated]
     published = sorted(f"enrich://demo/gold/{stage.output}" for stage in config.stages)
-    assert uris == sorted(published * INTERVALS), uris
+    complete = [f"{uri}/complete" for uri in published]
+    assert sorted(uri for uri, _ in events) == sorted((published + complete) * INTERVALS)
+    completed: dict[str, list[str]] = {}
+    for uri, extra in events:
+        if uri.endswith("/complete"):
+            completed.setdefault(uri, []).extend(i["interval_start"] for i in extra["intervals"])
+        else:
+            assert extra["complete"] is True and extra["share_answered"] == 1.0, (uri, extra)
+    starts = [dt.datetime.fromisoformat(s).replace(tzinfo=dt.UTC) for s in manifest["intervals"]]
+    assert completed == {uri: [s.isoformat() for s in starts] for uri in complete}
 
     con = duckdb.connect()
     for name in config.masters:

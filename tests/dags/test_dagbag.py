@@ -17,6 +17,10 @@ from tests.helpers import assert_imports_none_of
 DAGS = REPO_ROOT / "dags"
 
 
+def config_outputs() -> list[str]:
+    return load_config(REPO_ROOT / "configs" / "demo.yaml").outputs()
+
+
 def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) -> None:
     import airflow  # noqa: F401 - warm the Airflow import itself; parse time is measured below
     from airflow.dag_processing.dagbag import DagBag
@@ -45,8 +49,17 @@ def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) 
     ]
     for task_id in ("validate", "backfill"):
         assert sorted(a.uri for a in dag.get_task(task_id).outlets) == published
-    assert all(not t.outlets for t in dag.tasks if t.task_id not in ("validate", "backfill"))
-    # Every Spark task takes a slot of the pool; the router starts no Spark.
+    # ... and a second Asset per table, updated by its own task after validate only when an
+    # interval of the table became complete.
+    complete = {f"complete_{t}": f"enrich://demo/gold/{t}/complete" for t in config_outputs()}
+    assert dag.get_task("validate").downstream_task_ids == set(complete)
+    for task_id, uri in complete.items():
+        assert [a.uri for a in dag.get_task(task_id).outlets] == [uri]
+        assert dag.get_task(task_id).downstream_task_ids == set()
+    with_outlets = {"validate", "backfill", *complete}
+    assert all(not t.outlets for t in dag.tasks if t.task_id not in with_outlets)
+    # Every Spark task takes a slot of the pool; the router and the complete tasks start
+    # no Spark.
     assert {t.task_id for t in dag.tasks if t.pool == "enrich_spark"} == {*live, "backfill"}
     assert set(dag.params) == {"steps", "drain"}
     assert dag.params["drain"] is False and dag.params["steps"] is None
@@ -55,10 +68,10 @@ def test_dagbag_imports_without_errors_in_under_two_seconds(airflow_home: Path) 
     report = bag.get_dag("quality_report_demo")
     assert report is not None and report.doc_md
     assert [t.task_id for t in report.tasks] == ["report"]
-    # The report runs when any published table is updated.
+    # The report runs when an interval of any published table became complete.
     condition = report.timetable.asset_condition
     assert type(condition).__name__ == "AssetAny", condition
-    assert sorted(a.uri for a in condition.objects) == published
+    assert sorted(a.uri for a in condition.objects) == sorted(complete.values())
 
 
 @pytest.mark.parametrize("dag_file", sorted(DAGS.glob("*.py")), ids=lambda p: p.name)

@@ -3,13 +3,20 @@
 The test starts ``airflow api-server``, ``airflow scheduler`` and ``airflow dag-processor``
 (LocalExecutor, the metadata database on the tests' PostgreSQL server), with the demo
 pipeline trimmed to its orders stream and its first stage, and its DAG generated into the
-services' DAG folder. The DAG starts one interval before the current hour and does not
-catch up, so unpausing it through the REST API makes the scheduler create exactly one run,
-for the interval the demo data was written for. The test then checks, through the REST API:
+services' DAG folder, beside a consumer DAG scheduled on the stage's ``complete`` Asset. The
+stage runs SSBJ with k = 2 partitions, one step a run and a freshness bound of 2 intervals,
+so a run answers half an R-cycle. The DAG starts one interval before the current hour and
+does not catch up, so unpausing it through the REST API makes the scheduler create exactly
+one run, for the interval the demo data was written for. The test then checks, through the
+REST API:
 
 - the run and every task of its live path succeeded, and the backfill task was skipped;
 - the pipeline's own log lines (stage progress with tuple counts) are in the task logs the
   api-server serves;
+- that run left part of its interval pending: its gold Asset event says the interval is not
+  complete, its ``complete_orders_customer`` task was skipped, no ``complete`` event fired
+  and the consumer did not run; a second (manual) run answers the rest, updates the
+  ``complete`` Asset with that interval in its extra, and the consumer runs and sees it;
 - ``airflow backfill create`` over the first interval turns that run into a run of type
   ``backfill`` that takes the backfill path (``enrich backfill``) and skips ingest, stages
   and validate;
@@ -56,6 +63,43 @@ CHROMIUM = Path("/usr/bin/chromium")
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 ENRICH = [sys.executable, "-m", "jobs.enrich"]
 RUN_TIMEOUT = 900.0
+CONSUMER_ID = "complete_consumer"
+GOLD = "enrich://demo/gold/orders_customer"
+COMPLETE = f"{GOLD}/complete"
+# A DAG that wants whole intervals of orders_customer: it records what each run was told.
+CONSUMER_DAG = '''"""Runs when an interval of orders_customer became complete."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG
+
+from orchestration.assets import complete_assets
+
+SEEN = Path({seen!r})
+
+
+def consume(triggering_asset_events=None, dag_run=None):
+    with SEEN.open("a") as handle:
+        for asset, events in triggering_asset_events.items():
+            for event in events:
+                seen = {{"run_id": dag_run.run_id, "uri": asset.uri, "extra": event.extra}}
+                handle.write(json.dumps(seen) + "\\n")
+
+
+with DAG(
+    dag_id="{dag_id}",
+    schedule=complete_assets("demo", ["orders_customer"]),
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    doc_md=__doc__,
+):
+    PythonOperator(task_id="consume", python_callable=consume)
+'''
 
 
 @dataclass
@@ -92,10 +136,18 @@ class Airflow:
             for p in sorted(self.logs.glob("*.log"))
         )
 
-    def wait_for_run(self, predicate: Any, what: str) -> dict[str, Any]:
+    def dag_runs(self, dag_id: str = DAG_ID) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=50")["dag_runs"])
+
+    def asset_events(self, uri: str) -> list[dict[str, Any]]:
+        """The events of the Asset ``uri``, oldest first."""
+        found = self.request("GET", "/api/v2/assets/events?limit=100&order_by=timestamp")
+        return [e for e in found["asset_events"] if e["uri"] == uri]
+
+    def wait_for_run(self, predicate: Any, what: str, dag_id: str = DAG_ID) -> dict[str, Any]:
         deadline = time.monotonic() + RUN_TIMEOUT
         while time.monotonic() < deadline:
-            runs = self.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=50")["dag_runs"]
+            runs = self.dag_runs(dag_id)
             chosen = [r for r in runs if predicate(r)]
             if chosen and chosen[0]["state"] in ("success", "failed"):
                 return dict(chosen[0])
@@ -146,6 +198,9 @@ def prepare_pipeline(work: Path, start: dt.datetime) -> None:
     del raw["streams"]["lineitem"], raw["masters"]["partsupp"], raw["masters"]["promotions"]
     raw["quality"] = {k: v for k, v in raw["quality"].items() if k == "orders_customer"}
     raw["stages"] = [s for s in raw["stages"] if s["output"] == "orders_customer"]
+    # k = 2, one step a run, 2 intervals: a run answers half an R-cycle, the next the rest.
+    raw["stages"][0]["operator"] = {"mode": "ssbj", "partitions": 2, "steps_per_run": 1}
+    raw["stages"][0]["freshness"] = {"complete_within": "2 intervals"}
     raw["expectations_dir"] = str(REPO_ROOT / "expectations")
     raw["schedule"] = {**raw.get("schedule", {}), "start": start.replace(tzinfo=None).isoformat()}
     raw["schedule"]["catchup"] = False
@@ -163,6 +218,8 @@ def prepare_pipeline(work: Path, start: dt.datetime) -> None:
             check=False,
         )
         assert done.returncode == 0, done.stderr[-3000:]
+    consumer = CONSUMER_DAG.format(seen=str(work / "consumed.jsonl"), dag_id=CONSUMER_ID)
+    (work / "dags" / f"{CONSUMER_ID}.py").write_text(consumer)
     outbox = work / "var" / "demo" / "outbox"
     manifest = json.loads((outbox / "manifest.json").read_text())
     written = [dt.datetime.fromisoformat(i).replace(tzinfo=dt.UTC) for i in manifest["intervals"]]
@@ -244,15 +301,15 @@ def airflow_services(postgres: PostgresServer, home: Path, work: Path) -> Iterat
         postgres.drop_database(database)
 
 
-def wait_for_dag(airflow: Airflow) -> None:
+def wait_for_dag(airflow: Airflow, dag_id: str = DAG_ID) -> None:
     deadline = time.monotonic() + 180
     while True:
         try:
-            airflow.request("GET", f"/api/v2/dags/{DAG_ID}")
+            airflow.request("GET", f"/api/v2/dags/{dag_id}")
             return
         except urllib.error.HTTPError as e:
             assert e.code == 404, e
-        assert time.monotonic() < deadline, f"{DAG_ID} never parsed\n{airflow.service_logs()}"
+        assert time.monotonic() < deadline, f"{dag_id} never parsed\n{airflow.service_logs()}"
         time.sleep(2)
 
 
@@ -286,6 +343,8 @@ def test_airflow_services_run_the_pipeline_then_a_backfill(
     work.mkdir()
     prepare_pipeline(work, start)
     with airflow_services(postgres_server, tmp_path / "airflow", work) as airflow:
+        wait_for_dag(airflow, CONSUMER_ID)
+        airflow.request("PATCH", f"/api/v2/dags/{CONSUMER_ID}", {"is_paused": False})
         wait_for_dag(airflow)
         airflow.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
 
@@ -294,7 +353,18 @@ def test_airflow_services_run_the_pipeline_then_a_backfill(
         assert run["state"] == "success", airflow.failures(run["dag_run_id"])
         assert dt.datetime.fromisoformat(run["data_interval_start"]) == start
         live = ["route", "ingest", "stage_orders_customer"]
-        assert states == {**dict.fromkeys([*live, "validate"], "success"), "backfill": "skipped"}
+        assert states == {
+            **dict.fromkeys([*live, "validate"], "success"),
+            # Half the interval's tuples wait in SSBJ's state: no interval became complete.
+            "complete_orders_customer": "skipped",
+            "backfill": "skipped",
+        }
+        (published,) = airflow.asset_events(GOLD)
+        assert published["source_run_id"] == run["dag_run_id"]
+        extra = published["extra"]
+        assert (extra["interval_start"], extra["complete"]) == (start.isoformat(), False), extra
+        assert 0.0 <= extra["share_answered"] < 1.0 and extra["waiting"] > 0, extra
+        assert airflow.asset_events(COMPLETE) == [] and airflow.dag_runs(CONSUMER_ID) == []
         # The pipeline's own INFO lines reach the task logs Airflow serves.
         stage_log = airflow.task_log(run["dag_run_id"], "stage_orders_customer")
         assert re.search(r"orders_customer: \d+ step\(s\), [\d,]+ tuple\(s\) in", stage_log), (
@@ -311,6 +381,25 @@ def test_airflow_services_run_the_pipeline_then_a_backfill(
         shot = screenshot_run(airflow, run["dag_run_id"], "airflow-dag-run.png")
         assert shot.stat().st_size > 10_000
 
+        # A second run (manual, without a data interval: complete is judged against now)
+        # answers the rest: the interval became complete, and only now the consumer runs.
+        second = airflow.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None})
+        done = airflow.wait_for_run(lambda r: r["dag_run_id"] == second["dag_run_id"], "second run")
+        assert done["state"] == "success", airflow.failures(done["dag_run_id"])
+        assert airflow.task_states(done["dag_run_id"])["complete_orders_customer"] == "success"
+        consumed = airflow.wait_for_run(lambda r: True, "consumer run", dag_id=CONSUMER_ID)
+        assert consumed["state"] == "success"
+        (completed,) = airflow.asset_events(COMPLETE)
+        assert completed["source_run_id"] != run["dag_run_id"]
+        intervals = completed["extra"]["intervals"]
+        assert intervals[0]["interval_start"] == start.isoformat(), completed
+        assert [(r["dag_id"], r["run_id"]) for r in completed["created_dagruns"]] == [
+            (CONSUMER_ID, consumed["dag_run_id"])
+        ]
+        seen = [json.loads(line) for line in (work / "consumed.jsonl").read_text().splitlines()]
+        assert [(s["run_id"], s["uri"]) for s in seen] == [(consumed["dag_run_id"], COMPLETE)]
+        assert seen[0]["extra"]["intervals"][0]["interval_start"] == start.isoformat()
+
         airflow.cli(
             *("backfill", "create", "--dag-id", DAG_ID),
             *("--from-date", start.isoformat(), "--to-date", start.isoformat()),
@@ -320,7 +409,9 @@ def test_airflow_services_run_the_pipeline_then_a_backfill(
         states = airflow.task_states(backfill["dag_run_id"])
         assert backfill["state"] == "success", airflow.failures(backfill["dag_run_id"])
         assert states["route"] == "success" and states["backfill"] == "success", states
-        assert {states[t] for t in [*live[1:], "validate"]} == {"skipped"}, states
+        assert {states[t] for t in [*live[1:], "validate", "complete_orders_customer"]} == {
+            "skipped"
+        }, states
         backfill_log = airflow.task_log(backfill["dag_run_id"], "backfill")
         assert "backfill" in backfill_log and "published" in backfill_log, backfill_log[-3000:]
 

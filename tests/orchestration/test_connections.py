@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,8 +124,9 @@ class _SourceRun:
 
 
 class _Event:
-    def __init__(self, run: _SourceRun | None) -> None:
+    def __init__(self, run: _SourceRun | None, extra: dict[str, Any] | None = None) -> None:
         self.source_dag_run = run
+        self.extra = extra or {}
 
 
 def test_the_quality_report_covers_the_intervals_of_the_runs_that_published() -> None:
@@ -137,6 +139,14 @@ def test_the_quality_report_covers_the_intervals_of_the_runs_that_published() ->
         "enrich://demo/gold/b": [_Event(_SourceRun(t0 + hour, t0 + 2 * hour)), _Event(None)],
     }
     assert report_range(None, events) == (t0, t0 + 2 * hour)
+    # A complete event names the intervals it completed: an earlier run's is covered too.
+    earlier = {
+        "intervals": [{"interval_start": (t0 - hour).isoformat(), "interval_end": t0.isoformat()}]
+    }
+    events["enrich://demo/gold/a/complete"] = [
+        _Event(_SourceRun(t0 + hour, t0 + 2 * hour), earlier)
+    ]
+    assert report_range(None, events) == (t0 - hour, t0 + 2 * hour)
 
     class _Manual:
         run_after = t0 + 5 * hour
