@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.freshness import FreshnessBound
+from pipeline.late_table import LATE_SINCE
 from pipeline.pins import completeness_holder
 from warehouse.state_store import IntervalRecord, StateStore
 
@@ -136,7 +137,9 @@ def evaluate(
             )
         end = start + interval
         complete = seen.waiting == 0 and seen.quarantined == 0 and window_end >= end
-        kept = before is not None and before.complete and complete and not seen.new_tuples
+        completed_at, completed_by = (now, run_id) if complete else (None, None)
+        if before is not None and before.complete and complete and not seen.new_tuples:
+            completed_at, completed_by = before.completed_at, before.completed_run_id
         records.append(
             IntervalRecord(
                 table=table,
@@ -147,12 +150,8 @@ def evaluate(
                 quarantined=seen.quarantined,
                 oldest_waiting_entered_at=seen.oldest_entered_at if seen.waiting else None,
                 complete=complete,
-                completed_at=(
-                    before.completed_at if kept and before else (now if complete else None)
-                ),
-                completed_run_id=(
-                    before.completed_run_id if kept and before else (run_id if complete else None)
-                ),
+                completed_at=completed_at,
+                completed_run_id=completed_by,
                 run_id=run_id,
             )
         )
@@ -207,7 +206,7 @@ def record_completeness(
         store.save_completeness(
             records,
             (key, {"counted_version": max(after, latest)}),
-            (completeness_holder(table), {bronze: [max(after, latest)]}),
+            (key, {bronze: [max(after, latest)]}),
         )
         done = [r for r in records if r.completed_run_id == run_id and r.completed_at == now]
         logger.info(
@@ -249,7 +248,9 @@ def _observe(
     }
 
 
-def _new_tuples(drivers: StageDrivers, first: Any, after: int, to: int) -> dict[datetime, int]:
+def _new_tuples(
+    drivers: StageDrivers, first: EquiStage | ThetaStage, after: int, to: int
+) -> dict[datetime, int]:
     """The root-stream rows added in ``(after, to]``, counted per interval."""
     if to <= after:
         return {}
@@ -273,7 +274,6 @@ def _held_in(drivers: StageDrivers, stage: EquiStage | ThetaStage) -> _Held:
     """The tuples ``stage`` holds pending and those in its input beyond its consumed
     version."""
     from joins.columns import INTERVAL_START
-    from joins.ssbj.step import INPUT_VERSION
 
     driver = drivers.driver(stage)
     id_column = drivers.config.streams[drivers.config.root_stream(stage.input)].id_column
@@ -296,7 +296,7 @@ def _held_in(drivers: StageDrivers, stage: EquiStage | ThetaStage) -> _Held:
         pairs = _id_pairs(rows, id_column)
         ids.append(pairs)
         starts = pairs.column(INTERVAL_START)
-        for start, at in _entry_times(drivers, input_path, rows, starts, INPUT_VERSION):
+        for start, at in _entry_times(drivers, input_path, rows, starts):
             entered[start] = min(at, entered.get(start, at))
     return _Held(ids, entered)
 
@@ -304,8 +304,6 @@ def _held_in(drivers: StageDrivers, stage: EquiStage | ThetaStage) -> _Held:
 def _pending(drivers: StageDrivers, driver: StageDriver, id_column: str) -> pa.Table | None:
     """The tuples ``driver`` holds pending now, with ``_late_since`` where the stage keeps
     it (SSBJ's state does; a plain join's late table is read for it beside its tuples)."""
-    from pipeline.late_table import LATE_SINCE
-
     path, version = driver.pending_table(), driver.pending_version()
     if path is None or version is None:
         return None
@@ -320,47 +318,38 @@ def _pending(drivers: StageDrivers, driver: StageDriver, id_column: str) -> pa.T
 
 
 def _entry_times(
-    drivers: StageDrivers,
-    input_path: str,
-    rows: pa.Table,
-    starts: pa.ChunkedArray,
-    version_column: str,
-) -> Iterable[tuple[datetime, datetime]]:
+    drivers: StageDrivers, input_path: str, rows: pa.Table, starts: pa.ChunkedArray
+) -> list[tuple[datetime, datetime]]:
     """(interval, when its earliest tuple in ``rows`` entered the stage): the commit time of
     the input version that brought it, else when it began to wait for a late master row."""
-    from pipeline.late_table import LATE_SINCE
+    from joins.ssbj.step import INPUT_VERSION
 
     found: list[tuple[datetime, datetime]] = []
-    if version_column in rows.column_names:
-        firsts = (
-            pa.table({"start": starts, "version": rows.column(version_column)})
-            .group_by("start")
-            .aggregate([("version", "min")])
-        )
-        for entry in firsts.to_pylist():
-            at = _commit_time(drivers, input_path, entry["version_min"])
-            if entry["start"] is not None and at is not None:
-                found.append((entry["start"], at))
+    if INPUT_VERSION in rows.column_names:
+        for start, version in _least_per_interval(starts, rows.column(INPUT_VERSION)):
+            at = _commit_time(drivers, input_path, version)
+            if at is not None:
+                found.append((start, at))
     if LATE_SINCE in rows.column_names:
-        since = pc.cast(rows.column(LATE_SINCE), _TIME)
-        firsts = (
-            pa.table({"start": starts, "since": since})
-            .group_by("start")
-            .aggregate([("since", "min")])
-        )
-        found += [
-            (e["start"], e["since_min"])
-            for e in firsts.to_pylist()
-            if e["start"] is not None and e["since_min"] is not None
-        ]
+        found += _least_per_interval(starts, pc.cast(rows.column(LATE_SINCE), _TIME))
     return found
 
 
-def _commit_time(drivers: StageDrivers, path: str, version: int | None) -> datetime | None:
+def _least_per_interval(starts: pa.ChunkedArray, values: pa.ChunkedArray) -> list[Any]:
+    """(interval, the least of ``values`` in it) for each interval with a value."""
+    least = (
+        pa.table({"start": starts, "value": values}).group_by("start").aggregate([("value", "min")])
+    )
+    return [
+        (e["start"], e["value_min"])
+        for e in least.to_pylist()
+        if e["start"] is not None and e["value_min"] is not None
+    ]
+
+
+def _commit_time(drivers: StageDrivers, path: str, version: int) -> datetime | None:
     """When ``version`` of the table at ``path`` was committed (its commit information's
     ``timestamp``); None when unknown."""
-    if version is None:
-        return None
     for _, info in drivers.engine.commit_infos(path, int(version) - 1, int(version)):
         stamp = info.get("timestamp")
         if stamp is not None:

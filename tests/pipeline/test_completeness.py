@@ -1,6 +1,7 @@
 """Completeness per output and interval: the rule on hand-made records, then the records a
 live ``validate`` writes over tiny pipelines (SSBJ holding tuples across runs, a chained
-stage, a quarantined batch), a retried validate, and what status and the Asset events show.
+stage, a quarantined batch, a tuple waiting for a late master row), a retried validate, and
+what status and the Asset events show.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
 from tests.helpers import tiny_pipeline
+from tests.pipeline.late_harness import LateHarness
 from tests.pipeline.ssbj_harness import MASTER_SCHEMA, SsbjHarness
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
 from warehouse.state_store import IntervalRecord, StateStore
@@ -304,3 +306,26 @@ def test_tuples_in_an_unresolved_quarantined_batch_are_not_published(
     assert h.context.execute("validate", "r3", I1, I2) == 0
     done = intervals(h.store, "out")[I0]
     assert (done.quarantined, done.complete, done.completed_run_id) == (0, True, "r3")
+
+
+def test_a_tuple_waiting_for_a_late_master_row_holds_its_interval_open(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The plain join with ``late_master``: a tuple whose key has no master row yet waits in
+    the late table, its interval incomplete since the step that first found no row; the
+    row lands, the next step answers it, and the interval is complete."""
+    h = LateHarness(spark, tmp_path, "left", "1h")
+    h.load_master(MASTER, files=1)
+    h.arrive([(1, 1), (2, 77)])  # no master row has key 77
+    started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    h.step()
+    assert h.context.execute("validate", "r1", I0, I1) == 0
+    waiting = intervals(h.store, "out")[I0]
+    assert (waiting.tuples, waiting.waiting, waiting.complete) == (2, 1, False)
+    assert waiting.oldest_waiting_entered_at is not None
+    assert started <= waiting.oldest_waiting_entered_at <= dt.datetime.now(dt.UTC)
+    h.update_master([(77, 1, 5.0)], [])
+    h.step()
+    assert h.context.execute("validate", "r2", I1, I2) == 0
+    done = intervals(h.store, "out")[I0]
+    assert (done.waiting, done.complete, done.completed_run_id) == (0, True, "r2")
