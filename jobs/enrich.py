@@ -110,6 +110,9 @@ class JobArgs:
     idle_timeout: float | None = None
     max_commands: int | None = None
     stop: bool = False
+    trigger: str = "10s"
+    idle_stop: float | None = None
+    max_seconds: float | None = None
 
 
 def _at_least_one(text: str) -> int:
@@ -393,6 +396,35 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--stop", action="store_true", help="stop the running worker of this config"
     )
+    stream = command(
+        "stream",
+        "the continuous mode: ingest, step and publish as files land, until stopped",
+        "Structured Streaming queries watch the landing zones (and a clock keeps SSBJ's "
+        "cycle moving while the input pauses); every micro-batch ingests what landed, takes "
+        "one step of every stage and publishes what was staged, under the pipeline lease. "
+        "Scheduled runs still close their intervals. Ctrl-C or SIGTERM stops it after the "
+        "micro-batch under way; started again, it resumes where it stopped.",
+    )
+    stream.add_argument(
+        "--trigger",
+        default="10s",
+        metavar="DURATION",
+        help="a micro-batch at most this often (5s, 1m; default 10s)",
+    )
+    stream.add_argument(
+        "--idle-stop",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop once nothing landed and nothing was pending for this long",
+    )
+    stream.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this long",
+    )
     return parser
 
 
@@ -430,8 +462,11 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         idle_timeout=getattr(ns, "idle_timeout", None),
         max_commands=getattr(ns, "max_commands", None),
         stop=getattr(ns, "stop", False),
+        trigger=getattr(ns, "trigger", "10s"),
+        idle_stop=getattr(ns, "idle_stop", None),
+        max_seconds=getattr(ns, "max_seconds", None),
     )
-    if args.via_worker and args.command in ("worker", "spark-server"):
+    if args.via_worker and args.command in ("worker", "spark-server", "stream"):
         raise ConfigError(f"--worker runs pipeline commands; `{args.command}` runs on its own")
     if args.idle_timeout is not None and args.idle_timeout <= 0:
         raise ConfigError(f"--idle-timeout must be > 0 seconds, got {args.idle_timeout}")
@@ -515,6 +550,8 @@ def _dispatch(args: JobArgs) -> int:
     from pipeline.context import open_pipeline
 
     with open_pipeline(config, master=args.master) as pipeline:
+        if args.command == "stream":
+            return _serve_stream(pipeline, args)
         if args.command in READ_ONLY_COMMANDS:
             return _dispatch_read_only(pipeline, args)
         with pipeline.exclusive(f"{args.command} {args.run_id}", args.wait_seconds):
@@ -570,6 +607,41 @@ def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
         steps=args.steps,
         drain=args.drain,
     )
+
+
+def _serve_stream(pipeline: PipelineContext, args: JobArgs) -> int:
+    """Run the continuous mode until a stop condition, Ctrl-C or SIGTERM."""
+    from common.durations import parse_duration
+    from pipeline.stream_service import StreamService, StreamSettings
+
+    try:
+        trigger = parse_duration(args.trigger).total_seconds()
+    except ValueError as e:
+        raise ConfigError(f"--trigger: {e}") from e
+    for flag, value in (("--idle-stop", args.idle_stop), ("--max-seconds", args.max_seconds)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag}: expected a number of seconds > 0, got {value}")
+    service = StreamService(
+        pipeline,
+        StreamSettings(
+            trigger_seconds=trigger,
+            idle_stop_seconds=args.idle_stop,
+            max_seconds=args.max_seconds,
+        ),
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        logger.info("stream: signal %d, stopping after the micro-batch under way", signum)
+        service.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    stats = service.run()
+    print(
+        f"stream stopped: {stats.micro_batches} micro-batch(es), "
+        f"{stats.ticks_skipped} idle clock tick(s)"
+    )
+    return EXIT_OK
 
 
 def _serve_spark(config: PipelineConfig, args: JobArgs) -> int:

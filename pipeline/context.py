@@ -91,7 +91,9 @@ class PipelineContext:
         ``echo`` receives the lines a command reports to its caller (``maintain``: one per
         table); ``steps`` and ``drain`` are ``stage``'s options.
         """
-        kind = {"backfill": "backfill", "drain": "drain"}.get(command, "scheduled")
+        kind = {"backfill": "backfill", "drain": "drain", "stream": "stream"}.get(
+            command, "scheduled"
+        )
         # One ledger row per task of a run; metrics stay keyed by the run id itself.
         task = f"{command}" + (f".{stage}" if stage else "")
         ledger_id = f"{run_id}/{task}"
@@ -144,10 +146,15 @@ class PipelineContext:
         drain: bool = False,
     ) -> int:
         code = EXIT_OK
-        if command in ("ingest", "run"):
+        if command in ("ingest", "run", "stream"):
             reports = self.runner.ingest(run_id)
             if any(r.errors for r in reports):
                 code = EXIT_PARTIAL
+        if command == "stream":
+            # A micro-batch of the continuous mode (pipeline.stream_service): one step of
+            # every stage, without closing a run, then what was staged is published.
+            self.runner.run_stages(run_id, steps=1, close=False)
+            self._validate(run_id, start, end)
         if command == "stage":
             if stage is None:
                 raise ConfigError("stage: a stage name is required")
@@ -161,27 +168,31 @@ class PipelineContext:
                 raise ConfigError("backfill: --start and --end are required")
             backfill(self.runner, self.auditor, start, end, run_id)
         if command == "validate":
-            from pipeline.conservation import check_run
-
-            extra: dict[str, list[str]] = {}
-            for problem in check_run(self.config, self.engine, self.store, run_id):
-                table = self.config.stage(problem.stage).output
-                extra.setdefault(table, []).append(
-                    f"step counters of {problem.stage} step {problem.step}: {problem.message}"
-                )
-            self.auditor.audit_run(run_id, extra)
-            from pipeline.completeness import record_completeness
-
-            # Per output and interval: what is published, what still waits (status, the
-            # run report and the Airflow Asset events read it).
-            record_completeness(
-                self.runner.drivers, run_id, (start, end), self.auditor.unresolved_rows_arrow
-            )
+            self._validate(run_id, start, end)
         if command == "maintain":
             from pipeline.maintenance import maintain
 
             maintain(self.config, self.engine, self.store, echo)
         return code
+
+    def _validate(self, run_id: str, start: datetime | None, end: datetime | None) -> None:
+        """Audit and publish every output's staged batch, then record each interval's
+        completeness."""
+        from pipeline.completeness import record_completeness
+        from pipeline.conservation import check_run
+
+        extra: dict[str, list[str]] = {}
+        for problem in check_run(self.config, self.engine, self.store, run_id):
+            table = self.config.stage(problem.stage).output
+            extra.setdefault(table, []).append(
+                f"step counters of {problem.stage} step {problem.step}: {problem.message}"
+            )
+        self.auditor.audit_run(run_id, extra)
+        # Per output and interval: what is published, what still waits (status, the run
+        # report and the Airflow Asset events read it).
+        record_completeness(
+            self.runner.drivers, run_id, (start, end), self.auditor.unresolved_rows_arrow
+        )
 
 
 @contextmanager

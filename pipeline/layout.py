@@ -9,6 +9,7 @@
 ``_reports/``            HTML run reports
 ``_operators/<stage>``   bulk operator state (SSBJ cache and pending queue, A-DSP layout)
 ``_state/``              the SQLite state store of the embedded default
+``_stream/<query>``      the continuous mode's Structured Streaming checkpoints
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class WarehouseLayout:
 
     def reports(self) -> str:
         return f"{self.root}/_reports"
+
+    def stream_checkpoint(self, query: str) -> str:
+        """The checkpoint of one Structured Streaming query of ``enrich stream``."""
+        return f"{self.root}/_stream/{query}"
 
     def operator_state(self, stage: str, part: str) -> str:
         return f"{self.root}/_operators/{stage}/{part}"

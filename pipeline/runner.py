@@ -91,11 +91,15 @@ class PipelineRunner:
 
     # ------------------------------------------------------------------ stages
 
-    def run_stages(self, run_id: str) -> list[StageReport]:
+    def run_stages(
+        self, run_id: str, steps: int | None = None, close: bool = True
+    ) -> list[StageReport]:
+        """Every stage's step in config order (``steps`` and ``close`` as
+        :meth:`run_stage_step`'s)."""
         reports = []
         for index, stage in enumerate(self.config.stages, start=1):
             self.progress(f"stage {index}/{len(self.config.stages)}: {stage.name}")
-            report = self.run_stage_step(stage, run_id)
+            report = self.run_stage_step(stage, run_id, steps, close=close)
             reports.append(report)
         return reports
 
@@ -109,13 +113,15 @@ class PipelineRunner:
         run_id: str,
         steps: int | None = None,
         drain: bool = False,
+        close: bool = True,
     ) -> StageReport:
-        """The stage's scheduled work (``steps`` operator steps if given); with ``drain``,
-        everything pending is joined too."""
+        """The stage's scheduled work (``steps`` operator steps if given, then with
+        ``close`` the steps its freshness bound makes due); with ``drain``, everything
+        pending is joined too."""
         driver = self.driver(stage)
         if drain:
             return self._recorded(run_id, driver.drain(run_id))
-        return self._recorded(run_id, driver.step(run_id, steps))
+        return self._recorded(run_id, driver.step(run_id, steps, close))
 
     def drain(self, run_id: str) -> list[StageReport]:
         """Bring every stage up to date with its input; nothing stays pending afterwards.

@@ -120,12 +120,14 @@ class StageDriver(PendingAccount, Protocol):
     @property
     def stage(self) -> EquiStage | ThetaStage: ...
 
-    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+    def step(self, run_id: str, steps: int | None = None, close: bool = True) -> StageReport:
         """The scheduled work of one run: join what arrived since the last step.
 
         ``steps`` overrides how many operator steps a stateful operator takes this run
-        (SSBJ's ``operator.steps_per_run``); a stateless stage's one step always joins
-        everything that arrived, and ignores it.
+        (SSBJ's scheduled steps); ``close`` ends the run with the steps that answer every
+        tuple the stage's freshness bound makes due (the continuous mode's micro-batches
+        step without it: the scheduled run closes). A stateless stage's one step always
+        joins everything that arrived, and ignores both.
         """
         ...
 

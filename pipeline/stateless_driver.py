@@ -69,8 +69,8 @@ class StatelessDriver(ABC, Generic[StageT]):
 
     # ------------------------------------------------------------------ StageDriver
 
-    def step(self, run_id: str, steps: int | None = None) -> StageReport:
-        """One step joins everything that arrived; ``steps`` does not apply."""
+    def step(self, run_id: str, steps: int | None = None, close: bool = True) -> StageReport:
+        """One step joins everything that arrived; ``steps`` and ``close`` do not apply."""
         stage = self._stage
         started = time.monotonic()
         input_path = self.inputs.input_path(stage)

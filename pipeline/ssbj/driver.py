@@ -78,8 +78,8 @@ class SsbjDriver:
     def stage(self) -> EquiStage:
         return self._stage
 
-    def step(self, run_id: str, steps: int | None = None) -> StageReport:
-        return self._run(run_id, drain=False, steps=steps)
+    def step(self, run_id: str, steps: int | None = None, close: bool = True) -> StageReport:
+        return self._run(run_id, drain=False, steps=steps, close=close)
 
     def drain(self, run_id: str) -> StageReport:
         return self._run(run_id, drain=True)
@@ -189,11 +189,13 @@ class SsbjDriver:
         next_step = ControllerState.from_dict(stored).next_step if stored else 0
         return next_step, self._stage.operator.partitions
 
-    def _run(self, run_id: str, drain: bool, steps: int | None = None) -> StageReport:
+    def _run(
+        self, run_id: str, drain: bool, steps: int | None = None, close: bool = True
+    ) -> StageReport:
         stage = self._stage
         if not self.engine.exists(self.inputs.input_path(stage)):
             return StageReport(stage.name)
-        taken = self.operator.run(run_id, drain=drain, steps=steps)
+        taken = self.operator.run(run_id, drain=drain, steps=steps, close=close)
         report = StageReport(
             stage.name,
             step=taken[-1].step + 1 if taken else self.store.offset(stage.name).step_seq,
@@ -212,7 +214,7 @@ class SsbjDrainingDriver(SsbjDriver):
     """An ``auto`` stage leaving SSBJ for the plain join: its scheduled step is a drain, so
     no tuple is left in H_S when the plain join (which keeps none) takes over."""
 
-    def step(self, run_id: str, steps: int | None = None) -> StageReport:
+    def step(self, run_id: str, steps: int | None = None, close: bool = True) -> StageReport:
         return self.drain(run_id)
 
 

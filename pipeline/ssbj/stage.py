@@ -125,12 +125,13 @@ class SsbjStage:
     # ------------------------------------------------------------------ public API
 
     def run(
-        self, run_id: str, drain: bool = False, steps: int | None = None
+        self, run_id: str, drain: bool = False, steps: int | None = None, close: bool = True
     ) -> list[SsbjStepReport]:
         """A scheduled run's steps: ``steps`` (default: the stage's scheduled steps,
-        ``EquiStage.scheduled_steps``), fewer when idle; then the closing steps that answer
-        every tuple the freshness bound makes due by the end of this run; with ``drain``,
-        steps without new input until nothing is pending."""
+        ``EquiStage.scheduled_steps``), fewer when idle; then, with ``close``, the closing
+        steps that answer every tuple the freshness bound makes due by the end of this
+        run; with ``drain``, steps without new input until nothing is pending. A
+        micro-batch of the continuous mode steps without closing (it is no scheduled run)."""
         # Under a memory budget the backlog enters a step at a time, so every step takes
         # the input that fits; otherwise the run's first step takes all of it.
         budgeted = self.params.memory_bytes is not None
@@ -150,14 +151,15 @@ class SsbjStage:
                     self.stage.name,
                 )
                 break
-            self._record_run_start(run_id, progress.state)
+            if close:
+                self._record_run_start(run_id, progress.state)
             reports.append(self.step(run_id, take_input, progress))
         if drain:
             progress = planning.load(self.wiring)
             while int(progress.state.pending_rows) > 0:
                 reports.append(self.step(run_id, False, progress))
                 progress = planning.load(self.wiring)
-        else:
+        elif close:
             reports += self._close(run_id, budgeted)
         return reports
 

@@ -1,0 +1,209 @@
+"""The continuous mode (``enrich stream``): the pipeline as the stream SSBJ was made for.
+
+Structured Streaming drives it. One query per stream watches its landing zone (Spark's
+file source with the stream's declared schema); a micro-batch is the files that landed
+since the last one. Spark's file source starts a micro-batch only when files land, so one
+more query, on Spark's rate source, is the clock that keeps SSBJ's R-cycle moving while
+the input pauses. Every micro-batch (``foreachBatch`` under a processing-time trigger)
+runs one pipeline micro-step under the pipeline lease, as a ledger run of its own:
+
+1. ingest what landed (the ledger loads each file once, whichever query saw it);
+2. one step of every stage: an SSBJ stage takes one operator step without closing (its
+   cycle advances a partition a step, so a tuple is answered within k steps, seconds
+   apart, not k scheduled runs); a stateless stage joins what arrived;
+3. validate: audit and publish what was staged, and record the intervals' completeness.
+
+A clock tick does nothing unless a stage holds pending tuples. The scheduled run
+(``enrich run``, ``validate``) still closes each interval, as without the stream, and
+takes the lease between micro-batches. Every step is the pipeline's idempotent one, so a
+micro-batch Spark replays after a crash, or a killed stream process started again, ends
+where an uninterrupted one would (Spark's checkpoint under ``_stream/`` keeps the
+queries' progress; the ledger and the operators' plans keep the pipeline's).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
+
+from common.errors import ConfigError, EnrichmentError
+from pipeline.context import PipelineContext
+from pipeline.schemas import declared_schema
+from pipeline.ssbj.state import held_back
+from warehouse.landing import scan_landing
+
+logger = logging.getLogger(__name__)
+
+CLOCK = "_clock"
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How ``enrich stream`` runs: its trigger, and when it stops by itself."""
+
+    trigger_seconds: float = 10.0
+    idle_stop_seconds: float | None = None
+    """Stop once nothing landed and nothing was pending for this long (None: never)."""
+    max_seconds: float | None = None
+    """Stop after this long (None: never)."""
+    lease_wait_seconds: float = 600.0
+    """How long a micro-batch waits for the lease a scheduled run holds."""
+
+
+@dataclass
+class StreamStats:
+    """What the stream did, for its log and its caller."""
+
+    micro_batches: int = 0
+    ticks_skipped: int = 0
+    last_activity: float = 0.0
+
+
+class StreamService:
+    """Runs the continuous mode's queries over one assembled pipeline."""
+
+    def __init__(self, pipeline: PipelineContext, settings: StreamSettings) -> None:
+        if settings.trigger_seconds <= 0:
+            raise ConfigError(
+                f"--trigger: expected a duration longer than zero, found "
+                f"{settings.trigger_seconds}s"
+            )
+        self.pipeline = pipeline
+        self.settings = settings
+        self.stats = StreamStats(last_activity=time.monotonic())
+        # Spark runs each query's foreachBatch on a thread of its own; the pipeline's
+        # objects serve one command at a time.
+        self._lock = threading.Lock()
+        self._queries: list[StreamingQuery] = []
+        self._stopping = threading.Event()
+        self._busy = False  # a micro-step is under way
+
+    # ------------------------------------------------------------------ the queries
+
+    def start(self) -> None:
+        """Start one file query per stream and the clock query."""
+        spark = self.pipeline.spark
+        layout = self.pipeline.layout
+        trigger = f"{self.settings.trigger_seconds:g} seconds"
+        for name, stream in self.pipeline.config.streams.items():
+            reader = spark.readStream.schema(declared_schema(stream.columns))
+            if stream.format == "csv":
+                reader = reader.option("header", stream.csv_header).option(
+                    "sep", stream.csv_delimiter
+                )
+            source = reader.format(stream.format).load(stream.landing)
+            self._queries.append(
+                source.writeStream.queryName(f"enrich_{name}")
+                .option("checkpointLocation", layout.stream_checkpoint(name))
+                .trigger(processingTime=trigger)
+                .foreachBatch(self._handler(f"stream-{name}", files=True))
+                .start()
+            )
+        clock = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+        self._queries.append(
+            clock.writeStream.queryName("enrich_clock")
+            .option("checkpointLocation", layout.stream_checkpoint(CLOCK))
+            .trigger(processingTime=trigger)
+            .foreachBatch(self._handler("stream-clock", files=False))
+            .start()
+        )
+        logger.info(
+            "stream: %d quer(ies) started, a micro-batch every %s at most; checkpoints under %s",
+            len(self._queries),
+            trigger,
+            layout.stream_checkpoint(""),
+        )
+
+    def run(self) -> StreamStats:
+        """Start, then wait until a stop condition holds or a query fails; stop the queries."""
+        self.start()
+        started = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                self._raise_if_failed()
+                now = time.monotonic()
+                limit = self.settings.max_seconds
+                if limit is not None and now - started >= limit:
+                    logger.info("stream: ran %.0fs, stopping", now - started)
+                    break
+                idle = self.settings.idle_stop_seconds
+                quiet = now - self.stats.last_activity
+                if idle is not None and not self._busy and quiet >= idle:
+                    logger.info("stream: idle for %.0fs, stopping", quiet)
+                    break
+                self._stopping.wait(0.2)
+        finally:
+            self.stop()
+        self._raise_if_failed()
+        return self.stats
+
+    def stop(self) -> None:
+        """Stop every query once the micro-batch under way has finished; a micro-batch
+        that starts after this does nothing (the next start's first one does its work)."""
+        self._stopping.set()
+        with self._lock:  # waits for a micro-step under way
+            pass
+        for query in self._queries:
+            if query.isActive:
+                query.stop()
+
+    def _raise_if_failed(self) -> None:
+        for query in self._queries:
+            failure = query.exception()
+            if failure is not None:
+                raise EnrichmentError(f"stream query {query.name} failed: {failure}")
+
+    # ------------------------------------------------------------------ a micro-batch
+
+    def _handler(self, prefix: str, files: bool) -> Callable[[DataFrame, int], None]:
+        def handle(batch: DataFrame, batch_id: int) -> None:
+            # The file query's rows are not read here: ingestion reads the landed files
+            # itself, through the ledger, with its quarantine and re-send rules.
+            while not self._lock.acquire(timeout=0.2):
+                if self._stopping.is_set():
+                    return
+            try:
+                if self._stopping.is_set():
+                    return
+                if not files and not self._work_pending():
+                    self.stats.ticks_skipped += 1
+                    return
+                self._busy = True
+                self.micro_step(f"{prefix}-{batch_id}")
+            finally:
+                self._busy = False
+                self._lock.release()
+
+        return handle
+
+    def _work_pending(self) -> bool:
+        """A stage holds tuples a step must advance (SSBJ's H_S, a half-done step), or a
+        landed file is not in the ledger yet (its file query's micro-batch was skipped
+        while the stream stopped)."""
+        pipeline = self.pipeline
+        if any(held_back(pipeline.store.operator_state(s.name)) for s in pipeline.config.stages):
+            return True
+        for name, stream in pipeline.config.streams.items():
+            known = {row.path for row in pipeline.store.landing_files(name)}
+            entries, _ = scan_landing(Path(stream.landing))
+            if any(str(e.path) not in known for e in entries if e.refusal is None):
+                return True
+        return False
+
+    def micro_step(self, run_id: str) -> None:
+        """Ingest, one step of every stage without closing, validate: one ledger run."""
+        self.stats.last_activity = time.monotonic()
+        pipeline = self.pipeline
+        with pipeline.exclusive(f"stream {run_id}", self.settings.lease_wait_seconds):
+            code = pipeline.execute("stream", run_id)
+        self.stats.micro_batches += 1
+        self.stats.last_activity = time.monotonic()
+        if code != 0:
+            logger.warning("stream micro-batch %s ended with exit code %d", run_id, code)

@@ -1,0 +1,123 @@
+"""The continuous mode (``enrich stream``) against DuckDB: files land while the stream runs,
+every tuple is answered and published once without a scheduled run, and a stream killed
+in a micro-batch resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from common.faults import CRASH_ENV_VAR
+from pipeline.stream_service import StreamService, StreamSettings, StreamStats
+from tests.conftest import REPO_ROOT
+from tests.helpers import assert_same_multiset
+from tests.pipeline.ssbj_harness import BASE_TIME, SsbjHarness
+
+MASTER = [(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(1 + k % 3)]
+BATCHES = [
+    [(0, 1), (1, 2), (2, 2), (3, 99)],
+    [(4, 3), (5, 1), (6, 6)],
+    [(7, 4), (8, 5), (9, 1), (10, 77)],
+]
+COLUMNS = ["id", "k", "mk", "supplier", "price", "_version_m"]
+
+
+def land(landing: Path, name: str, tuples: list[tuple[int, int]]) -> None:
+    """One JSON file, placed atomically as a producer must (temporary name, then rename)."""
+    landing.mkdir(parents=True, exist_ok=True)
+    staging = landing / f"_{name}.tmp"
+    lines = [
+        json.dumps({"id": i, "k": k, "ts": (BASE_TIME.replace(second=i % 60)).isoformat()})
+        for i, k in tuples
+    ]
+    staging.write_text("\n".join(lines) + "\n")
+    os.replace(staging, landing / name)
+
+
+def published(h: SsbjHarness) -> list[tuple[object, ...]]:
+    table = DeltaTable(h.layout.published("out")).to_pyarrow_table(columns=COLUMNS)
+    return [tuple(r.values()) for r in table.to_pylist()]
+
+
+def test_the_stream_answers_and_publishes_every_tuple_once_as_files_land(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
+    h.load_master(MASTER, files=2)
+    version = h.engine.snapshot(h.master).version
+    service = StreamService(h.context, StreamSettings(trigger_seconds=0.5, idle_stop_seconds=5))
+    outcome: list[StreamStats | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(service.run())
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    landing = Path(h.config.streams["s"].landing)
+    for index, batch in enumerate(BATCHES):
+        land(landing, f"b{index}.json", batch)
+        h.batches.append((batch, version))
+        time.sleep(1.5)
+    thread.join(timeout=180)
+    assert not thread.is_alive(), "the stream did not stop once idle"
+    stats = outcome[0]
+    assert isinstance(stats, StreamStats), stats
+    assert stats.micro_batches >= len(BATCHES)
+    # No scheduled run, no drain: the stream's own steps answered and published every tuple.
+    assert h.operator().pending_rows() == 0
+    assert_same_multiset(published(h), h.oracle("left"))
+    assert_same_multiset(h.output(), h.oracle("left"))
+    loaded = [f for f in h.store.landing_files("s") if f.status == "loaded"]
+    assert len(loaded) == len(BATCHES)
+
+
+def _config_file(h: SsbjHarness, tmp_path: Path) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(h.config.model_dump(mode="json", exclude_none=True)))
+    return path
+
+
+@pytest.mark.slow
+def test_a_stream_killed_in_a_micro_batch_resumes_where_it_stopped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
+    h.load_master(MASTER, files=2)
+    version = h.engine.snapshot(h.master).version
+    landing = Path(h.config.streams["s"].landing)
+    for index, batch in enumerate(BATCHES):
+        land(landing, f"b{index}.json", batch)
+        h.batches.append((batch, version))
+    config = _config_file(h, tmp_path)
+    command = [sys.executable, "-m", "jobs.enrich", "--config", str(config), "stream"]
+    options = ["--trigger", "1s", "--idle-stop", "5"]
+    # Killed after the second SSBJ step's output commit, before its state commit.
+    killed = subprocess.run(
+        [*command, *options],
+        cwd=REPO_ROOT,
+        env={**os.environ, CRASH_ENV_VAR: "ssbj.after_output:2"},
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr.decode()[-3000:]
+    resumed = subprocess.run(
+        [*command, *options], cwd=REPO_ROOT, capture_output=True, timeout=600, check=False
+    )
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    assert b"stream stopped" in resumed.stdout
+    assert h.operator().pending_rows() == 0
+    assert_same_multiset(published(h), h.oracle("left"))
