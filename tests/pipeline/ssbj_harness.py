@@ -175,14 +175,15 @@ class SsbjHarness:
         )
         self.pending_batches.append(list(tuples))
 
-    def run(self, run_id: str | None = None, steps: int | None = None) -> None:
-        """One scheduled run of the stage; tuples that arrived are pinned to the current master."""
+    def run(self, run_id: str | None = None, steps: int | None = None, close: bool = True) -> None:
+        """One scheduled run of the stage (``close``: with its closing steps); tuples that
+        arrived are pinned to the current master."""
         version = self.engine.snapshot(self.master).version
         for batch in self.pending_batches:
             self.batches.append((batch, version))
         self.pending_batches = []
         self.runner.run_stage_step(
-            self.config.stage("enrich"), run_id or f"run{len(self.batches)}", steps
+            self.config.stage("enrich"), run_id or f"run{len(self.batches)}", steps, close=close
         )
 
     def drain(self) -> None:
