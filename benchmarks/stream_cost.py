@@ -1,0 +1,385 @@
+"""The continuous shape: SSBJ as a stream (``enrich stream``) against the plain join run once
+per freshness bound, at the same bound, on the same micro-batch files.
+
+    python -m benchmarks.stream_cost [--scale 10] [--tuples 1500] [--every 3]
+                                     [--minutes 6] [--bound 120] [--trigger 5s]
+                                     [--partitions 8] [--out FILE]
+
+A producer places one Parquet file of ``--tuples`` Zipf(1) lineitem tuples every
+``--every`` seconds for ``--minutes`` into the landing zone (temporary name, then rename),
+against TPC-H partsupp at ``--scale``. Each mode runs in a process of its own, started
+before the first file lands:
+
+- ``stream``: ``enrich stream --trigger T`` on a one-stage pipeline (SSBJ, k =
+  ``--partitions``, inner join, a value-range suite): every micro-batch ingests, takes one
+  SSBJ step and publishes to gold;
+- ``plain``: a plain PySpark script in one warm session that, every ``--bound`` seconds,
+  reads the files landed since its last pass, joins them to the master (a broadcast hash
+  join of the batch) and appends the result to a Delta table (delta-spark): the plain
+  join run once per bound over the tuples gathered since.
+
+Tuple wait: from a file's landing to the first moment its tuple is seen in the mode's
+published table (polled every second, so up to a second late), p50 / p99 / max over every
+tuple. Cost: the CPU seconds of the mode's process tree (Python and its JVM) from the
+first file's landing to the last tuple's publication, per hour of stream. Both modes'
+published rows must be equal as multisets, or the benchmark fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from benchmarks.interval_cost import partsupp_master
+from benchmarks.revision import short_commit
+
+REPO = Path(__file__).resolve().parent.parent
+logger = logging.getLogger("stream_cost")
+START = datetime(2024, 1, 1)
+COLUMNS = ("l_id", "l_partkey", "ps_suppkey", "ps_supplycost")
+
+
+@dataclass(frozen=True)
+class Shape:
+    scale: float
+    tuples: int
+    every: float
+    minutes: float
+    bound: float
+    trigger: str
+    partitions: int
+
+    @property
+    def files(self) -> int:
+        return int(self.minutes * 60 / self.every)
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    seen: dict[int, float] = field(default_factory=dict)  # tuple id -> first seen (monotonic)
+    cpu_seconds: float = 0.0
+    window_seconds: float = 0.0
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def stream_file(master_parts: np.ndarray, index: int, rows: int) -> pa.Table:
+    """``rows`` Zipf(1) tuples over the master's part keys (the same hot keys in every
+    file), ids unique across files, event times within the first hour."""
+    rng = np.random.default_rng(index)
+    weights = 1.0 / np.arange(1, len(master_parts) + 1)
+    ranked = np.random.default_rng(7).permutation(master_parts)
+    keys = rng.choice(ranked, size=rows, p=weights / weights.sum())
+    first = index * rows
+    times = [START + timedelta(seconds=index % 3600)] * rows
+    return pa.table(
+        {
+            "l_id": pa.array(np.arange(first, first + rows), pa.int64()),
+            "l_partkey": pa.array(keys, pa.int64()),
+            "l_quantity": pa.array(rng.integers(1, 51, size=rows).astype(float)),
+            "event_time": pa.array(times, pa.timestamp("us")),
+        }
+    )
+
+
+def pipeline_config(root: Path, shape: Shape) -> dict[str, Any]:
+    return {
+        "name": "streambench",
+        "warehouse": {"root": str(root / "warehouse"), "engine": "embedded"},
+        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
+        "schedule": {"interval": "1h", "start": START.isoformat(), "retries": 0},
+        "streams": {
+            "li": {
+                "landing": str(root / "landing"),
+                "format": "parquet",
+                "event_time": "event_time",
+                "id_column": "l_id",
+                "columns": [
+                    {"name": "l_id", "type": "bigint", "nullable": False},
+                    {"name": "l_partkey", "type": "bigint"},
+                    {"name": "l_quantity", "type": "double"},
+                    {"name": "event_time", "type": "timestamp", "nullable": False},
+                ],
+            }
+        },
+        "masters": {
+            "partsupp": {
+                "table": "masters/partsupp",
+                "keys": ["ps_partkey", "ps_suppkey"],
+                "columns": ["ps_partkey", "ps_suppkey", "ps_availqty", "ps_supplycost"],
+            }
+        },
+        "stages": [
+            {
+                "name": "li_parts",
+                "kind": "equi",
+                "input": "li",
+                "master": "partsupp",
+                "join_on": {"l_partkey": "ps_partkey"},
+                "join": "inner",
+                "output": "li_parts",
+                "operator": {"mode": "ssbj", "partitions": shape.partitions},
+            }
+        ],
+        "quality": {"li_parts": {"value_ranges": {"l_quantity": [1, 50]}}},
+    }
+
+
+def cpu_of_tree(process: psutil.Process) -> float:
+    """User and system CPU seconds of ``process`` and every descendant alive now."""
+    total = 0.0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def produce(shape: Shape, files: list[Path], landing: Path, landed: dict[int, float]) -> None:
+    """Place file ``i`` at the start plus ``i * every`` seconds, recording when it landed."""
+    landing.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    for index, source in enumerate(files):
+        delay = began + index * shape.every - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        staging = landing / f"_{source.name}.tmp"
+        shutil.copyfile(source, staging)
+        os.replace(staging, landing / source.name)
+        landed[index] = time.monotonic()
+
+
+def watch(table: Path, seen: dict[int, float], stop: threading.Event) -> None:
+    """Poll the published Delta table every second; record when each tuple id appears."""
+    from deltalake import DeltaTable
+
+    version = -1
+    while not stop.is_set():
+        if DeltaTable.is_deltatable(str(table)):
+            dt = DeltaTable(str(table))
+            if dt.version() != version:
+                version = dt.version()
+                now = time.monotonic()
+                ids = dt.to_pyarrow_table(columns=["l_id"]).column("l_id").to_numpy()
+                for i in np.unique(ids).tolist():
+                    seen.setdefault(int(i), now)
+        stop.wait(1.0)
+
+
+def run_mode(
+    mode: str, command: list[str], gold: Path, shape: Shape, files: list[Path], landing: Path
+) -> tuple[ModeResult, dict[int, float]]:
+    result = ModeResult(mode)
+    log = open(landing.parent / f"{mode}.log", "w")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    tree = psutil.Process(process.pid)
+    try:
+        time.sleep(25)  # the process's Spark session and first ticks, before the window
+        if process.poll() is not None:
+            raise RuntimeError(f"{mode} exited {process.returncode} early; see {log.name}")
+        landed: dict[int, float] = {}
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch, args=(gold, result.seen, stop), daemon=True)
+        watcher.start()
+        cpu_before, began = cpu_of_tree(tree), time.monotonic()
+        produce(shape, files, landing, landed)
+        expected = shape.files * shape.tuples
+        deadline = time.monotonic() + shape.bound * 3 + 120
+        while len(result.seen) < expected and time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            time.sleep(0.5)
+        result.cpu_seconds = cpu_of_tree(tree) - cpu_before
+        result.window_seconds = time.monotonic() - began
+        stop.set()
+        watcher.join()
+        if len(result.seen) < expected:
+            raise RuntimeError(
+                f"{mode}: {len(result.seen)} of {expected} tuples published; see {log.name}"
+            )
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(gold)).to_pyarrow_table(columns=list(COLUMNS))
+    result.rows = sorted(zip(*[table.column(c).to_pylist() for c in COLUMNS], strict=True))
+    return result, landed
+
+
+PLAIN = """
+import sys, time, glob, os
+from pyspark.sql import SparkSession, functions as F
+from warehouse.spark import delta_jars
+landing, master, gold, bound = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+spark = (SparkSession.builder.master("local[2]").appName("plain")
+    .config("spark.jars", ",".join(delta_jars()))
+    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    .config("spark.databricks.delta.snapshotPartitions", "2")
+    .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
+    .getOrCreate())
+done = set()
+while True:
+    started = time.monotonic()
+    files = sorted(f for f in glob.glob(os.path.join(landing, "*.parquet")) if f not in done)
+    if files:
+        batch = spark.read.parquet(*files)
+        parts = spark.read.format("delta").load(master)
+        joined = parts.join(F.broadcast(batch), parts.ps_partkey == batch.l_partkey)
+        bad = joined.where((F.col("l_quantity") < 1) | (F.col("l_quantity") > 50)).count()
+        assert bad == 0, bad
+        joined.write.format("delta").mode("append").save(gold)
+        done.update(files)
+    time.sleep(max(0.0, bound - (time.monotonic() - started)))
+"""
+
+
+def waits(result: ModeResult, landed: dict[int, float], shape: Shape) -> np.ndarray:
+    """Seconds from each tuple's file landing to its first sighting in gold."""
+    ids = np.fromiter(result.seen.keys(), dtype=np.int64)
+    seen = np.fromiter(result.seen.values(), dtype=float)
+    files = ids // shape.tuples
+    landed_at = np.array([landed[int(f)] for f in files])
+    return np.asarray(seen - landed_at)
+
+
+def report(shape: Shape, results: list[tuple[ModeResult, np.ndarray]], commit: str) -> list[str]:
+    plain = next((r for r, _ in results if r.mode == "plain"), None)
+    lines = [
+        f"Commit {commit}; {shape.files} files of {shape.tuples:,} Zipf(1) tuples, one every "
+        f"{shape.every:g} s for {shape.minutes:g} min, against TPC-H SF{shape.scale:g} "
+        f"partsupp; bound {shape.bound:g} s; stream trigger {shape.trigger}, k = "
+        f"{shape.partitions}.",
+        "",
+        "| mode | tuple wait p50 / p99 / max (s) | within bound | CPU s in window "
+        "| CPU s per hour | vs plain |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result, wait in results:
+        p50, p99, most = np.percentile(wait, [50, 99, 100])
+        inside = float((wait <= shape.bound).mean())
+        per_hour = result.cpu_seconds / result.window_seconds * 3600
+        ratio = "-"
+        if plain is not None and plain.cpu_seconds:
+            plain_hour = plain.cpu_seconds / plain.window_seconds * 3600
+            ratio = f"{per_hour / plain_hour:.2f}x"
+        lines.append(
+            f"| {result.mode} | {p50:.1f} / {p99:.1f} / {most:.1f} | {inside:.1%} | "
+            f"{result.cpu_seconds:.1f} over {result.window_seconds:.0f} s | {per_hour:.0f} | "
+            f"{ratio} |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=10.0)
+    parser.add_argument("--tuples", type=int, default=1500)
+    parser.add_argument("--every", type=float, default=3.0, help="seconds between files")
+    parser.add_argument("--minutes", type=float, default=6.0, help="how long files land")
+    parser.add_argument("--bound", type=float, default=120.0, help="freshness bound, seconds")
+    parser.add_argument("--trigger", default="5s", help="the stream's trigger")
+    parser.add_argument("--partitions", type=int, default=8, help="SSBJ's k")
+    parser.add_argument("--modes", nargs="+", default=["stream", "plain"])
+    parser.add_argument("--work", type=Path, default=REPO / "var" / "bench" / "stream_cost")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    shape = Shape(
+        args.scale, args.tuples, args.every, args.minutes, args.bound, args.trigger, args.partitions
+    )
+    master = partsupp_master(shape.scale)(REPO / "var" / "bench" / "interval_cost" / "tpch")
+    parts = np.unique(master.column("ps_partkey").to_numpy())
+    sources = args.work / "files"
+    shutil.rmtree(sources, ignore_errors=True)
+    sources.mkdir(parents=True)
+    files = []
+    for index in range(shape.files):
+        path = sources / f"li-{index:05d}.parquet"
+        pq.write_table(stream_file(parts, index, shape.tuples), path)
+        files.append(path)
+    results: list[tuple[ModeResult, np.ndarray]] = []
+    for mode in args.modes:
+        root = args.work / mode
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        from deltalake import write_deltalake
+
+        master_path = root / "warehouse" / "masters" / "partsupp"
+        write_deltalake(
+            str(master_path), master, configuration={"delta.enableChangeDataFeed": "true"}
+        )
+        if mode == "stream":
+            config = root / "pipeline.yaml"
+            config.write_text(yaml.safe_dump(pipeline_config(root, shape), sort_keys=False))
+            command = [
+                sys.executable,
+                "-m",
+                "jobs.enrich",
+                "--config",
+                str(config),
+                "stream",
+                "--trigger",
+                shape.trigger,
+            ]
+            gold = root / "warehouse" / "gold" / "li_parts"
+        else:
+            gold = root / "gold"
+            command = [
+                sys.executable,
+                "-c",
+                PLAIN,
+                str(root / "landing"),
+                str(master_path),
+                str(gold),
+                str(shape.bound),
+            ]
+        logger.info("mode %s: %s", mode, " ".join(command[:6]))
+        result, landed = run_mode(mode, command, gold, shape, files, root / "landing")
+        results.append((result, waits(result, landed, shape)))
+        logger.info("mode %s done: %d tuples", mode, len(result.seen))
+    problems = []
+    if len(results) > 1 and results[0][0].rows != results[1][0].rows:
+        problems.append(
+            f"{results[0][0].mode} published {len(results[0][0].rows)} rows, "
+            f"{results[1][0].mode} {len(results[1][0].rows)}, and they differ"
+        )
+    lines = report(shape, results, short_commit(REPO) or "unknown")
+    print("\n".join(lines))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    for problem in problems:
+        logger.error("%s", problem)
+    summary = {r.mode: len(r.seen) for r, _ in results}
+    logger.info("published tuples: %s", json.dumps(summary))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
