@@ -82,7 +82,7 @@ with DAG(
             None,
             type=["null", "integer"],
             minimum=1,
-            description="SSBJ operator steps each stage takes (default operator.steps_per_run)",
+            description="SSBJ steps a stage takes before its closing steps (default: scheduled)",
         ),
         "drain": Param(
             False, type="boolean", description="join every pending tuple before a stage ends"
