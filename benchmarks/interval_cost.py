@@ -197,20 +197,7 @@ def lineitem_stream(master: pa.Table, index: int, rng: np.random.Generator, rows
     keys = rng.choice(parts, size=rows)
     misses = rng.random(rows) < 0.01
     keys = np.where(misses, keys + int(parts.max()) + 1, keys)
-    first_id = index * rows
-    return _with_event_time(
-        pa.table(
-            {
-                "l_id": pa.array(np.arange(first_id, first_id + rows), pa.int64()),
-                "l_orderkey": pa.array(rng.integers(1, 6_000_000, size=rows), pa.int64()),
-                "l_partkey": pa.array(keys, pa.int64()),
-                "l_quantity": pa.array(rng.integers(1, 51, size=rows).astype(float)),
-                "l_extendedprice": pa.array(np.round(rng.uniform(900, 105_000, rows), 2)),
-            }
-        ),
-        index,
-        rng,
-    )
+    return _lineitems(keys, index, rng)
 
 
 def zipf_lineitem_stream(
@@ -222,6 +209,13 @@ def zipf_lineitem_stream(
     weights = 1.0 / np.arange(1, len(parts) + 1) ** z
     ranked = np.random.default_rng(7).permutation(parts)  # the same hot keys every interval
     keys = rng.choice(ranked, size=rows, p=weights / weights.sum())
+    return _lineitems(keys, index, rng)
+
+
+def _lineitems(keys: np.ndarray, index: int, rng: np.random.Generator) -> pa.Table:
+    """Lineitem-like tuples of part ``keys``, ids unique across intervals, with event times
+    inside interval ``index``."""
+    rows = len(keys)
     first_id = index * rows
     return _with_event_time(
         pa.table(
