@@ -146,15 +146,17 @@ typecheck: setup
 # time is spent waiting on the JVM, py4j and subprocesses, so two files overlap well on two
 # cores. Each process has its own Spark session and PostgreSQL server. PYTEST_WORKERS=0 runs
 # everything in one process; the slowest tests are listed at the end of every run.
-# xdist hands out files by their number of tests, most first (its loadscope reorder).
-# Tried on 2026-11-25: keeping tests/conftest.py's slowest-files-first order instead
-# (--no-loadscope-reorder) ran the both-engines and DAG files side by side, each twice as
-# slow, and the whole run took longer (44.8 min against 43.6 min). Tried on 2026-11-26:
-# three processes (PYTEST_WORKERS=3) took 49.3 min where two took 44.6 min.
+# xdist hands out files in tests/conftest.py's order (--no-loadscope-reorder): the slowest
+# files first (SLOW_FILES_FIRST), each worker starting with two. With xdist's own order,
+# files by their number of tests, the both-engines file (one 198 s test) was handed out
+# last and ran alone for its last 3-4 minutes (2026-11-28: pytest 22.9 min). Tried on
+# 2026-11-25, with another slow-files list: the both-engines and DAG files side by side,
+# each twice as slow (44.8 min against 43.6). Tried on 2026-11-26: three processes
+# (PYTEST_WORKERS=3) took 49.3 min where two took 44.6 min.
 PYTEST_WORKERS ?= 2
 
 unit: setup browser-deps postgres-deps
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test: lint typecheck unit
 

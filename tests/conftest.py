@@ -136,15 +136,18 @@ def state_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # `make test`, xdist hands out files by their number of tests (its loadscope reorder, see
 # the Makefile), so this order decides a run without xdist and ties among files.
 SLOW_FILES_FIRST = (
-    "tests/orchestration/test_airflow_services.py",
     "tests/pipeline/test_pipeline_on_both_engines.py",
     "tests/warehouse/test_crash_and_concurrency.py",
+    "tests/orchestration/test_airflow_services.py",
+    "tests/pipeline/ssbj/test_stage.py",
+    "tests/soak/test_soak.py",
+    "tests/dags/test_dag_runs.py",
+    "tests/pipeline/test_backfill.py",
+    "tests/pipeline/test_adsp_layout.py",
     "tests/pipeline/ssbj/test_crash.py",
     "tests/pipeline/test_audit.py",
-    "tests/pipeline/ssbj/test_stage.py",
-    "tests/dags/test_dag_runs.py",
-    "tests/soak/test_soak.py",
-    "tests/pipeline/test_backfill.py",
+    "tests/pipeline/test_late_master.py",
+    "tests/pipeline/test_stream_service.py",
 )
 
 
