@@ -46,7 +46,6 @@ from joins.theta.choice import SAMPLE_ABOVE_BYTES
 from joins.theta.predicate import ThetaPredicate
 from pipeline.freshness import (
     Freshness,
-    FreshnessBound,
     check_late_wait,
     check_steps,
     steps_for_bound,
@@ -633,11 +632,6 @@ def _check_freshness(stage: EquiStage | ThetaStage, interval: timedelta, where: 
             check_steps(operator.partitions, operator.steps_per_run, bound)
         except ValueError as e:
             raise ValueError(f"{where}.operator.steps_per_run: {e}") from e
-
-
-def stage_bound(stage: EquiStage | ThetaStage, interval: timedelta) -> FreshnessBound:
-    """The freshness bound of a validated stage."""
-    return stage.freshness.bound(interval)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:

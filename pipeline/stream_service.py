@@ -13,7 +13,8 @@ runs one pipeline micro-step under the pipeline lease, as a ledger run of its ow
    apart, not k scheduled runs); a stateless stage joins what arrived;
 3. validate: audit and publish what was staged, and record the intervals' completeness.
 
-A clock tick does nothing unless a stage holds pending tuples. The scheduled run
+A clock tick does nothing unless a stage holds pending tuples (the first one of a process
+always runs). The scheduled run
 (``enrich run``, ``validate``) still closes each interval, as without the stream, and
 takes the lease between micro-batches. Every step is the pipeline's idempotent one, so a
 micro-batch Spark replays after a crash, or a killed stream process started again, ends
@@ -28,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
@@ -37,7 +37,6 @@ from common.errors import ConfigError, EnrichmentError
 from pipeline.context import PipelineContext
 from pipeline.schemas import declared_schema
 from pipeline.ssbj.state import held_back
-from warehouse.landing import scan_landing
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +83,7 @@ class StreamService:
         self._queries: list[StreamingQuery] = []
         self._stopping = threading.Event()
         self._busy = False  # a micro-step is under way
+        self._first_tick = True
 
     # ------------------------------------------------------------------ the queries
 
@@ -184,18 +184,14 @@ class StreamService:
         return handle
 
     def _work_pending(self) -> bool:
-        """A stage holds tuples a step must advance (SSBJ's H_S, a half-done step), or a
-        landed file is not in the ledger yet (its file query's micro-batch was skipped
-        while the stream stopped)."""
-        pipeline = self.pipeline
-        if any(held_back(pipeline.store.operator_state(s.name)) for s in pipeline.config.stages):
+        """A stage holds tuples a step must advance (SSBJ's H_S, a half-done step); or this
+        is the process's first tick, which ingests what the file queries will not show
+        again (a file whose micro-batch was skipped while the last stream stopped)."""
+        if self._first_tick:
+            self._first_tick = False
             return True
-        for name, stream in pipeline.config.streams.items():
-            known = {row.path for row in pipeline.store.landing_files(name)}
-            entries, _ = scan_landing(Path(stream.landing))
-            if any(str(e.path) not in known for e in entries if e.refusal is None):
-                return True
-        return False
+        pipeline = self.pipeline
+        return any(held_back(pipeline.store.operator_state(s.name)) for s in pipeline.config.stages)
 
     def micro_step(self, run_id: str) -> None:
         """Ingest, one step of every stage without closing, validate: one ledger run."""

@@ -136,10 +136,9 @@ def idle(
     ``offset``: the stage's, when read with the state (else it is read here)."""
     if state.chunks or state.plan or late_rows_due(w, state):
         return False
-    if not take_input or not w.engine.exists(w.input_path):
+    if not take_input:
         return True
-    offset = w.store.offset(w.name) if offset is None else offset
-    return w.engine.snapshot(w.input_path).version <= offset.input_version
+    return not input_waiting(w, w.store.offset(w.name) if offset is None else offset)
 
 
 def input_waiting(w: SsbjWiring, offset: StageOffset) -> bool:
