@@ -31,6 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from warehouse.object_store import ObjectLocation, ObjectStore, is_object_store
+
 logger = logging.getLogger(__name__)
 
 TPCH_TABLES = ("customer", "orders", "partsupp", "lineitem")
@@ -235,17 +237,32 @@ def write_outbox(
                         handle.write(json.dumps(rows[int(position)], default=str) + "\n")
 
 
-def deliver(outbox: Path, stream: str, interval_index: int, landing: Path) -> list[Path]:
-    """Move one interval's files into the landing zone atomically (temp name, then rename)."""
+def deliver(outbox: Path, stream: str, interval_index: int, landing: str | Path) -> list[str]:
+    """Place one interval's files into the landing zone atomically: a temporary name, then a
+    rename; in an object store one PUT each (an object appears whole or not at all)."""
+    source = outbox / stream / f"{interval_index:04d}"
+    if is_object_store(str(landing)):
+        return _put_objects(sorted(source.glob("*.json")), str(landing))
+    landing = Path(landing)
     landing.mkdir(parents=True, exist_ok=True)
     delivered = []
-    source = outbox / stream / f"{interval_index:04d}"
     for path in sorted(source.glob("*.json")):
         in_progress = landing / f"_{path.name}.tmp"
         shutil.copyfile(path, in_progress)
         final = landing / path.name
         os.replace(in_progress, final)
-        delivered.append(final)
+        delivered.append(str(final))
+    return delivered
+
+
+def _put_objects(paths: Sequence[Path], landing: str) -> list[str]:
+    prefix = ObjectLocation.parse(landing)
+    client = ObjectStore.from_environment().client()
+    delivered = []
+    for path in paths:
+        key = f"{prefix.key.rstrip('/')}/{path.name}".lstrip("/")
+        client.put_object(Bucket=prefix.bucket, Key=key, Body=path.read_bytes())
+        delivered.append(ObjectLocation(prefix.bucket, key).url())
     return delivered
 
 

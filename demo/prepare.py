@@ -1,7 +1,8 @@
 """Prepare the demo: TPC-H masters as Delta tables and stream files in an outbox.
 
-The outbox and the TPC-H cache live next to the warehouse root (``<root>/../outbox`` and
-``<root>/../tpch``). ``outbox/manifest.json`` lists the interval starts, so the demo driver
+The outbox and the TPC-H cache live next to a local warehouse root (``<root>/../outbox`` and
+``<root>/../tpch``), or in the driver's local folder when the root is in an object store.
+``outbox/manifest.json`` lists the interval starts, so the demo driver
 knows which files to deliver before which DAG run.
 """
 
@@ -21,17 +22,23 @@ from demo.data import (
     stream_batches,
     write_outbox,
 )
+from pipeline.config import PipelineConfig
 from pipeline.context import PipelineContext
 from warehouse.delta.api import CDF_PROPERTY
 from warehouse.delta.schema import arrow_to_spark
+from warehouse.object_store import is_object_store
 
 logger = logging.getLogger(__name__)
 
 MASTER_FILES = 8
 
 
-def demo_folder(pipeline: PipelineContext) -> Path:
-    return Path(pipeline.config.warehouse.root).parent
+def demo_folder(config: PipelineConfig) -> Path:
+    """Where the outbox and the TPC-H cache go: beside a local warehouse root, in the
+    driver's local folder when the root is in an object store."""
+    if is_object_store(config.warehouse.root):
+        return Path(config.warehouse.driver_root())
+    return Path(config.warehouse.root).parent
 
 
 def prepare_demo(
@@ -53,7 +60,7 @@ def prepare_demo(
         interval=step,
         zipf_z=zipf,
     )
-    folder = demo_folder(pipeline)
+    folder = demo_folder(config)
     tpch = generate_tpch(scale, folder / "tpch")
     for name, table in master_tables(tpch, spec.seed).items():
         if name not in config.masters:

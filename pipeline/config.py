@@ -52,6 +52,7 @@ from pipeline.freshness import (
 )
 from quality.config import QualityConfig
 from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
+from warehouse.object_store import is_object_store
 
 SIMPLE_TYPES = (
     "string",
@@ -88,7 +89,13 @@ class ColumnSpec(Strict):
 
 
 class WarehouseConfig(Strict):
+    # Local, or an object store (s3://bucket/prefix; endpoint and credentials from the
+    # environment, see warehouse.object_store).
     root: str = "var/warehouse"
+    # Where the driver keeps what is not a table (the SQLite state store, the Great
+    # Expectations project and its Data Docs, run reports): the root itself when that is
+    # local; under an object-store root, var/<pipeline name> unless set.
+    local_root: str | None = None
     state_store: str | None = None
     engine: Literal["auto", "embedded", "native"] = "auto"
     vacuum_retention_hours: float = Field(default=168.0, ge=0)
@@ -112,6 +119,17 @@ class WarehouseConfig(Strict):
             shown = mask_url(value) if name == "state_store" and isinstance(value, str) else value
             yield name, shown  # the state store URL may carry a password
 
+    def driver_root(self) -> str:
+        """The local folder of the driver's own files (:attr:`local_root`)."""
+        if self.local_root is not None:
+            return self.local_root
+        if is_object_store(self.root):
+            raise ConfigError(
+                "warehouse.local_root: an object-store root needs a local folder for the "
+                "driver's files; load the config with load_config, which defaults it"
+            )
+        return self.root
+
     def resolved_state_store(self) -> str:
         """``ENRICH_STATE_STORE``, else ``state_store``, else SQLite under the warehouse: the
         environment wins, so one config runs locally and against a deployment's database
@@ -119,7 +137,7 @@ class WarehouseConfig(Strict):
         return (
             os.environ.get(STATE_STORE_ENV)
             or self.state_store
-            or f"sqlite:///{Path(self.root).resolve() / '_state' / 'pipeline.db'}"
+            or f"sqlite:///{Path(self.driver_root()).resolve() / '_state' / 'pipeline.db'}"
         )
 
 
@@ -573,6 +591,15 @@ class PipelineConfig(Strict):
                 return stage
         raise ConfigError(f"no stage named {name!r}; stages: {[s.name for s in self.stages]}")
 
+    def locations(self) -> list[str]:
+        """Every place the pipeline reads or writes data: the warehouse root, the landing
+        zones and the masters given as locations of their own."""
+        masters = [m.table for m in self.masters.values() if "://" in m.table]
+        return [self.warehouse.root, *(s.landing for s in self.streams.values()), *masters]
+
+    def uses_object_store(self) -> bool:
+        return any(is_object_store(location) for location in self.locations())
+
     def resolve_paths(self, base: Path) -> PipelineConfig:
         """Return a copy whose relative paths are anchored at ``base`` (the working directory)."""
 
@@ -581,7 +608,15 @@ class PipelineConfig(Strict):
                 path if "://" in path or Path(path).is_absolute() else str((base / path).resolve())
             )
 
-        warehouse = self.warehouse.model_copy(update={"root": anchor(self.warehouse.root)})
+        local_root = self.warehouse.local_root
+        if local_root is None and is_object_store(self.warehouse.root):
+            local_root = f"var/{self.name}"
+        warehouse = self.warehouse.model_copy(
+            update={
+                "root": anchor(self.warehouse.root),
+                "local_root": anchor(local_root) if local_root is not None else None,
+            }
+        )
         streams = {
             name: s.model_copy(update={"landing": anchor(s.landing)})
             for name, s in self.streams.items()

@@ -26,6 +26,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from warehouse.delta import DeltaEngine, open_engine
 from warehouse.lease import LeaseSettings, PipelineLease
+from warehouse.object_store import ObjectStore
 from warehouse.spark import (
     SparkSettings,
     build_session,
@@ -210,6 +211,7 @@ def open_pipeline(
         remote=effective_remote(config.spark.remote),
         # Only delta-spark needs its jars; leaving them off saves every session start ~2 s.
         delta_jars=config.warehouse.engine == "native",
+        object_store=ObjectStore.from_environment() if config.uses_object_store() else None,
     )
     started = time.perf_counter()
     session = spark or build_session(settings)

@@ -10,6 +10,10 @@
 ``_operators/<stage>``   bulk operator state (SSBJ cache and pending queue, A-DSP layout)
 ``_state/``              the SQLite state store of the embedded default
 ``_stream/<query>``      the continuous mode's Structured Streaming checkpoints
+
+The root may be an object store (``s3://bucket/prefix``). What is not a table (the Great
+Expectations project, the run reports, the SQLite state store) lives under the driver's
+local folder (``warehouse.local_root``), which is the root itself when that is local.
 """
 
 from __future__ import annotations
@@ -24,10 +28,16 @@ from pipeline.config import PipelineConfig
 @dataclass(frozen=True)
 class WarehouseLayout:
     root: str
+    # The driver's local folder; the root when None.
+    local_root: str | None = None
 
     @classmethod
     def of(cls, config: PipelineConfig) -> WarehouseLayout:
-        return cls(config.warehouse.root.rstrip("/"))
+        return cls(config.warehouse.root.rstrip("/"), config.warehouse.driver_root().rstrip("/"))
+
+    @property
+    def driver_root(self) -> str:
+        return self.local_root if self.local_root is not None else self.root
 
     def bronze(self, stream: str) -> str:
         return f"{self.root}/bronze/{stream}"
@@ -50,10 +60,10 @@ class WarehouseLayout:
         return f"{self.root}/_quality/results"
 
     def gx_project(self) -> str:
-        return f"{self.root}/_quality"
+        return f"{self.driver_root}/_quality"
 
     def reports(self) -> str:
-        return f"{self.root}/_reports"
+        return f"{self.driver_root}/_reports"
 
     def stream_checkpoint(self, query: str) -> str:
         """The checkpoint of one Structured Streaming query of ``enrich stream``."""

@@ -11,6 +11,11 @@
   Maven into ``var/jars``; ``ENRICH_DELTA_JARS`` names another folder): they go on
   ``spark.jars`` with Delta's SQL extension and catalog, so ``engine: native`` can run.
   Nothing is downloaded at run time.
+- For a pipeline whose tables or landing zones are in an object store, Hadoop's S3A and its
+  AWS SDK (``make object-store-deps`` fetches them into ``var/jars-s3``;
+  ``ENRICH_OBJECT_STORE_JARS`` names another folder) go on ``spark.jars`` with the store's
+  endpoint and credentials from the environment (:mod:`warehouse.object_store`). They stay
+  off the driver's class path, so the class archive stays valid for every session.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from common.errors import ConfigError, SparkServerError
 from warehouse.code_archive import ship_project_code
 from warehouse.jvm_archive import DRIVER_CLASS_PATH, archive_path, with_class_archive
+from warehouse.object_store import S3A_FILESYSTEM, ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +59,11 @@ EMBEDDED_DEFAULTS: Mapping[str, str] = {
 
 
 DELTA_JARS_ENV = "ENRICH_DELTA_JARS"
+OBJECT_STORE_JARS_ENV = "ENRICH_OBJECT_STORE_JARS"
 # Where the driver builds the zip of the project's packages it ships to a cluster.
 CODE_DIR_ENV = "ENRICH_CODE_DIR"
 DEFAULT_DELTA_JARS_DIR = Path(__file__).resolve().parent.parent / "var" / "jars"
+DEFAULT_OBJECT_STORE_JARS_DIR = Path(__file__).resolve().parent.parent / "var" / "jars-s3"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 DELTA_SESSION_CONF: Mapping[str, str] = {
@@ -88,6 +96,30 @@ def delta_jars(directory: Path | None = None) -> list[str]:
     if folder is None or not folder.is_dir():
         return []
     return sorted(str(p) for p in folder.glob("*.jar") if p.is_file())
+
+
+def object_store_jars() -> list[str]:
+    """Hadoop S3A's jars: ``$ENRICH_OBJECT_STORE_JARS``, else ``<repo>/var/jars-s3``; a
+    folder without them is an error naming the set-up command."""
+    folder = Path(os.environ.get(OBJECT_STORE_JARS_ENV) or DEFAULT_OBJECT_STORE_JARS_DIR)
+    jars = sorted(str(p) for p in folder.glob("*.jar") if p.is_file()) if folder.is_dir() else []
+    if not any(Path(j).name.startswith("hadoop-aws-") for j in jars):
+        raise ConfigError(
+            f"an object-store location needs Hadoop's S3A jars in {folder} (found "
+            f"{[Path(j).name for j in jars] or 'none'}); run `make object-store-deps`, or set "
+            f"{OBJECT_STORE_JARS_ENV} to a folder holding hadoop-aws and the AWS SDK bundle"
+        )
+    return jars
+
+
+def with_object_store(conf: Mapping[str, str], store: ObjectStore) -> dict[str, str]:
+    """``conf`` plus S3A's jars on ``spark.jars`` and the store's S3A settings (the
+    caller's own ``spark.hadoop.fs.s3a.*`` settings win)."""
+    merged = {**store.spark_conf(), **conf}
+    existing = [j for j in merged.get("spark.jars", "").split(",") if j]
+    jars = object_store_jars()
+    merged["spark.jars"] = ",".join([*existing, *[j for j in jars if j not in existing]])
+    return merged
 
 
 def with_delta_jars(
@@ -170,6 +202,8 @@ class SparkSettings:
     conf: Mapping[str, str] = field(default_factory=dict)
     remote: str | None = field(default_factory=lambda: effective_remote(None))
     delta_jars: bool = True
+    # The object store the session reads and writes, if any (its jars and S3A settings).
+    object_store: ObjectStore | None = None
 
 
 DEFAULT_MASTER = "local[2]"
@@ -189,13 +223,20 @@ def effective_remote(configured: str | None) -> str | None:
     return configured or os.environ.get("SPARK_REMOTE") or None
 
 
-def session_conf(conf: Mapping[str, str], master: str, with_delta: bool = True) -> dict[str, str]:
+def session_conf(
+    conf: Mapping[str, str],
+    master: str,
+    with_delta: bool = True,
+    object_store: ObjectStore | None = None,
+) -> dict[str, str]:
     """Every setting a Spark this product runs gets, in-process or as a Connect server:
     the embedded defaults, ``conf`` over them, delta-spark's jars and extension (unless
-    ``with_delta`` is false; the jars are on the driver's class path either way), the
-    driver's class archive (:mod:`warehouse.jvm_archive`), then
-    ``REQUIRED_CONF``."""
+    ``with_delta`` is false; the jars are on the driver's class path either way), S3A's
+    jars and settings for ``object_store``, the driver's class archive
+    (:mod:`warehouse.jvm_archive`), then ``REQUIRED_CONF``."""
     merged = {**EMBEDDED_DEFAULTS, **conf}
+    if object_store is not None:
+        merged = with_object_store(merged, object_store)
     jars = delta_jars()
     if with_delta:
         merged = with_delta_jars(merged, jars, master)
@@ -229,10 +270,15 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
     jars = delta_jars() if settings.delta_jars else []
-    for key, value in session_conf(settings.conf, settings.master, settings.delta_jars).items():
+    conf = session_conf(settings.conf, settings.master, settings.delta_jars, settings.object_store)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    if settings.object_store is not None:
+        # getOrCreate may have returned a session started before (a warm worker's, a test
+        # run's): its Hadoop settings are set again, at run time, from the environment's.
+        use_object_store(session, settings.object_store)
     # On a cluster the executors import the project's kernels from the zip this ships.
     ship_project_code(session.sparkContext, code_archive_dir())
     for key, value in REQUIRED_CONF.items():
@@ -248,6 +294,23 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         archive if archive is not None and archive.is_file() else "none",
     )
     return session
+
+
+def use_object_store(session: SparkSession, store: ObjectStore) -> None:
+    """Point an in-process session's Hadoop S3A settings at ``store``; the session must
+    have been started with S3A's jars (``spark.jars``, see :func:`with_object_store`)."""
+    jvm = session._jvm
+    if jvm is None:
+        return
+    if not bool(jvm.org.apache.spark.util.Utils.classIsLoadable(S3A_FILESYSTEM)):
+        raise ConfigError(
+            f"this Spark session was started without Hadoop's S3A ({S3A_FILESYSTEM}), so it "
+            "cannot reach the object store; start it with the object-store jars "
+            "(`make object-store-deps`, SparkSettings.object_store)"
+        )
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in store.spark_conf().items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
 
 
 def _connect_session(settings: SparkSettings, remote: str) -> SparkSession:

@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pytest
@@ -18,6 +17,13 @@ from jobs.enrich import main as enrich
 from pipeline.config import load_config
 from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
+from tests.demo_oracle import (
+    ENRICHED_COLUMNS,
+    delta_rows,
+    enriched_orders,
+    load_orders,
+    oracle_rows,
+)
 from tests.helpers import assert_same_multiset
 
 pytestmark = pytest.mark.slow
@@ -35,23 +41,6 @@ class CommandLines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
-
-
-def normalise(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
-    if isinstance(value, float):
-        return round(value, 6)
-    return value
-
-
-def delta_rows(path: str, columns: list[str]) -> list[tuple]:
-    table = DeltaTable(path).to_pyarrow_table(columns=columns)
-    return [tuple(normalise(r[c]) for c in columns) for r in table.to_pylist()]
-
-
-def oracle_rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
-    return [tuple(normalise(v) for v in row) for row in con.execute(sql).fetchall()]
 
 
 def test_dag_runs_match_duckdb_oracle(
@@ -136,42 +125,20 @@ def test_dag_runs_match_duckdb_oracle(
     assert completed == {uri: [s.isoformat() for s in starts] for uri in complete}
 
     con = duckdb.connect()
-    for name in config.masters:
-        con.register(name, DeltaTable(layout.master(config, name)).to_pyarrow_table())
+    masters = {n: DeltaTable(layout.master(config, n)).to_pyarrow_table() for n in config.masters}
     versions = {name: DeltaTable(layout.master(config, name)).version() for name in config.masters}
+    con.register("partsupp", masters["partsupp"])
     landing = {name: config.streams[name].landing for name in config.streams}
-    con.execute(
-        f"""CREATE TABLE orders AS SELECT * FROM read_json('{landing["orders"]}/*.json',
-        format='newline_delimited', columns={{o_orderkey: 'BIGINT', o_custkey: 'BIGINT',
-        o_totalprice: 'DOUBLE', o_orderdate: 'DATE', o_orderpriority: 'VARCHAR',
-        event_time: 'TIMESTAMP'}})"""
-    )
+    assert load_orders(con, f"{landing['orders']}/*.json") == 15000
     con.execute(
         f"""CREATE TABLE lineitem AS SELECT * FROM read_json('{landing["lineitem"]}/*.json',
         format='newline_delimited', columns={{l_id: 'BIGINT', l_orderkey: 'BIGINT',
         l_partkey: 'BIGINT', l_quantity: 'DOUBLE', l_extendedprice: 'DOUBLE',
         event_time: 'TIMESTAMP'}})"""
     )
-    assert con.execute("SELECT count(*) FROM orders").fetchone()[0] == 15000
-
-    enriched_columns = [
-        "o_orderkey", "o_custkey", "o_totalprice", "o_orderdate", "event_time", "_interval_start",
-        "c_name", "c_nationkey", "c_acctbal", "_version_customer",
-        "promo_id", "discount", "_version_promotions",
-    ]  # fmt: skip
-    expected_enriched = oracle_rows(
-        con,
-        f"""SELECT o.o_orderkey, o.o_custkey, o.o_totalprice, o.o_orderdate, o.event_time,
-               time_bucket(INTERVAL 1 HOUR, o.event_time), c.c_name, c.c_nationkey, c.c_acctbal,
-               CASE WHEN c.c_custkey IS NULL THEN NULL ELSE {versions["customer"]} END,
-               p.promo_id, p.discount,
-               CASE WHEN p.promo_id IS NULL THEN NULL ELSE {versions["promotions"]} END
-        FROM orders o
-        LEFT JOIN customer c ON o.o_custkey = c.c_custkey
-        LEFT JOIN promotions p ON o.o_orderdate >= p.valid_from AND o.o_orderdate < p.valid_to""",
-    )
     assert_same_multiset(
-        delta_rows(layout.staged("orders_enriched"), enriched_columns), expected_enriched
+        delta_rows(layout.staged("orders_enriched"), ENRICHED_COLUMNS),
+        enriched_orders(con, masters, versions),
     )
 
     supplier_columns = [

@@ -142,6 +142,7 @@ from warehouse.delta.schema import (
 )
 from warehouse.delta.table_paths import commit_file_location, data_file_location, table_root
 from warehouse.delta.version_cache import VersionCache
+from warehouse.object_store import filesystem_of, storage_options
 
 logger = logging.getLogger(__name__)
 # Rows per Parquet file an Arrow write makes at most: a large write becomes several files,
@@ -241,7 +242,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """A fresh delta-rs handle, refused when the table needs a reader feature this
         engine cannot honour."""
         try:
-            table = DeltaTable(root, version=version)
+            table = DeltaTable(root, version=version, storage_options=storage_options(root))
         except DeltaRsTableNotFound as e:
             raise TableNotFoundError(f"no Delta table at {root}") from e
         except Exception as e:
@@ -288,7 +289,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         :data:`_REPLAYED_COMMITS` behind."""
         txns = dict(tip.txns)
         version = tip.table_version
-        while os.path.exists(commit_file_location(root, version + 1)):
+        while _exists(commit_file_location(root, version + 1)):
             if version + 1 - tip.handle.version() > _REPLAYED_COMMITS:
                 return None
             try:
@@ -331,7 +332,9 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         file exists (a stat); otherwise delta-rs looks (2 ms, several times a step)."""
         root = table_root(path)
         return (
-            self._snapshots.holds(root) or self._tips.holds(root) or DeltaTable.is_deltatable(root)
+            self._snapshots.holds(root)
+            or self._tips.holds(root)
+            or DeltaTable.is_deltatable(root, storage_options=storage_options(root))
         )
 
     def _definition(self, root: str) -> Snapshot:
@@ -362,6 +365,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             spark_to_arrow(schema),
             partition_by=list(partition_by) or None,
             configuration=dict(configuration),
+            storage_options=storage_options(root),
         )
         return True
 
@@ -1337,7 +1341,9 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         interval = _checkpoint_interval(tip.properties)
         if (version + 1) % interval == 0:  # delta-rs's cadence: versions 99, 199, ...
             try:
-                checkpointed = DeltaTable(root, version=version)
+                checkpointed = DeltaTable(
+                    root, version=version, storage_options=storage_options(root)
+                )
                 checkpointed.create_checkpoint()
                 if tip.properties.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
                     checkpointed.cleanup_metadata()
@@ -1376,7 +1382,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         for attempt in range(1, attempts + 1):
             # The handle asked against, unless a newer version exists (a local table
             # says so by its next commit file, without opening the table again).
-            newer = "://" in root or os.path.exists(commit_file_location(root, base_version + 1))
+            newer = "://" in root or _exists(commit_file_location(root, base_version + 1))
             # A handle of its own: ``base`` stays at the version the files in scope are of.
             current = self._open(root, held=False) if newer or attempt > 1 else base
             if current.version() != base_version:
@@ -1800,9 +1806,15 @@ def _arrow_of_files(
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in location:
-        return pafs.FileSystem.from_uri(location)
-    return pafs.LocalFileSystem(), location
+    return filesystem_of(location)
+
+
+def _exists(location: str) -> bool:
+    """Whether a file is at ``location`` (a stat here, a HEAD request on an object store)."""
+    if "://" not in location:
+        return os.path.exists(location)
+    filesystem, path = filesystem_of(location)
+    return filesystem.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def _link_or_copy(source: str, destination: str) -> None:
