@@ -78,6 +78,7 @@ SESSION_ENV = frozenset(
         "JAVA_HOME",
         "JAVA_TOOL_OPTIONS",
         "ENRICH_JVM_ARCHIVE",
+        "ENRICH_OBJECT_STORE_JARS",
         "ENRICH_DELTA_JARS",
         "ENRICH_CODE_DIR",
     }

@@ -35,10 +35,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from common.errors import EXIT_CONFIG, EXIT_PARTIAL, EXIT_VALIDATION, ConfigError
+from common.secrets import register_secret
 from orchestration.connections import (
+    OBJECT_STORE_CONNECTION,
     SPARK_CONNECTION,
     STATE_STORE_CONNECTION,
     lookup,
+    object_store_environment,
     spark_master_url,
     state_store_url,
 )
@@ -120,7 +123,22 @@ def connection_settings(argv: list[str]) -> list[str]:
             logger.info("Spark master %s from Airflow connection %s", master, SPARK_CONNECTION)
             options += ["--master", master]
     use_state_store_connection()
+    use_object_store_connection()
     return options
+
+
+def use_object_store_connection() -> None:
+    """Put the object store's endpoint, region and keys from its Airflow connection in the
+    ``AWS_*`` variables, unless the process has its own keys or endpoint."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_ENDPOINT_URL"):
+        return
+    store = lookup(OBJECT_STORE_CONNECTION)
+    if store is not None:
+        environment = object_store_environment(store)
+        if "AWS_SECRET_ACCESS_KEY" in environment:
+            register_secret(environment["AWS_SECRET_ACCESS_KEY"])  # masked in task logs
+        os.environ.update(environment)
+        logger.info("object store from Airflow connection %s", OBJECT_STORE_CONNECTION)
 
 
 def use_state_store_connection() -> None:

@@ -1,15 +1,20 @@
-"""The Spark master and the state store of a task's command, from Airflow connections.
+"""The Spark master, the state store and the object store of a task's command, from
+Airflow connections.
 
-In a deployment, operators keep the cluster's address and the state store's credentials
-in Airflow connections (``enrich_spark``, ``enrich_state_store``: an ``AIRFLOW_CONN_*``
-variable, a secrets backend or the UI), not in the pipeline's YAML. A task reads them just
+In a deployment, operators keep the cluster's address, the state store's credentials and
+the object store's endpoint and keys in Airflow connections (``enrich_spark``,
+``enrich_state_store``, ``enrich_object_store``: an ``AIRFLOW_CONN_*`` variable, a secrets
+backend or the UI), not in the pipeline's YAML. A task reads them just
 before it runs its ``enrich`` command. The command line and the process environment still
 win, so one setting on a worker overrides every DAG:
 
 - Spark master: ``enrich --master``, then ``SPARK_MASTER``, then the ``enrich_spark``
   connection, then the config's ``spark.master``, then ``local[2]``;
 - state store: ``ENRICH_STATE_STORE``, then the ``enrich_state_store`` connection, then the
-  config's ``warehouse.state_store``, then SQLite under the warehouse.
+  config's ``warehouse.state_store``, then SQLite under the warehouse;
+- object store: the ``AWS_*`` variables of the process, else the ``enrich_object_store``
+  connection (type ``aws``: login the access key id, password the secret; extra
+  ``endpoint_url`` and ``region_name``), else the AWS SDK's own defaults.
 
 The conversions are plain functions of the connection's fields (:class:`ConnectionFields`)
 so they are tested without Airflow; only :func:`lookup` imports it.
@@ -18,7 +23,8 @@ so they are tested without Airflow; only :func:`lookup` imports it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import ConfigError
@@ -27,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 SPARK_CONNECTION = "enrich_spark"
 STATE_STORE_CONNECTION = "enrich_state_store"
+OBJECT_STORE_CONNECTION = "enrich_object_store"
 DEFAULT_SPARK_PORT = 7077
 
 
@@ -41,6 +48,7 @@ class ConnectionFields:
     login: str | None = None
     password: str | None = None
     schema: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, connection: Any) -> ConnectionFields:
@@ -52,6 +60,7 @@ class ConnectionFields:
             login=connection.login or None,
             password=connection.password or None,
             schema=connection.schema or None,
+            extra=dict(connection.extra_dejson or {}),
         )
 
 
@@ -103,6 +112,32 @@ def state_store_url(connection: ConnectionFields) -> str:
         database=connection.schema,
     )
     return url.render_as_string(hide_password=False)
+
+
+def object_store_environment(connection: ConnectionFields) -> dict[str, str]:
+    """The ``AWS_*`` variables of an ``aws`` connection (the Amazon provider's fields:
+    login/password the key pair, extra ``endpoint_url``, ``region_name``)."""
+    if connection.conn_type not in ("aws", "s3"):
+        raise ConfigError(
+            f"Airflow connection {connection.conn_id!r}: expected conn_type 'aws' (an "
+            f"S3-compatible object store), found {connection.conn_type!r}"
+        )
+    if (connection.login is None) != (connection.password is None):
+        raise ConfigError(
+            f"Airflow connection {connection.conn_id!r}: expected both login (the access key "
+            "id) and password (the secret access key), or neither"
+        )
+    environment: dict[str, str] = {}
+    if connection.login is not None and connection.password is not None:
+        environment["AWS_ACCESS_KEY_ID"] = connection.login
+        environment["AWS_SECRET_ACCESS_KEY"] = connection.password
+    endpoint = connection.extra.get("endpoint_url") or connection.host
+    if endpoint:
+        environment["AWS_ENDPOINT_URL"] = str(endpoint)
+    region = connection.extra.get("region_name")
+    if region:
+        environment["AWS_REGION"] = str(region)
+    return environment
 
 
 def lookup(conn_id: str) -> ConnectionFields | None:

@@ -18,6 +18,7 @@ from orchestration.airflow_tasks import (
 from orchestration.connections import (
     ConnectionFields,
     lookup,
+    object_store_environment,
     spark_master_url,
     state_store_url,
 )
@@ -83,6 +84,55 @@ def test_connections_come_from_airflow_and_give_way_to_the_environment(
     monkeypatch.setenv(STATE_STORE_ENV, "sqlite:///kept.db")
     assert connection_settings(["ingest"]) == []
     assert os.environ[STATE_STORE_ENV] == "sqlite:///kept.db"
+
+
+def test_the_object_store_connection_becomes_aws_variables_and_bad_ones_are_refused() -> None:
+    fields = ConnectionFields(
+        "enrich_object_store",
+        "aws",
+        login="AKIDEXAMPLE",
+        password="s3cr3t/key+x",
+        extra={"endpoint_url": "http://127.0.0.1:8333", "region_name": "eu-west-1"},
+    )
+    assert object_store_environment(fields) == {
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t/key+x",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8333",
+        "AWS_REGION": "eu-west-1",
+    }
+    # No keys: the AWS SDK's own providers (an instance role) decide.
+    assert object_store_environment(ConnectionFields("o", "aws")) == {}
+    with pytest.raises(ConfigError, match=r"expected conn_type 'aws'.*'postgres'"):
+        object_store_environment(ConnectionFields("o", "postgres", login="a", password="b"))
+    with pytest.raises(ConfigError, match="expected both login"):
+        object_store_environment(ConnectionFields("o", "aws", login="only-the-id"))
+
+
+def test_the_object_store_connection_gives_way_to_the_environment(
+    airflow_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from common.secrets import redact
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"):
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ENRICH_OBJECT_STORE",
+        '{"conn_type": "aws", "login": "AKIDTASK", "password": "task-secret-value", '
+        '"extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "us-east-2"}}',
+    )
+    connection_settings(["ingest"])
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "AKIDTASK"
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+    assert os.environ["AWS_REGION"] == "us-east-2"
+    assert "task-secret-value" not in redact("key task-secret-value in a message")
+    # A worker's own keys win over the connection.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDOWN")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "own-secret")
+    connection_settings(["ingest"])
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "AKIDOWN"
 
 
 def test_params_become_stage_options_and_bad_ones_are_refused() -> None:

@@ -255,3 +255,35 @@ def test_bad_env_references_name_the_key_and_variable(
         parse_config(raw)
     assert message in str(info.value)
     assert raw["warehouse"]["state_store"] == value  # the input is left as it was
+
+
+def test_an_object_store_root_keeps_the_drivers_files_in_a_local_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.layout import WarehouseLayout
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENRICH_STATE_STORE", raising=False)
+    raw = copy.deepcopy(VALID)
+    raw["warehouse"] = {"root": "s3://bucket/wh"}
+    raw["streams"]["orders"]["landing"] = "s3://bucket/landing/orders"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    config = load_config(path)
+    assert config.warehouse.root == "s3://bucket/wh" and config.uses_object_store()
+    assert config.warehouse.local_root == str(tmp_path / "var" / "t")
+    assert config.warehouse.resolved_state_store() == (
+        f"sqlite:///{tmp_path / 'var' / 't' / '_state' / 'pipeline.db'}"
+    )
+    layout = WarehouseLayout.of(config)
+    assert layout.published("out1") == "s3://bucket/wh/gold/out1"
+    assert layout.gx_project() == str(tmp_path / "var" / "t" / "_quality")
+    assert layout.master(config, "m") == "s3://bucket/wh/masters/m"
+    # An explicit local folder is anchored like every path; a local root is its own.
+    raw["warehouse"]["local_root"] = "driver"
+    path.write_text(yaml.safe_dump(raw))
+    assert load_config(path).warehouse.local_root == str(tmp_path / "driver")
+    assert not parse_config(VALID).uses_object_store()
+    # Parsed without load_config (no anchoring), an object-store root has no local folder.
+    with pytest.raises(ConfigError, match=r"warehouse\.local_root"):
+        parse_config({**VALID, "warehouse": {"root": "s3://bucket/wh"}}).warehouse.driver_root()
