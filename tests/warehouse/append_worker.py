@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 
 from tests.helpers import TEST_SPARK_CONF
 from warehouse.delta import AppTransaction, open_engine
+from warehouse.object_store import ObjectStore, is_object_store
 from warehouse.spark import SparkSettings, build_session
 
 SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("writer", T.StringType())])
@@ -84,7 +85,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold")
     args = parser.parse_args(argv)
     label = args.label or args.app_id
-    spark = build_session(SparkSettings(app_name=label, master="local[1]", conf=TEST_SPARK_CONF))
+    # A table in an object store: the store the environment names (warehouse.object_store).
+    store = ObjectStore.from_environment() if is_object_store(args.table) else None
+    spark = build_session(
+        SparkSettings(app_name=label, master="local[1]", conf=TEST_SPARK_CONF, object_store=store)
+    )
     engine = open_engine(spark, args.engine)
     if args.barrier:
         engine.commit_guard = barrier_guard(args.barrier, label)

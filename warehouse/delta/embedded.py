@@ -123,6 +123,7 @@ from warehouse.delta.log_writer import (
     add_action,
     commit_info_action,
     remove_action,
+    sync_files,
     txn_action,
     writable,
     write_commit,
@@ -734,8 +735,9 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 footer = _write_parquet(data, handle)
             size = int(filesystem.get_file_info(located).size or 0)
             now_ms = int(datetime.now().timestamp() * 1000)
-            written = _Written.of(
-                [_added_file(filesystem, located, relative, size, {}, now_ms, footer)]
+            written = _durable(
+                root,
+                _Written.of([_added_file(filesystem, located, relative, size, {}, now_ms, footer)]),
             )
         return self._commit_append(root, tip, written, existing, [], txn, commit_id)
 
@@ -802,7 +804,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 )
             )
         logger.debug("linked %d file(s) of %s under %s/%s", len(added), source_root, root, prefix)
-        return _Written.of(added)
+        return _durable(root, _Written.of(added))
 
     def _write(
         self,
@@ -1137,7 +1139,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             else:
                 added = [write(*piece) for piece in pieces]
         logger.debug("wrote %d file(s) under %s/%s", len(added), root, prefix)
-        return _Written.of(added)
+        return _durable(root, _Written.of(added))
 
     def _write_files(self, root: str, data: DataFrame, partitions: list[str]) -> _Written:
         prefix = uuid.uuid4().hex[:20]
@@ -1161,7 +1163,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 _added_file(filesystem, info.path, f"{prefix}/{relative}", size, values, now_ms)
             )
         logger.debug("wrote %d file(s) under %s", len(added), staging)
-        return _Written.of(added)
+        return _durable(root, _Written.of(added))
 
     def _commit_append(
         self,
@@ -1803,6 +1805,14 @@ def _arrow_of_files(
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts)
+
+
+def _durable(root: str, written: _Written) -> _Written:
+    """``written``, its files flushed to disk on a local table (a commit must never outlive
+    the files it names); an object store's PUT is durable when it returns."""
+    if "://" not in root:
+        sync_files(f"{root.rstrip('/')}/{add.path}" for add in written.adds)  # raw names
+    return written
 
 
 def _filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:

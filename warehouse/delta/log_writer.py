@@ -21,6 +21,9 @@ Invariants:
   temporary file, which fails when the name exists; no reader sees a partial file).
 - The actions reference files by the paths their adds had in the log, so delta-rs and
   delta-spark reconcile a remove with its add.
+- Durable: the commit file and the log folder's entry are fsynced, and the engine fsyncs
+  the data files a commit adds before it commits (:func:`sync_files`), so a commit that
+  survives a machine crash never names a file that did not.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -161,6 +164,8 @@ def write_commit(root: str, version: int, actions: Sequence[Mapping[str, Any]]) 
     staged = os.path.join(log, f"_commit_{uuid.uuid4()}.json.tmp")
     with open(staged, "x", encoding="utf-8") as handle:
         handle.write(commit_text(actions))
+        handle.flush()
+        os.fsync(handle.fileno())  # on disk before its name makes the version visible
     try:
         os.link(staged, target)  # fails when the name exists: put-if-absent
     except FileExistsError:
@@ -168,4 +173,28 @@ def write_commit(root: str, version: int, actions: Sequence[Mapping[str, Any]]) 
     finally:
         with contextlib.suppress(OSError):  # a stray temporary file is harmless
             os.unlink(staged)
+    _sync_directory(log)  # the new name survives a power loss too
     return True
+
+
+def sync_files(paths: Iterable[str]) -> None:
+    """Flush local files and their folders' entries to disk: the data files a commit is
+    about to reference must outlive a crash of the machine if the commit does."""
+    folders = set()
+    for path in paths:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        folders.add(os.path.dirname(path))
+    for folder in folders:
+        _sync_directory(folder)
+
+
+def _sync_directory(folder: str) -> None:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
