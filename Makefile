@@ -1,5 +1,6 @@
-# All set-up is done here, so that a fresh machine with Python 3.11, Java 17 and make needs
-# nothing else: `make demo` runs the main job on embedded defaults, `make test` runs the tests.
+# All set-up is done here, so that a fresh machine with Python 3.11, Java 17, Go and make
+# needs nothing else: `make demo` runs the main job on embedded defaults, `make test` runs the
+# tests (and builds the S3 server they start, see object-store-deps).
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -40,7 +41,21 @@ DELTA_JARS     := io.delta:delta-spark_4.1_2.13:4.4.0 io.delta:delta-storage:4.4
 COMPOSE_GO     := github.com/compose-spec/compose-go/v2@v2.16.2
 COMPOSE_SCHEMA := var/schemas/compose-spec.json
 
-.PHONY: setup bytecode jvm-archive jars docs-assets compose-schema browser-deps postgres-deps demo spark-server test lint typecheck unit bench clean
+# The object-store tests run on a real S3 server that the tests start themselves on loopback
+# (tests/object_store_server.py): SeaweedFS (Apache-2.0), a maintained open-source S3 server
+# that the Go module proxy serves, which enforces `If-None-Match: *` on concurrent PUTs of one
+# key (delta-rs's commits rely on it) and starts in seconds (`weed mini`: ~5 s until its first
+# conditional write). This version is the only pin.
+# Its go.mod has replace directives, so `go install module@version` refuses it: `go mod
+# download` fetches the pinned source and `go build` builds its weed command (~4 min on two
+# cores), once per user and version into a cache outside the checkout, so a fresh clone (as
+# CI's) reuses it; var/bin/weed links to it.
+SEAWEEDFS_MODULE  := github.com/seaweedfs/seaweedfs
+SEAWEEDFS_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+SEAWEEDFS_CACHE   := $${XDG_CACHE_HOME:-$$HOME/.cache}/stream-enrichment/seaweedfs-$(SEAWEEDFS_VERSION)
+WEED              := var/bin/weed
+
+.PHONY: setup bytecode jvm-archive jars docs-assets compose-schema browser-deps postgres-deps object-store-deps demo spark-server test lint typecheck unit bench clean
 
 setup: $(STAMP) bytecode jars docs-assets compose-schema jvm-archive
 
@@ -114,6 +129,20 @@ postgres-deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 	@ls $(PG_INITDB) >/dev/null 2>&1 || { echo "error: no $(PG_INITDB) after installing postgresql"; exit 2; }
 
+# Phony: the cache lives outside the checkout, so the check runs every time (instantly once
+# built). The build goes to a temporary name first: an interrupted one never looks finished.
+object-store-deps:
+	@cache="$(SEAWEEDFS_CACHE)"; \
+	if [ ! -x "$$cache/weed" ]; then \
+		command -v go >/dev/null || { echo "error: go not found (needed to build SeaweedFS $(SEAWEEDFS_VERSION), the S3 server the tests start)"; exit 2; }; \
+		echo "building SeaweedFS $(SEAWEEDFS_VERSION) into $$cache (once per user and version, a few minutes)"; \
+		src=$$(cd /tmp && GOFLAGS=-mod=mod go mod download -json $(SEAWEEDFS_MODULE)@$(SEAWEEDFS_VERSION) \
+			| $(PYTHON) -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))') || exit 2; \
+		mkdir -p "$$cache" && (cd "$$src" && go build -trimpath -o "$$cache/weed.tmp" ./weed) || exit 2; \
+		mv "$$cache/weed.tmp" "$$cache/weed"; \
+	fi; \
+	mkdir -p $(dir $(WEED)) && ln -sfn "$$cache/weed" $(WEED)
+
 # Re-fetched into a fresh folder when the Makefile (the list) changes.
 $(DOCS_ASSETS)/.fetched: Makefile
 	@command -v npm >/dev/null || { \
@@ -155,7 +184,7 @@ typecheck: setup
 # (PYTEST_WORKERS=3) took 49.3 min where two took 44.6 min.
 PYTEST_WORKERS ?= 2
 
-unit: setup browser-deps postgres-deps
+unit: setup browser-deps postgres-deps object-store-deps
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test: lint typecheck unit

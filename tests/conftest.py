@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.helpers import TEST_SPARK_CONF
+from tests.object_store_server import S3Server, started_s3_server
 from tests.postgres import PostgresServer
 from warehouse.spark import SparkSettings, build_session, delta_jars, delta_jars_dir, has_delta_jars
 
@@ -178,3 +179,19 @@ def base(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert validate(h, "r1") == 0
     h.store.dispose()
     return root
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) on 127.0.0.1, started on first use, stopped at the end."""
+    server = started_s3_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> str:
+    """A fresh, empty bucket of this test's own on the session's S3 server."""
+    return s3_server.create_bucket("test")
