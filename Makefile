@@ -33,6 +33,11 @@ PG_INITDB   := /usr/lib/postgresql/*/bin/initdb
 # table reads and writes load (scala-library, jackson, parquet, hadoop client).
 DELTA_JARS_DIR := var/jars
 DELTA_JARS     := io.delta:delta-spark_4.1_2.13:4.4.0 io.delta:delta-storage:4.4.0
+OBJECT_STORE_JARS_DIR := var/jars-s3
+comma := ,
+SPARK_SHIPS := $(subst $() ,$(comma),netty-buffer netty-codec netty-codec-http netty-codec-http2 \
+	netty-common netty-handler netty-resolver netty-transport netty-transport-classes-epoll \
+	netty-transport-native-unix-common commons-codec commons-logging httpclient httpcore slf4j-api)
 
 # docker-compose.yml is checked against the Compose Specification's JSON schema, as
 # compose-go (the library `docker compose` parses files with) ships it. The Go module proxy
@@ -89,7 +94,7 @@ $(JVM_ARCHIVE_STAMP): $(STAMP) $(DELTA_JARS_DIR)/.fetched warehouse/jvm_archive.
 	$(PY) -m warehouse.jvm_archive
 	touch $(JVM_ARCHIVE_STAMP)
 
-jars: $(DELTA_JARS_DIR)/.fetched
+jars: $(DELTA_JARS_DIR)/.fetched $(OBJECT_STORE_JARS_DIR)/.fetched
 
 # Re-fetched when the Makefile (the coordinates) changes; a fresh folder each time, so jars
 # of a previous version never stay on the classpath beside the new ones.
@@ -104,6 +109,22 @@ $(DELTA_JARS_DIR)/.fetched: Makefile
 	done
 	echo "$(DELTA_JARS)" > $(DELTA_JARS_DIR).tmp/.fetched
 	rm -rf $(DELTA_JARS_DIR) && mv $(DELTA_JARS_DIR).tmp $(DELTA_JARS_DIR)
+
+# Hadoop S3A and the AWS SDK modules it loads, for Spark's s3:// paths: the versions and the
+# reasons are in deps/object-store-jars.xml. Jars Spark already ships are left out, so that
+# Spark's own versions stay the only ones on the class path. warehouse/spark.py puts them on
+# spark.jars for a pipeline that uses an object store.
+$(OBJECT_STORE_JARS_DIR)/.fetched: deps/object-store-jars.xml
+	@command -v mvn >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
+	rm -rf $(OBJECT_STORE_JARS_DIR).tmp
+	mvn -q -B -f deps/object-store-jars.xml \
+		org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+		-DincludeScope=runtime -DexcludeArtifactIds=$(SPARK_SHIPS) \
+		-DoutputDirectory=$(CURDIR)/$(OBJECT_STORE_JARS_DIR).tmp || exit 2
+	touch $(OBJECT_STORE_JARS_DIR).tmp/.fetched
+	rm -rf $(OBJECT_STORE_JARS_DIR) && mv $(OBJECT_STORE_JARS_DIR).tmp $(OBJECT_STORE_JARS_DIR)
 
 compose-schema: $(COMPOSE_SCHEMA)
 

@@ -19,7 +19,14 @@ from pyspark.sql import SparkSession
 from tests.helpers import TEST_SPARK_CONF
 from tests.object_store_server import S3Server, started_s3_server
 from tests.postgres import PostgresServer
-from warehouse.spark import SparkSettings, build_session, delta_jars, delta_jars_dir, has_delta_jars
+from warehouse.spark import (
+    SparkSettings,
+    build_session,
+    delta_jars,
+    delta_jars_dir,
+    has_delta_jars,
+    object_store_jars,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +98,9 @@ def spark() -> Iterator[SparkSession]:
                 **TEST_SPARK_CONF,
                 "spark.sql.shuffle.partitions": "2",
                 "spark.driver.memory": "2g",
+                # Hadoop S3A, so that in-process tests reach the object store too (each
+                # points the session at its server: warehouse.spark.use_object_store).
+                "spark.jars": ",".join(object_store_jars()),
             },
             remote=None,
         )

@@ -53,7 +53,8 @@ def load_orders(con: duckdb.DuckDBPyConnection, json_glob: str) -> int:
         f"CREATE TABLE orders AS SELECT * FROM read_json('{json_glob}', "
         f"format='newline_delimited', columns={ORDERS_COLUMNS})"
     )
-    return int(con.execute("SELECT count(*) FROM orders").fetchone()[0])  # type: ignore[index]
+    ((count,),) = con.execute("SELECT count(*) FROM orders").fetchall()
+    return int(count)
 
 
 def enriched_orders(
