@@ -60,7 +60,7 @@ SEAWEEDFS_VERSION := v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_CACHE   := $${XDG_CACHE_HOME:-$$HOME/.cache}/stream-enrichment/seaweedfs-$(SEAWEEDFS_VERSION)
 WEED              := var/bin/weed
 
-.PHONY: setup bytecode jvm-archive jars docs-assets compose-schema browser-deps postgres-deps object-store-deps demo spark-server test lint typecheck unit bench clean
+.PHONY: setup bytecode jvm-archive jars docs-assets compose-schema browser-deps postgres-deps object-store-deps demo demo-s3 spark-server test lint typecheck unit bench clean
 
 setup: $(STAMP) bytecode jars docs-assets compose-schema jvm-archive
 
@@ -178,6 +178,11 @@ $(DOCS_ASSETS)/.fetched: Makefile
 
 demo: setup
 	$(PY) -m orchestration.demo_run
+
+# The same demo with the warehouse and the landing zones in an S3-compatible object store: a
+# SeaweedFS server (object-store-deps) started on loopback for the demo's duration.
+demo-s3: setup object-store-deps
+	$(PY) -m orchestration.demo_run --object-store
 
 # A warm Spark Connect server for commands whose config sets spark.remote (or SPARK_REMOTE);
 # runs in the foreground until Ctrl-C. CONFIG picks the master, settings and address.

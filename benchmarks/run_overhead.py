@@ -127,13 +127,14 @@ def prepare(seed: Path, scale: float, intervals: int) -> Manifest:
 
 def deliver_interval(folder: Path, manifest: Manifest, index: int) -> None:
     from demo.data import deliver
+    from pipeline.config import parse_config
 
     # The raw config: load_config would anchor the relative landing paths at this process's
     # working directory, not at the mode's folder.
-    streams = yaml.safe_load((folder / "demo.yaml").read_text())["streams"]
+    streams = parse_config(yaml.safe_load((folder / "demo.yaml").read_text())).streams
     outbox = folder / "var/demo/outbox"
     for stream in manifest.streams:
-        deliver(outbox, stream, index, folder / streams[stream]["landing"])
+        deliver(outbox, stream, index, folder / streams[stream].landing)
 
 
 def task_phases(folder: Path, run_prefix: str) -> dict[str, dict[str, float]]:

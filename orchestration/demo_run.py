@@ -7,7 +7,13 @@
 4. Runs the daily ``quality_report_demo`` DAG for the day of those intervals.
 5. Prints where the staged and published outputs, the run report and the Data Docs are.
 
-Usage: python -m orchestration.demo_run [--intervals N] [--scale SF] [--zipf Z]
+With ``--object-store`` (``make demo-s3``) the warehouse and the landing zones are in an
+S3-compatible object store: a SeaweedFS server started on loopback for the demo's duration
+(:mod:`orchestration.object_store_server`), bucket ``demo``; the config's
+``ENRICH_DEMO_WAREHOUSE`` and ``ENRICH_DEMO_LANDING`` point there, the ``AWS_*`` variables
+carry its endpoint and keys, and the driver's own files stay in ``var/demo``.
+
+Usage: python -m orchestration.demo_run [--intervals N] [--scale SF] [--zipf Z] [--object-store]
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +36,7 @@ from orchestration.airflow_env import REPO_ROOT, prepare_airflow_home
 CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 DAG_ID = "enrich_demo"
 REPORT_DAG_ID = "quality_report_demo"
+DEMO_BUCKET = "demo"
 
 logger = logging.getLogger("demo")
 
@@ -37,6 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--intervals", type=int, default=3)
     parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--zipf", type=float, default=0.0)
+    parser.add_argument(
+        "--object-store",
+        action="store_true",
+        help="the warehouse and landing zones in a local S3 server (SeaweedFS) started for it",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     configure_command_logging("INFO", ("demo",))
     started = time.monotonic()
@@ -48,11 +62,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(folder, ignore_errors=True)
     prepare_airflow_home(var / "airflow")
 
-    try:
-        return _run(args, started)
-    finally:
+    with ExitStack() as stack:
+        if args.object_store:
+            stack.enter_context(_object_store())
         # The DAG's tasks ran in the pipeline's warm worker; a demo leaves none behind.
-        stop_worker(CONFIG)
+        stack.callback(stop_worker, CONFIG)
+        code = _run(args, started)
+    return code
+
+
+@contextmanager
+def _object_store() -> Iterator[None]:
+    """A SeaweedFS server on loopback with the bucket ``demo``, and the environment that
+    points the demo config and every library at it, for the block's duration."""
+    from orchestration.object_store_server import started_s3_server
+
+    server = started_s3_server()
+    saved = dict(os.environ)
+    try:
+        server.client().create_bucket(Bucket=DEMO_BUCKET)
+        os.environ.update(server.environment())
+        os.environ["ENRICH_DEMO_WAREHOUSE"] = f"s3://{DEMO_BUCKET}/warehouse"
+        os.environ["ENRICH_DEMO_LANDING"] = f"s3://{DEMO_BUCKET}/landing"
+        logger.info("object store: SeaweedFS at %s, bucket %s", server.endpoint, DEMO_BUCKET)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
 
 
 def _run(args: argparse.Namespace, started: float) -> int:
@@ -70,10 +107,11 @@ def _run(args: argparse.Namespace, started: float) -> int:
     configure_command_logging("INFO", ("demo",))  # Airflow replaced the root handler
 
     from demo.data import deliver
+    from demo.prepare import demo_folder
     from pipeline.config import load_config
 
     config = load_config(CONFIG)
-    outbox = Path(config.warehouse.root).parent / "outbox"
+    outbox = demo_folder(config) / "outbox"
     manifest = json.loads((outbox / "manifest.json").read_text())
     bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
     dag, report_dag = bag.get_dag(DAG_ID), bag.get_dag(REPORT_DAG_ID)
@@ -83,7 +121,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
     step = timedelta(seconds=manifest["interval_seconds"])
     for index, start_text in enumerate(manifest["intervals"]):
         for stream in manifest["streams"]:
-            deliver(outbox, stream, index, Path(config.streams[stream].landing))
+            deliver(outbox, stream, index, config.streams[stream].landing)
         end = datetime.fromisoformat(start_text).replace(tzinfo=UTC) + step
         logger.info(
             "DAG run %d/%d for interval ending %s", index + 1, len(manifest["intervals"]), end
@@ -98,6 +136,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
     from deltalake import DeltaTable
 
     from pipeline.layout import WarehouseLayout
+    from warehouse.object_store import storage_options
 
     layout = WarehouseLayout.of(config)
     print("\nEnriched outputs (Delta tables): staged by the operators, published after audit")
@@ -106,7 +145,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
             ("staged", layout.staged(stage.output)),
             ("published", layout.published(stage.output)),
         ):
-            table = DeltaTable(path)
+            table = DeltaTable(path, storage_options=storage_options(path))
             print(
                 f"  {stage.output:<20} {kind:<9} {table.count():>8} rows  "
                 f"v{table.version():<3} {path}"

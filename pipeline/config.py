@@ -12,7 +12,9 @@ Any string value may reference environment variables as ``${NAME}`` (``$${`` is 
       state_store: postgresql+psycopg://enrich:${ENRICH_DB_PASSWORD}@db.internal/enrich
 
 References are resolved when the config is loaded; an unset variable is a
-:class:`ConfigError` naming the key and the variable. Resolved values live only in the
+:class:`ConfigError` naming the key and the variable, unless the reference gives a default
+as a shell does, ``${NAME:-default}`` (used when NAME is unset or empty): one config then
+runs on local disk and, with a variable set, on an object store. Resolved values live only in the
 loaded model: they are never written back or logged, and the values of secret-looking
 variables and keys, and URL passwords, are registered with :mod:`common.secrets` so that
 log lines mask them.
@@ -66,8 +68,9 @@ SIMPLE_TYPES = (
     "timestamp",
 )
 DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-# "$${" (a literal "${"), "${NAME}", or a "${" that starts no valid reference.
-ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
+# "$${" (a literal "${"), "${NAME}", "${NAME:-default}", or a "${" that starts no valid
+# reference.
+ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
 # The state store URL of every command when set: it beats `warehouse.state_store`.
 STATE_STORE_ENV = "ENRICH_STATE_STORE"
 
@@ -742,6 +745,9 @@ def _substitute(value: str, path: tuple[str, ...], source: str, env: Mapping[str
                 "with a digit), found a '${' that is unclosed or names no variable; write "
                 "$${ for a literal ${"
             )
+        default = match.group(2)
+        if default is not None and not env.get(name):
+            return default
         if name not in env:
             raise ConfigError(
                 f"invalid config {source}:\n  {key}: environment variable {name} is not set "

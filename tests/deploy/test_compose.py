@@ -35,6 +35,8 @@ PYSPARK_HOME = Path(__import__("pyspark").__file__).resolve().parent
 IMAGE_ROOT = "/opt/enrich/"  # where docker/Dockerfile copies the project
 # The official postgres image's own programs (the one service not built from the project).
 POSTGRES_IMAGE_PROGRAMS = frozenset({"pg_isready", "psql", "postgres"})
+# The SeaweedFS image's: its server (the entrypoint) and busybox's wget for the healthcheck.
+SEAWEEDFS_IMAGE_PROGRAMS = frozenset({"weed", "wget"})
 REFERENCE = re.compile(r"\$\{([^}]*)\}")
 
 
@@ -68,15 +70,25 @@ def test_the_team_topology_is_all_there_with_healthchecks() -> None:
         "spark-master",
         "spark-worker-1",
         "spark-worker-2",
+        "object-store",
     } <= set(services)
     for name, service in services.items():
         for dependency in service.get("depends_on", {}):
             assert dependency in services, f"{name} depends on unknown {dependency}"
         if name != "airflow-init":  # a one-shot job, waited for by completion
             assert "healthcheck" in service, f"{name} has no healthcheck"
-    for name in ("airflow-scheduler", "airflow-dag-processor", "spark-worker-1", "spark-worker-2"):
-        assert "warehouse:/data" in services[name]["volumes"], f"{name} must share the warehouse"
+    # No disk is shared: the warehouse is in the object store, the workers mount nothing.
+    for name in ("spark-worker-1", "spark-worker-2"):
+        assert not services[name].get("volumes"), f"{name} must not share a disk"
+    mounted = {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])}
+    assert "warehouse" not in mounted and "warehouse" not in compose()["volumes"]
     env = services["airflow-scheduler"]["environment"]
+    assert env["ENRICH_DEMO_WAREHOUSE"].startswith("s3://")
+    assert env["ENRICH_DEMO_LANDING"].startswith("s3://")
+    store = json.loads(env["AIRFLOW_CONN_ENRICH_OBJECT_STORE"])
+    assert store["conn_type"] == "aws"
+    assert store["extra"]["endpoint_url"] == "http://object-store:8333"
+    assert "object-store" in services["airflow-scheduler"]["depends_on"]
     assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
     assert env["AIRFLOW_CONN_ENRICH_SPARK"] == "spark://spark-master:7077"
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg://")
@@ -99,8 +111,16 @@ def test_every_command_is_a_program_the_image_installs_or_a_project_file() -> No
     checked = 0
     for name, argv in commands():
         program = argv[0]
-        if compose()["services"][name].get("image", "").startswith("postgres:"):
+        service = compose()["services"][name]
+        if service.get("image", "").startswith("postgres:"):
             assert program in POSTGRES_IMAGE_PROGRAMS, f"{name}: {program}"
+            continue
+        if service.get("image", "").startswith("chrislusf/seaweedfs:"):
+            # The command is the entrypoint's (weed's) subcommand; a healthcheck a program.
+            entry = service.get("entrypoint", [])
+            assert program in SEAWEEDFS_IMAGE_PROGRAMS or (
+                entry == ["weed"] and program == "mini"
+            ), f"{name}: {argv}"
             continue
         if program.startswith(IMAGE_ROOT):
             script = REPO_ROOT / program.removeprefix(IMAGE_ROOT)

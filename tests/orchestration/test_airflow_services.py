@@ -50,6 +50,7 @@ import pytest
 import yaml
 
 from demo.data import deliver
+from pipeline.config import parse_config
 from tests.conftest import REPO_ROOT
 from tests.postgres import PostgresServer
 from warehouse.connect_server import free_port
@@ -224,7 +225,8 @@ def prepare_pipeline(work: Path, start: dt.datetime) -> None:
     manifest = json.loads((outbox / "manifest.json").read_text())
     written = [dt.datetime.fromisoformat(i).replace(tzinfo=dt.UTC) for i in manifest["intervals"]]
     assert written == [start], manifest["intervals"]
-    deliver(outbox, "orders", 0, work / raw["streams"]["orders"]["landing"])
+    landing = parse_config(raw).streams["orders"].landing  # relative: the work folder's
+    deliver(outbox, "orders", 0, work / landing)
 
 
 @contextmanager

@@ -213,6 +213,21 @@ def test_env_references_are_resolved_at_load_time_and_never_written_back(
     assert redact(f"retrying with {password}") == "retrying with ***"  # registered for logs
 
 
+def test_env_references_with_a_default_use_it_when_the_variable_is_unset_or_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENRICH_TEST_ROOT", raising=False)
+    raw = mutated("warehouse", {"root": "${ENRICH_TEST_ROOT:-var/wh}/x", "engine": "auto"})
+    assert parse_config(raw).warehouse.root == "var/wh/x"
+    monkeypatch.setenv("ENRICH_TEST_ROOT", "")
+    assert parse_config(raw).warehouse.root == "var/wh/x"
+    monkeypatch.setenv("ENRICH_TEST_ROOT", "s3://bucket/wh")
+    assert parse_config(raw).warehouse.root == "s3://bucket/wh/x"
+    empty = mutated("warehouse", {"root": "a${ENRICH_TEST_UNSET_VARIABLE:-}b"})
+    monkeypatch.delenv("ENRICH_TEST_UNSET_VARIABLE", raising=False)
+    assert parse_config(empty).warehouse.root == "ab"
+
+
 def test_env_values_of_secret_looking_keys_are_masked_in_logs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
