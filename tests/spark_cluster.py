@@ -4,17 +4,26 @@ Started with the ``spark-class`` launcher of the installed pyspark package (the 
 the pipeline runs), each worker with one core, so the cluster has two executors' worth of
 slots on this machine. :func:`spark_cluster` waits until the master's JSON status page
 lists every worker ALIVE, and stops the processes (SIGTERM, then SIGKILL) afterwards.
+
+``hidden_from_workers`` runs the workers (and so the executors) in a mount namespace of
+their own in which those folders are empty (a tmpfs over each), with work folders outside
+them: as on a cluster whose hosts share no disk with the driver, an executor cannot read
+the driver's files, so whatever it reads must reach it another way (the object store, the
+files and jars Spark ships). The Python and Spark installation stays visible, as a
+cluster's hosts have their own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +55,27 @@ class SparkCluster:
         return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")
 
 
-def _launch(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+# Mounts an empty tmpfs over each of the first N arguments, then runs the rest.
+_HIDE = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do mount -t tmpfs -o size=64k,mode=0755 none "$1" '
+    '|| exit 97; shift; n=$((n - 1)); done; exec "$@"'
+)
+
+
+def _launch(
+    args: list[str], log: Path, env: dict[str, str], hidden: Sequence[Path] = ()
+) -> subprocess.Popen[bytes]:
     handle = log.open("wb")
+    prefix = (
+        [
+            *("unshare", "--mount", "--propagation", "private", "--"),
+            *("sh", "-c", _HIDE, "sh", str(len(hidden)), *map(str, hidden)),
+        ]
+        if hidden
+        else []
+    )
     return subprocess.Popen(
-        [str(SPARK_HOME / "bin" / "spark-class"), *args],
+        [*prefix, str(SPARK_HOME / "bin" / "spark-class"), *args],
         stdout=handle,
         stderr=subprocess.STDOUT,
         env=env,
@@ -70,9 +96,15 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def spark_cluster(
-    base: Path, workers: int = 2, worker_memory: str = "2g", timeout: float = 180
+    base: Path,
+    workers: int = 2,
+    worker_memory: str = "2g",
+    timeout: float = 180,
+    hidden_from_workers: Sequence[Path] = (),
 ) -> Iterator[SparkCluster]:
     base.mkdir(parents=True, exist_ok=True)
+    # The workers' own folders, outside every hidden one.
+    worker_root = Path(tempfile.mkdtemp(prefix="enrich-workers-")) if hidden_from_workers else base
     port, ui_port = free_port(), free_port()
     env = {
         **os.environ,
@@ -92,7 +124,7 @@ def spark_cluster(
     ]  # fmt: skip
     try:
         for index in range(workers):
-            work = base / f"worker{index}"
+            work = worker_root / f"worker{index}"
             work.mkdir(exist_ok=True)
             processes.append(
                 _launch(
@@ -103,7 +135,8 @@ def spark_cluster(
                         cluster.url,
                     ],
                     base / f"worker{index}.log",
-                    env,
+                    {**env, "SPARK_LOG_DIR": str(work / "logs")} if hidden_from_workers else env,
+                    hidden_from_workers,
                 )
             )
         deadline = time.monotonic() + timeout
@@ -122,3 +155,5 @@ def spark_cluster(
     finally:
         for process in reversed(processes):
             _stop(process)
+        if hidden_from_workers:
+            shutil.rmtree(worker_root, ignore_errors=True)
