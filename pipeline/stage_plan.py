@@ -35,6 +35,7 @@ from joins.ssbj.cache.cost_model import (
 )
 from pipeline.config import EquiStage, PipelineConfig, ThetaStage
 from pipeline.layout import WarehouseLayout
+from warehouse.object_store import storage_options
 from warehouse.state_store import StateStore
 
 # The fit needs more steps than its 4 unknowns to mean anything.
@@ -194,9 +195,9 @@ def _theta_plan(
 
 def _table_size(path: str) -> tuple[int, int]:
     """Rows and bytes of a Delta table's latest version, from its log (0, 0 if none)."""
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options(path)):
         return 0, 0
-    actions = DeltaTable(path).get_add_actions(flatten=True)
+    actions = DeltaTable(path, storage_options=storage_options(path)).get_add_actions(flatten=True)
     columns = {name: actions.column(name).to_pylist() for name in ("num_records", "size_bytes")}
     return (
         int(sum(v or 0 for v in columns["num_records"])),

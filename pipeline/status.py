@@ -18,6 +18,7 @@ from pipeline.completeness import completeness_status
 from pipeline.config import PipelineConfig
 from pipeline.late_table import LATE_SINCE, late_table
 from pipeline.layout import WarehouseLayout
+from warehouse.object_store import storage_options
 from warehouse.state_store import (
     DUPLICATE,
     LOADED,
@@ -31,17 +32,19 @@ from warehouse.state_store import (
 
 def table_version(path: str) -> int | None:
     """The latest version of the Delta table at ``path``, or None if there is none."""
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options(path)):
         return None
-    return DeltaTable(path).version()
+    return DeltaTable(path, storage_options=storage_options(path)).version()
 
 
 def late_tuples(path: str) -> dict[str, Any]:
     """Tuples waiting for late master rows (``operator.late_master``): how many, and since
     when the oldest waits; nothing for a stage without a late table."""
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options(path)):
         return {}
-    table = DeltaTable(path).to_pyarrow_table(columns=[LATE_SINCE])
+    table = DeltaTable(path, storage_options=storage_options(path)).to_pyarrow_table(
+        columns=[LATE_SINCE]
+    )
     since = pc.min(table.column(LATE_SINCE)).as_py() if table.num_rows else None
     return {"late_master_waiting": table.num_rows, "late_master_oldest_since": since}
 
