@@ -1,22 +1,36 @@
 """Landing-zone ingestion: complete micro-batch files into a stream's bronze Delta table.
 
+A stream's landing zone is a local directory or a prefix ``s3://bucket/prefix`` of an
+S3-compatible object store. Both keep one contract; where they differ (how a zone is listed,
+read and staged) lives behind :class:`~warehouse.landing_zone.LandingZone`
+(:mod:`warehouse.landing_local`, :mod:`warehouse.landing_s3`), how a staged file is checked
+and parsed in :mod:`warehouse.landing_parse`.
+
 Contract:
 
 - Producers place files atomically. Names starting with ``_`` or ``.`` are in progress and
-  ignored (``_staging`` is this module's own directory), as are directories.
-- Only regular files inside the landing directory are read. A symlink (to a file or a
+  ignored (``_staging`` is this module's own directory), as are directories; files in
+  subdirectories (key prefixes below the zone's, in an object store) are read. In an object
+  store a PUT is atomic and an unfinished multipart upload is no object, so producers need
+  no temporary names there.
+- Only regular files inside a landing directory are read. A symlink (to a file or a
   directory, even one inside the zone), a FIFO, socket or device, or a path that resolves
   outside the landing directory is refused: never opened, recorded ``rejected`` with the
-  reason, left in place. Files are opened with ``O_NOFOLLOW``.
-- The landing directory's path must not contain a glob character (``* ? [ ] { } \\``):
-  Spark expands them in every path it reads. Such a stream fails with :class:`ConfigError`.
+  reason, left in place. Files are opened with ``O_NOFOLLOW``. None of this applies to an
+  object store, which has no symlinks, special files or paths that resolve elsewhere: every
+  object listed below the prefix is read.
+- The landing directory's path (or object-store location) must not contain a glob character
+  (``* ? [ ] { } \\``): Spark expands them in every path it reads. Such a stream fails with
+  :class:`ConfigError`.
 - Each file is registered in the state store's ledger once, by (stream, path) with its size
-  and SHA-256. The pass that hashes a file that is to load also copies it to
-  ``<landing>/_staging/<ledger id>.<format>`` and, for CSV and JSON, checks that it is
-  UTF-8. Spark reads only that copy: exactly the bytes whose hash the ledger holds, under a
-  name made of ``[0-9a-z._/-]`` below the landing directory, which no glob can widen. The
-  copy is deleted once the file is loaded or rejected; copies left by a killed run are
-  deleted by the next. Ingestion therefore needs write access to the landing directory.
+  and SHA-256 (the path of an object is its ``s3://bucket/key``). The pass that hashes a
+  file that is to load also copies it to ``<landing>/_staging/<ledger id>.<format>`` (in
+  an object store, uploads it as ``<prefix>/_staging/<random hex>.<format>``) and, for CSV
+  and JSON, checks that it is UTF-8. Spark reads only that copy: exactly the bytes whose
+  hash the ledger holds, under a name made of ``[0-9a-z._/-]`` below the landing zone, which
+  no glob can widen. The copy is deleted once the file is loaded or rejected; copies left
+  by a killed run are deleted by the next. Ingestion therefore needs write access to the
+  landing directory (to ``<prefix>/_staging/`` in an object store).
 - A re-delivered identical file is skipped with a log line. Different content under the
   name of a file that is loaded or in flight is reported as an error on every run and
   nothing of it is loaded; deliver corrections under a new name.
@@ -55,52 +69,30 @@ Contract:
 
 from __future__ import annotations
 
-import codecs
-import csv
-import errno
-import hashlib
 import logging
-import os
-import stat
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import BinaryIO
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pa_json
-import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from common.errors import (
-    ConfigError,
-    IngestionError,
-    LedgerOrderError,
-    RefusedFileError,
-    SchemaDriftError,
-    UnreadableFileError,
-)
+from common.errors import IngestionError, LedgerOrderError, RefusedFileError, UnreadableFileError
 from warehouse.delta import AppTransaction, DeltaEngine
-from warehouse.delta.file_stats import column_stats
-from warehouse.delta.schema import arrow_to_spark
-from warehouse.record_identity import (
-    RESENT,
-    IdRange,
-    KnownRecords,
-    conflict_message,
-    id_range,
-    identity_reason,
-    known_records,
-    resent_message,
-    with_known,
+from warehouse.landing_location import rejected_in_place, zone_for
+from warehouse.landing_parse import (
+    FORMAT_NAMES,
+    ParsedFile,
+    StreamSource,
+    count_records,
+    parse_staged,
+    split_records,
+    unreadable,
 )
+from warehouse.landing_zone import FileRead, LandingEntry, LandingZone, StagedCopy, refused
+from warehouse.record_identity import IdRange, KnownRecords, id_range, known_records
 from warehouse.state_store import (
     DUPLICATE,
     LOADED,
@@ -112,44 +104,18 @@ from warehouse.state_store import (
     rejected_files_in_place,
 )
 
+# Exported as before; rejected_files_in_place answers for a local zone only (ingestion asks
+# its zone: landing_location.rejected_in_place).
+__all__ = ["IngestReport", "StreamSource", "ingest_stream", "rejected_files_in_place"]
+
 logger = logging.getLogger(__name__)
 
-CORRUPT = "_corrupt_record"
 SOURCE_FILE = "_source_file"
 BATCH_ID = "_batch_id"
-
-STAGING_DIR = "_staging"
-# Hadoop expands these in any path Spark is given (a backslash escapes the next one).
-GLOB_CHARACTERS = "*?[]{}\\"
 TEXT_FORMATS = frozenset({"csv", "json"})
-FORMAT_NAMES = {"csv": "CSV", "json": "JSON", "parquet": "Parquet"}
-BLOCK_BYTES = 1 << 20
-# JSON files up to this size have their keys checked in the driver (``_json_keys_in_driver``).
-DRIVER_JSON_BYTES = 128 * 1024**2
-NOT_REGULAR = "is not a regular file (a FIFO, socket or device); only regular files are read"
 
 # A new file is a duplicate if its content is that of a file of these statuses.
 DUPLICATE_OF = (REGISTERED, LOADED)
-
-
-@dataclass(frozen=True)
-class StreamSource:
-    """What ingestion needs to know about one stream."""
-
-    name: str
-    landing_dir: Path
-    format: str
-    schema: T.StructType
-    required: tuple[str, ...]
-    bronze_path: str
-    quarantine_path: str
-    bronze_schema: T.StructType
-    quarantine_schema: T.StructType
-    csv_header: bool = True
-    csv_delimiter: str = ","
-    id_column: str | None = None
-    """A record's id across files (the stream's ``id_column``): re-sent records are not
-    loaded twice (:mod:`warehouse.record_identity`). None: every record is new."""
 
 
 @dataclass
@@ -183,236 +149,31 @@ class IngestReport:
         }
 
 
-@dataclass(frozen=True)
-class LandingEntry:
-    """Something found in a landing directory that is not in progress."""
-
-    path: Path
-    size_bytes: int
-    mtime_ns: int
-    refusal: str | None  # why it is never read; None for a regular file inside the zone
-
-
-def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]:
-    """Entries of a landing directory, oldest first, and the directories that cannot be listed
-    (path: reason).
-
-    Symlinks are reported, never followed; in-progress names (``_``, ``.``) are skipped.
-    """
-    if not landing_dir.is_dir():
-        return [], {}
-    root = os.path.realpath(landing_dir)
-    entries: list[LandingEntry] = []
-    unlisted: dict[str, str] = {}
-
-    def cannot_list(error: OSError) -> None:
-        unlisted[str(error.filename)] = error.strerror or str(error)
-
-    for dirpath, dirnames, filenames in os.walk(landing_dir, onerror=cannot_list):
-        # os.walk lists a symlink to a directory among the directories and does not descend.
-        descend = []
-        for name in sorted(dirnames):
-            if name.startswith(("_", ".")):
-                continue
-            path = Path(dirpath, name)
-            if path.is_symlink():
-                entries.append(_entry(path, root))
-            else:
-                descend.append(name)
-        dirnames[:] = descend
-        for name in filenames:
-            if not name.startswith(("_", ".")):
-                try:
-                    entries.append(_entry(Path(dirpath, name), root))
-                except FileNotFoundError:
-                    logger.info("%s vanished while the landing zone was listed", name)
-    return sorted(entries, key=lambda e: (e.mtime_ns, str(e.path))), unlisted
-
-
-def _entry(path: Path, root: str) -> LandingEntry:
-    info = path.lstat()
-    return LandingEntry(path, info.st_size, info.st_mtime_ns, _refusal(path, info, root))
-
-
-def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
-    if stat.S_ISLNK(info.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        return f"is a symlink (to {target}); symlinks are never followed"
-    if not stat.S_ISREG(info.st_mode):
-        return NOT_REGULAR
-    resolved = os.path.realpath(path)
-    if os.path.commonpath([resolved, root]) != root:
-        return f"resolves to {resolved}, outside the landing directory {root}"
-    return None
-
-
 def ingest_stream(
     spark: SparkSession,
     engine: DeltaEngine,
     store: StateStore,
     source: StreamSource,
     run_id: str,
+    zone: LandingZone | None = None,
 ) -> IngestReport:
-    """Load every new complete file of one stream; see the module docstring for guarantees."""
-    _check_landing_dir(source)
+    """Load every new complete file of one stream; see the module docstring for guarantees.
+
+    ``zone``: where the files are; by default the zone at ``source.landing_dir``
+    (:func:`~warehouse.landing_location.zone_for`)."""
+    zone = zone if zone is not None else zone_for(source.landing_dir, source.format)
+    zone.check_location(source.name)
     engine.create_table(source.bronze_path, source.bronze_schema)
     engine.create_table(source.quarantine_path, source.quarantine_schema)
-    return _StreamIngest(spark, engine, store, source, run_id).run()
-
-
-def _check_landing_dir(source: StreamSource) -> None:
-    absolute = os.path.abspath(source.landing_dir)
-    found = sorted({c for c in absolute if c in GLOB_CHARACTERS})
-    if found:
-        raise ConfigError(
-            f"stream {source.name!r}: landing directory {absolute} contains {''.join(found)!r}; "
-            f"expected a path without any of {GLOB_CHARACTERS!r}, which Spark would expand as "
-            "a glob pattern when it reads the files staged below it. Rename the directory."
-        )
+    return _StreamIngest(spark, engine, store, source, run_id, zone).run()
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True)
-class _Read:
-    """What one pass over a landing file found."""
-
-    size_bytes: int
-    sha256: str
-    bad_utf8_at: int | None = None  # offset of the first byte that is not UTF-8
-
-
-def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> _Read:
-    """Hash a regular file without following a symlink; copy it and check UTF-8 on the way.
-
-    Raises FileNotFoundError if it is gone, :class:`RefusedFileError` if it is not a regular
-    file (any more), :class:`UnreadableFileError` if it cannot be read. An error writing the
-    copy is the staging area's, not the file's, and propagates as it is.
-    """
-    # O_NONBLOCK: a FIFO swapped in since the scan must not hang the open.
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise RefusedFileError(
-                _refused(path, "is a symlink; symlinks are never followed")
-            ) from e
-        raise UnreadableFileError(
-            f"{path}: cannot be opened ({e.strerror}). It is left in place; make it readable "
-            "or move it away."
-        ) from e
-    digest = hashlib.sha256()
-    decoder = codecs.getincrementaldecoder("utf-8")() if check_utf8 else None
-    size, bad_at = 0, None
-    with os.fdopen(fd, "rb") as handle, ExitStack() as stack:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise RefusedFileError(_refused(path, NOT_REGULAR))
-        copy = stack.enter_context(copy_to.open("xb")) if copy_to is not None else None
-        for block in _blocks(handle, path):
-            digest.update(block)
-            if copy is not None:
-                copy.write(block)
-            if decoder is not None and bad_at is None:
-                bad_at = _utf8_error_at(decoder, block, size, final=False)
-            size += len(block)
-    if decoder is not None and bad_at is None:
-        bad_at = _utf8_error_at(decoder, b"", size, final=True)
-    return _Read(size, digest.hexdigest(), bad_at)
-
-
-def _blocks(handle: BinaryIO, path: Path) -> Iterator[bytes]:
-    while True:
-        try:
-            block = handle.read(BLOCK_BYTES)
-        except OSError as e:
-            raise UnreadableFileError(
-                f"{path}: cannot be read ({e.strerror}). It is left in place; fix or move it."
-            ) from e
-        if not block:
-            return
-        yield block
-
-
-def _refused(path: Path, reason: str) -> str:
-    return (
-        f"{path}: refused: {reason}. It is never read and stays where it is; move it away "
-        "or replace it by a regular file."
-    )
-
-
-def _utf8_error_at(
-    decoder: codecs.IncrementalDecoder, block: bytes, offset: int, *, final: bool
-) -> int | None:
-    """The file offset of the first invalid byte in ``block`` (at ``offset``), or None."""
-    held = len(decoder.getstate()[0])  # bytes of a sequence split across blocks
-    try:
-        decoder.decode(block, final)
-    except UnicodeDecodeError as e:
-        return offset - held + e.start
-    return None
-
-
-class _Staging:
-    """The copies Spark reads: ``<landing>/_staging/<ledger id>.<format>``.
-
-    Every name in here is made of ``[0-9a-z.]``, so no Spark glob can match another file.
-    """
-
-    def __init__(self, source: StreamSource) -> None:
-        self.dir = Path(os.path.abspath(source.landing_dir / STAGING_DIR))
-        self.format = source.format
-        self._ready = False
-
-    def temp(self) -> Path:
-        if not self._ready:
-            self._prepare()
-        return self.dir / f"{uuid.uuid4().hex}.part"
-
-    def place(self, temp: Path, file_id: int) -> Path:
-        final = self.dir / f"{file_id}.{self.format}"
-        os.replace(temp, final)
-        return final
-
-    def _prepare(self) -> None:
-        try:
-            self.dir.mkdir(exist_ok=True)
-        except FileExistsError as e:  # a file or a dangling symlink holds the name
-            raise IngestionError(
-                f"{self.dir}: expected the pipeline's staging directory, found another kind of "
-                "file; move it away"
-            ) from e
-        except OSError as e:
-            raise IngestionError(
-                f"{self.dir}: cannot create the staging directory ({e.strerror}); ingestion "
-                "needs write access to the landing directory"
-            ) from e
-        if self.dir.is_symlink():
-            raise IngestionError(
-                f"{self.dir}: expected the pipeline's staging directory, found a symlink; move "
-                "it away (staged copies are never written through a link)"
-            )
-        # CLI commands hold the pipeline lease, so no other ingest uses this directory, and
-        # every copy is deleted once its file is done: whatever is here was left by a killed
-        # run.
-        for leftover in self.dir.iterdir():
-            if leftover.is_dir() and not leftover.is_symlink():
-                logger.warning("%s: unexpected directory in the staging area; left alone", leftover)
-                continue
-            logger.info("removing staged copy %s left by an earlier run", leftover)
-            leftover.unlink()
-        self._ready = True
-
-
 class _StreamIngest:
-    """One ingest of one stream: admit what the landing directory holds, then load it."""
+    """One ingest of one stream: admit what the landing zone holds, then load it."""
 
     def __init__(
         self,
@@ -421,11 +182,11 @@ class _StreamIngest:
         store: StateStore,
         source: StreamSource,
         run_id: str,
+        zone: LandingZone,
     ) -> None:
         self.spark, self.engine, self.store = spark, engine, store
-        self.source, self.run_id = source, run_id
+        self.source, self.run_id, self.zone = source, run_id, zone
         self.report = IngestReport(source.name)
-        self.staging = _Staging(source)
         self.text = source.format in TEXT_FORMATS
         # The highest ledger id committed to bronze; commits must only ever go up from it.
         self.committed = engine.transaction_version(source.bronze_path, self._app) or 0
@@ -438,13 +199,13 @@ class _StreamIngest:
         return f"ingest.{self.source.name}"
 
     def run(self) -> IngestReport:
-        entries, unlisted = scan_landing(self.source.landing_dir)
+        entries, unlisted = self.zone.scan()
         for directory, reason in unlisted.items():
             self._error(
                 f"{directory}: cannot be listed ({reason}); files below it are not ingested, "
                 "or looked for, until it can be"
             )
-        pending: list[tuple[LandingFile, Path]] = []
+        pending: list[tuple[LandingFile, StagedCopy]] = []
         try:
             for entry in entries:
                 admitted = self._admit(entry)
@@ -455,82 +216,92 @@ class _StreamIngest:
                 self._load(row, staged)
         finally:
             for _, staged in pending:
-                staged.unlink(missing_ok=True)
+                staged.delete()
         self._remind_rejected()
         self._log_summary()
         return self.report
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, entry: LandingEntry) -> tuple[LandingFile, Path] | None:
+    def _admit(self, entry: LandingEntry) -> tuple[LandingFile, StagedCopy] | None:
         """Register or skip one entry; return the ledger row and staged copy to load, if any."""
-        path = str(entry.path)
-        known = self.store.landing_file(self.source.name, path)
+        known = self.store.landing_file(self.source.name, entry.path)
         if entry.refusal is not None:
-            self.in_flight.pop(path, None)
-            self._refuse(entry, known, _refused(entry.path, entry.refusal))
+            self.in_flight.pop(entry.path, None)
+            self._refuse(entry, known, refused(entry.path, entry.refusal))
             return None
-        temps: list[Path] = []
+        temps: list[StagedCopy] = []
+        admitted = None
         try:
-            # Loaded and duplicate files are only hashed, to notice new content; anything
-            # that may load is copied in the same pass, so the copy is what was hashed.
-            copy = known is None or known.status not in (LOADED, DUPLICATE)
-            read = self._read(entry, known, temps, copy)
-            if read is None:
+            admitted = self._admit_read(entry, known, temps)
+            return admitted
+        finally:
+            kept = admitted[1].url if admitted is not None else None
+            for temp in temps:
+                if temp.url != kept:  # a local copy placed for loading has moved already
+                    temp.delete()
+
+    def _admit_read(
+        self, entry: LandingEntry, known: LandingFile | None, temps: list[StagedCopy]
+    ) -> tuple[LandingFile, StagedCopy] | None:
+        """Read an entry that is not refused (its copies into ``temps``) and decide."""
+        path = entry.path
+        # Loaded and duplicate files are only hashed, to notice new content; anything
+        # that may load is copied in the same pass, so the copy is what was hashed.
+        copy = known is None or known.status not in (LOADED, DUPLICATE)
+        read = self._read(entry, known, temps, copy)
+        if read is None:
+            return None
+        same = known is not None and (known.sha256, known.size_bytes) == (
+            read.sha256,
+            read.size_bytes,
+        )
+        if known is not None and known.status in (LOADED, REGISTERED):
+            if not same:
+                self._changed(entry, known, read)
                 return None
-            same = known is not None and (known.sha256, known.size_bytes) == (
-                read.sha256,
-                read.size_bytes,
-            )
-            if known is not None and known.status in (LOADED, REGISTERED):
-                if not same:
-                    self._changed(entry, known, read)
-                    return None
-                if known.status == LOADED:
-                    self._skip(entry, known)
-                    return None
-                if read.bad_utf8_at is not None:
-                    self._reject(known, self._not_utf8(entry, read))
-                    return None
-                logger.info("resume %s (ledger id %d)", path, known.id)
-                return known, self.staging.place(temps[-1], known.id)
-            if known is not None and same and known.status == DUPLICATE:
+            if known.status == LOADED:
                 self._skip(entry, known)
                 return None
-            if known is not None and same and known.status == REJECTED:
-                return None  # still rejected; _remind_rejected reports it
-            if not copy:  # a duplicate's name now holds new content: read it again, copying
-                read = self._read(entry, known, temps, copy=True)
-                if read is None:
-                    return None
-            return self._register(entry, known, read, temps[-1])
-        finally:
-            for temp in temps:
-                temp.unlink(missing_ok=True)  # a placed copy has moved away already
+            if read.bad_utf8_at is not None:
+                self._reject(known, self._not_utf8(entry, read))
+                return None
+            logger.info("resume %s (ledger id %d)", path, known.id)
+            return known, self.zone.place(temps[-1], known.id)
+        if known is not None and same and known.status == DUPLICATE:
+            self._skip(entry, known)
+            return None
+        if known is not None and same and known.status == REJECTED:
+            return None  # still rejected; _remind_rejected reports it
+        if not copy:  # a duplicate's name now holds new content: read it again, copying
+            read = self._read(entry, known, temps, copy=True)
+            if read is None:
+                return None
+        return self._register(entry, known, read, temps[-1])
 
     def _read(
-        self, entry: LandingEntry, known: LandingFile | None, temps: list[Path], copy: bool
-    ) -> _Read | None:
-        if copy:
-            temps.append(self.staging.temp())
+        self, entry: LandingEntry, known: LandingFile | None, temps: list[StagedCopy], copy: bool
+    ) -> FileRead | None:
         try:
-            read = _read_file(entry.path, temps[-1] if copy else None, self.text and copy)
+            read = self.zone.read(entry.path, stage=copy, check_utf8=self.text and copy)
         except FileNotFoundError:
             # Gone since the scan: if it was in flight, it is missing (unless it reappears).
             logger.info("%s vanished while it was being read", entry.path)
             return None
         except (RefusedFileError, UnreadableFileError) as e:
-            self.in_flight.pop(str(entry.path), None)
+            self.in_flight.pop(entry.path, None)
             self._refuse(entry, known, str(e))
             return None
-        self.in_flight.pop(str(entry.path), None)
+        if read.staged is not None:
+            temps.append(read.staged)
+        self.in_flight.pop(entry.path, None)
         return read
 
     def _register(
-        self, entry: LandingEntry, known: LandingFile | None, read: _Read, temp: Path
-    ) -> tuple[LandingFile, Path] | None:
+        self, entry: LandingEntry, known: LandingFile | None, read: FileRead, temp: StagedCopy
+    ) -> tuple[LandingFile, StagedCopy] | None:
         """Register a new delivery: a new name, or new content under a never-loaded name."""
-        path = str(entry.path)
+        path = entry.path
         original = self.store.landing_file_with_digest(self.source.name, read.sha256, DUPLICATE_OF)
         status, error = REGISTERED, None
         if original is not None:
@@ -568,13 +339,13 @@ class _StreamIngest:
         if status == REJECTED:
             self._rejected(row.path, error or "")
             return None
-        return row, self.staging.place(temp, row.id)
+        return row, self.zone.place(temp, row.id)
 
     def _skip(self, entry: LandingEntry, known: LandingFile) -> None:
         logger.info("skip %s: already %s (ledger id %d)", entry.path, known.status, known.id)
         self.report.files_skipped += 1
 
-    def _changed(self, entry: LandingEntry, known: LandingFile, read: _Read) -> None:
+    def _changed(self, entry: LandingEntry, known: LandingFile, read: FileRead) -> None:
         self._error(
             f"{entry.path}: content changed since it was registered on "
             f"{known.registered_at:%Y-%m-%d %H:%M:%S} (sha256 {known.sha256[:12]}…, "
@@ -582,7 +353,7 @@ class _StreamIngest:
             "Deliver corrections under a new file name."
         )
 
-    def _not_utf8(self, entry: LandingEntry, read: _Read) -> str:
+    def _not_utf8(self, entry: LandingEntry, read: FileRead) -> str:
         return (
             f"{entry.path}: is not valid UTF-8: byte {read.bad_utf8_at} does not decode; "
             f"expected a UTF-8 {FORMAT_NAMES[self.source.format]} file. The file is left in "
@@ -618,14 +389,14 @@ class _StreamIngest:
         """Mark missing the files registered earlier that are gone, not merely out of sight."""
         if not self.in_flight:
             return
-        if not self.source.landing_dir.is_dir():  # unmounted, say: nothing is known gone
+        if not self.zone.exists():  # unmounted, say: nothing is known gone
             self._error(
-                f"landing directory {self.source.landing_dir} of stream {self.source.name!r} "
+                f"landing directory {self.zone.location} of stream {self.source.name!r} "
                 f"is not there; expected it to hold {len(self.in_flight)} file(s) registered "
                 "by earlier runs and not loaded yet"
             )
             return
-        hidden = [d.rstrip(os.sep) + os.sep for d in unlisted]
+        hidden = [d.rstrip("/") + "/" for d in unlisted]
         for row in self.in_flight.values():
             if not row.path.startswith(tuple(hidden)):
                 self._vanished(row)
@@ -653,7 +424,7 @@ class _StreamIngest:
 
     # ------------------------------------------------------------------ loading
 
-    def _load(self, row: LandingFile, staged: Path) -> None:
+    def _load(self, row: LandingFile, staged: StagedCopy) -> None:
         """Load one staged file: its valid records to bronze, its malformed ones to the
         ingest quarantine, and the ledger row marked loaded.
 
@@ -662,14 +433,14 @@ class _StreamIngest:
         (``DataFrame.observe``). Only a file with malformed records is read a second time,
         for its quarantine append.
         """
-        path = Path(row.path)
+        path = row.path
         try:
             parsed_file = self._parse(row, staged)
             if parsed_file is None:
                 return
             parsed = parsed_file.frame
             counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
-            known = self._known(row, parsed_file, staged)
+            known = self._known(row, parsed_file)
             valid, _ = split_records(
                 parsed, self.source.schema, self.source.required, counts, known
             )
@@ -680,7 +451,7 @@ class _StreamIngest:
                     AppTransaction(self._app, row.id),
                 )
             except Py4JJavaError as e:
-                self._reject(row, str(_unreadable(e, self.source, path)))
+                self._reject(row, str(unreadable(e, self.source, path)))
                 return
             if outcome.committed:
                 observed = counts.get
@@ -689,7 +460,7 @@ class _StreamIngest:
             else:
                 # Bronze already held this file (a crash after its commit): no write job ran,
                 # nothing was observed, so the file is counted again.
-                received, bad, resent = _count_records(parsed, self.source, known)
+                received, bad, resent = count_records(parsed, self.source, known)
             if bad:
                 # A clean file commits nothing here: the bronze commit's app transaction
                 # alone marks it loaded, so a rerun has nothing to repeat either way.
@@ -702,7 +473,7 @@ class _StreamIngest:
                     AppTransaction(f"quarantine.{self.source.name}", row.id),
                 )
         finally:
-            staged.unlink(missing_ok=True)
+            staged.delete()
         self.committed = max(self.committed, row.id)
         self.store.update_landing_file(
             row.id,
@@ -735,7 +506,7 @@ class _StreamIngest:
                 self.source.quarantine_path,
             )
 
-    def _known(self, row: LandingFile, parsed: _ParsedFile, staged: Path) -> KnownRecords | None:
+    def _known(self, row: LandingFile, parsed: ParsedFile) -> KnownRecords | None:
         """What bronze already holds under the new file's ids (none: nothing to look up)."""
         id_column = self.source.id_column
         if id_column is None or self.committed == 0:
@@ -771,9 +542,9 @@ class _StreamIngest:
             F.current_timestamp().alias("quarantined_at"),
         )
 
-    def _parse(self, row: LandingFile, staged: Path) -> _ParsedFile | None:
+    def _parse(self, row: LandingFile, staged: StagedCopy) -> ParsedFile | None:
         """Check a staged file and read it (lazily); reject it (and return None) if it is bad."""
-        path = Path(row.path)
+        path = row.path
         try:
             if row.id < self.committed:
                 raise LedgerOrderError(
@@ -783,7 +554,7 @@ class _StreamIngest:
                     "unreadable) while later files loaded. If bronze holds no rows with "
                     f"{BATCH_ID} {row.id}, deliver it again under a new name."
                 )
-            return _parse(self.spark, self.source, staged, path)
+            return parse_staged(self.spark, self.source, staged, path)
         except IngestionError as e:
             self._reject(row, str(e))
             return None
@@ -805,7 +576,7 @@ class _StreamIngest:
 
     def _remind_rejected(self) -> None:
         """Report again every rejected file still in the landing directory (see module doc)."""
-        still = rejected_files_in_place(self.store, self.source.name)
+        still = rejected_in_place(self.store, self.source.name, self.zone)
         self.report.files_rejected_in_place = len(still)
         for row in still:
             if row.path not in self.reported:
@@ -827,252 +598,3 @@ class _StreamIngest:
             report.records_loaded,
             report.records_quarantined,
         )
-
-
-def split_records(
-    parsed: DataFrame,
-    schema: T.StructType,
-    required: tuple[str, ...],
-    counts: Observation | None = None,
-    known: KnownRecords | None = None,
-) -> tuple[DataFrame, DataFrame]:
-    """Split parsed rows into valid rows and (record, reason) rows for quarantine.
-
-    With ``known`` (bronze's records under the file's ids), a record whose id is among
-    them is a re-send or a conflict (:mod:`warehouse.record_identity`), not valid.
-    With ``counts``, every row is counted as it passes (``received``; ``bad``: those
-    given a reason; ``resent``: the re-sends among them), whichever frame is computed.
-    """
-    columns = schema.fieldNames()
-    corrupt = F.col(CORRUPT).isNotNull()
-    missing = [F.when(F.col(c).isNull(), F.lit(c)) for c in required]
-    missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
-    reason = F.when(corrupt, F.lit("malformed: does not parse against the declared schema")).when(
-        missing_list != "", F.concat(F.lit("null in required column(s): "), missing_list)
-    )
-    if known is not None:
-        parsed = with_known(parsed, known, columns)
-        resent, conflict = identity_reason(columns)
-        reason = reason.when(resent, resent_message(known.id_column)).when(
-            conflict, conflict_message(known.id_column)
-        )
-    tagged = parsed.withColumn("reason", reason.otherwise(F.lit(None)))
-    if counts is not None:
-        tagged = tagged.observe(
-            counts,
-            F.count(F.lit(1)).alias("received"),
-            F.sum(F.col("reason").isNotNull().cast(T.LongType())).alias("bad"),
-            F.sum(F.col("reason").startswith(RESENT).cast(T.LongType())).alias("resent"),
-        )
-    valid = tagged.where(F.col("reason").isNull()).select(*columns)
-    malformed = tagged.where(F.col("reason").isNotNull()).select(
-        F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*columns))).alias("record"), "reason"
-    )
-    return valid, malformed
-
-
-@dataclass(frozen=True)
-class _ParsedFile:
-    """A staged file, read lazily, and its id range when its checks already found it."""
-
-    frame: DataFrame
-    ids: IdRange | None = None
-    ids_checked: bool = False  # True: ``ids`` is the file's id range (None: no ids)
-
-
-def _parse(spark: SparkSession, source: StreamSource, staged: Path, path: Path) -> _ParsedFile:
-    """Read the staged copy ``staged`` of landing file ``path`` (named in messages)."""
-    with_corrupt = T.StructType(
-        [*source.schema.fields, T.StructField(CORRUPT, T.StringType(), True)]
-    )
-    if source.format == "json":
-        checked = _check_json_keys(spark, source, staged, path)
-        frame = (
-            spark.read.schema(with_corrupt)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .json(str(staged))
-        )
-        return _ParsedFile(frame, checked.ids, checked.ids_checked)
-    if source.format == "csv":
-        _check_csv_header(source, staged, path)
-        return _ParsedFile(
-            spark.read.schema(with_corrupt)
-            .option("header", source.csv_header)
-            .option("sep", source.csv_delimiter)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .csv(str(staged))
-        )
-    footer = _check_parquet_schema(source, staged, path)
-    frame = (
-        spark.read.schema(source.schema)
-        .parquet(str(staged))
-        .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
-    )
-    # The footer's statistics state the id range when every row group has them.
-    stats = column_stats(footer).get(source.id_column) if source.id_column else None
-    if stats is None or stats.min is None or stats.max is None:
-        return _ParsedFile(frame)
-    return _ParsedFile(frame, IdRange(stats.min, stats.max), ids_checked=True)
-
-
-def _count_records(
-    parsed: DataFrame, source: StreamSource, known: KnownRecords | None
-) -> tuple[int, int, int]:
-    """(records, records not loaded, re-sent records among those) of a parsed file."""
-    _, rejected = split_records(parsed, source.schema, source.required, known=known)
-    found = parsed.agg(F.count(F.lit(1)).alias("n")).first()
-    reasons = rejected.agg(
-        F.count(F.lit(1)).alias("bad"),
-        F.sum(F.col("reason").startswith(RESENT).cast(T.LongType())).alias("resent"),
-    ).first()
-    bad = int(reasons["bad"]) if reasons else 0
-    resent = int(reasons["resent"] or 0) if reasons else 0
-    return int(found["n"] if found else 0), bad, resent
-
-
-def _unreadable(error: Py4JJavaError, source: StreamSource, path: Path) -> UnreadableFileError:
-    """A file Spark cannot decode, as an ingestion error; any other failure (memory, a lost
-    executor) is not the file's fault and propagates."""
-    # Spark tags a failure to read or decode an input file with this error class.
-    if "[FAILED_READ_FILE" not in str(error.java_exception):
-        raise error
-    return UnreadableFileError(
-        f"{path}: cannot be read as {FORMAT_NAMES[source.format]}: "
-        f"{_root_cause(error.java_exception)}. The file is left in place; fix the producer."
-    )
-
-
-def _root_cause(throwable: object) -> str:
-    """The innermost Java exception message (``throwable`` is a py4j proxy)."""
-    cause: object = throwable
-    for _ in range(16):
-        inner = cause.getCause()  # type: ignore[attr-defined]
-        if inner is None:
-            break
-        cause = inner
-    return str(cause)
-
-
-def _drift(
-    source: StreamSource, path: Path, found: list[str], detail: str = ""
-) -> SchemaDriftError:
-    expected = source.schema.fieldNames()
-    extra = [c for c in found if c not in expected]
-    missing = [c for c in expected if c not in found]
-    return SchemaDriftError(
-        f"{path}: columns do not match stream {source.name!r}: expected {expected}, found "
-        f"{found}"
-        + (f"; unexpected {extra}" if extra else "")
-        + (f"; missing {missing}" if missing else "")
-        + (f"; {detail}" if detail else "")
-        + ". The file is left in place; fix the producer or the declared schema."
-    )
-
-
-def _check_json_keys(
-    spark: SparkSession, source: StreamSource, staged: Path, path: Path
-) -> _JsonCheck:
-    """Check the keys of a JSON lines file against the declaration, and find the range of
-    the stream's ids as the file spells them: in the driver with Arrow's JSON reader when
-    the file is small and every line parses (no Spark job), else in one Spark job."""
-    checked = _json_keys_in_driver(source, staged)
-    if checked is None:
-        checked = _json_keys_in_spark(spark, source, staged)
-    keys = checked.keys
-    expected = set(source.schema.fieldNames())
-    unexpected = [k for k in keys if k not in expected]
-    absent_required = [c for c in source.required if keys and c not in keys]
-    if unexpected or absent_required:
-        raise _drift(source, path, sorted(keys))
-    return checked
-
-
-@dataclass(frozen=True)
-class _JsonCheck:
-    """The keys a JSON lines file uses, and its id range when that was found."""
-
-    keys: list[str]
-    ids: IdRange | None = None
-    ids_checked: bool = False  # True: ``ids`` is the range (None: no id in the file)
-
-
-def _json_keys_in_driver(source: StreamSource, staged: Path) -> _JsonCheck | None:
-    """Arrow's JSON reader (C++, multi-threaded: 0.06 s for 100k lines against 0.5-0.8 s
-    for a Spark job) over a file of at most :data:`DRIVER_JSON_BYTES`; None when the file
-    is larger or Arrow cannot read every line (a malformed record, a value whose type
-    changes between lines): Spark's permissive reader decides those."""
-    if staged.stat().st_size > DRIVER_JSON_BYTES:
-        return None
-    try:
-        table = pa_json.read_json(staged)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
-        return None
-    keys = table.schema.names
-    id_column = source.id_column
-    if id_column is None or id_column not in keys:
-        return _JsonCheck(keys, None, ids_checked=id_column is not None)
-    values = table.column(id_column)
-    declared = source.schema[id_column].dataType
-    integral = isinstance(declared, T.ByteType | T.ShortType | T.IntegerType | T.LongType)
-    if not (
-        (integral and pa.types.is_integer(values.type))
-        or (isinstance(declared, T.StringType) and pa.types.is_string(values.type))
-        or pa.types.is_null(values.type)
-    ):
-        return _JsonCheck(keys)  # the range is left to the parsed frame
-    low_high = pc.min_max(values)
-    low, high = low_high["min"].as_py(), low_high["max"].as_py()
-    return _JsonCheck(keys, None if low is None else IdRange(low, high), ids_checked=True)
-
-
-def _json_keys_in_spark(spark: SparkSession, source: StreamSource, staged: Path) -> _JsonCheck:
-    lines = spark.read.text(str(staged))
-    found = [F.array_distinct(F.flatten(F.collect_set(F.json_object_keys("value")))).alias("k")]
-    if source.id_column is not None:
-        kind = source.schema[source.id_column].dataType
-        # A superset of the ids that will parse: a record that will not parse may add its
-        # id (or nothing, where its text does not cast: try_cast, as ANSI casts would fail
-        # the job) to the range, never remove one.
-        text_id = F.get_json_object("value", f"$.{source.id_column}").try_cast(kind)
-        found += [F.min(text_id).alias("low"), F.max(text_id).alias("high")]
-    row = lines.agg(*found).first()
-    keys = list(row["k"] or []) if row else []
-    if source.id_column is None:
-        return _JsonCheck(keys)
-    ids = None if row is None or row["low"] is None else IdRange(row["low"], row["high"])
-    return _JsonCheck(keys, ids, ids_checked=True)
-
-
-def _check_csv_header(source: StreamSource, staged: Path, path: Path) -> None:
-    if not source.csv_header:
-        return
-    # Admission has checked that the bytes are UTF-8.
-    with staged.open(newline="", encoding="utf-8") as handle:
-        header = next(csv.reader(handle, delimiter=source.csv_delimiter), [])
-    if [h.strip() for h in header] != source.schema.fieldNames():
-        raise _drift(source, path, [h.strip() for h in header])
-
-
-def _check_parquet_schema(source: StreamSource, staged: Path, path: Path) -> pq.FileMetaData:
-    """Check a Parquet file's columns and types against the declaration; its footer."""
-    try:
-        metadata = pq.read_metadata(staged)
-        found = arrow_to_spark(metadata.schema.to_arrow_schema())
-    except (pa.ArrowException, OSError) as e:  # empty, truncated, not Parquet at all
-        raise UnreadableFileError(
-            f"{path}: cannot be read as Parquet: {e}. The file is left in place; fix the producer."
-        ) from e
-    names = found.fieldNames()
-    if sorted(names) != sorted(source.schema.fieldNames()):
-        raise _drift(source, path, names)
-    changed = [
-        f"{f.name}: declared {source.schema[f.name].dataType.simpleString()}, "
-        f"file has {f.dataType.simpleString()}"
-        for f in found.fields
-        if f.dataType != source.schema[f.name].dataType
-    ]
-    if changed:
-        raise _drift(source, path, names, "; ".join(changed))
-    return metadata

@@ -20,7 +20,7 @@ from common.errors import ConfigError
 from pipeline.config import ColumnSpec, StreamConfig
 from pipeline.runner import stream_source
 from tests.helpers import assert_same_multiset
-from warehouse import landing
+from warehouse import landing_local
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.landing import (
     IngestReport,
@@ -318,19 +318,19 @@ def test_file_that_is_not_utf8_is_rejected_and_siblings_load(
 def test_utf8_check_finds_the_offset_across_block_boundaries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(landing, "BLOCK_BYTES", 3)  # split multi-byte characters
+    monkeypatch.setattr(landing_local, "BLOCK_BYTES", 3)  # split multi-byte characters
     text = "naïve café – ☕ 𝄞".encode()
     ok = tmp_path / "ok.csv"
     ok.write_bytes(text)
     copy = tmp_path / "copy"
-    read = landing._read_file(ok, copy, check_utf8=True)
+    read = landing_local._read_file(ok, copy, check_utf8=True)
     assert read.bad_utf8_at is None and copy.read_bytes() == text
     assert read.sha256 == hashlib.sha256(text).hexdigest()
     for bad in (text[:7] + b"\xe9" + text[7:], text[:-1]):  # a Latin-1 byte; a cut 𝄞
         path = tmp_path / "bad.csv"
         path.write_bytes(bad)
         expected = 7 if len(bad) > len(text) else len(text) - 4
-        assert landing._read_file(path, None, check_utf8=True).bad_utf8_at == expected
+        assert landing_local._read_file(path, None, check_utf8=True).bad_utf8_at == expected
 
 
 def write_parquet(path: Path, ids: list[int], *, padding: int = 0) -> None:
