@@ -26,11 +26,13 @@ config cheaply.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -54,6 +56,7 @@ from pipeline.freshness import (
 )
 from quality.config import QualityConfig
 from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
+from warehouse.landing_zone import GLOB_CHARACTERS
 from warehouse.object_store import is_object_store
 
 SIMPLE_TYPES = (
@@ -588,6 +591,36 @@ class PipelineConfig(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _landing_zones(self) -> PipelineConfig:
+        """Landing zones are listed recursively: none may hold another, or the warehouse."""
+        zones = {name: _folder(stream.landing) for name, stream in self.streams.items()}
+        for name, zone in zones.items():
+            where = f"streams.{name}.landing"
+            if is_object_store(self.streams[name].landing):
+                found = [c for c in GLOB_CHARACTERS if c in self.streams[name].landing]
+                if found or not urlsplit(self.streams[name].landing).netloc:
+                    raise ValueError(
+                        f"{where}: expected s3://bucket/prefix without any of "
+                        f"{GLOB_CHARACTERS!r} (Spark expands them), found "
+                        f"{self.streams[name].landing!r}"
+                    )
+            root = _folder(self.warehouse.root)
+            if zone.startswith(root) or root.startswith(zone):
+                raise ValueError(
+                    f"{where}: {self.streams[name].landing!r} and the warehouse root "
+                    f"{self.warehouse.root!r} must not hold one another (a landing zone is "
+                    "listed with everything below it)"
+                )
+            for other, other_zone in zones.items():
+                if other != name and other_zone.startswith(zone):
+                    raise ValueError(
+                        f"{where}: {self.streams[name].landing!r} holds the landing zone of "
+                        f"stream {other!r} ({self.streams[other].landing!r}); give each stream "
+                        "a folder of its own"
+                    )
+        return self
+
     def stage(self, name: str) -> EquiStage | ThetaStage:
         for stage in self.stages:
             if stage.name == name:
@@ -649,6 +682,13 @@ class PipelineConfig(Strict):
         while table not in self.streams:
             table = self.producing_stage(table).input
         return table
+
+
+def _folder(location: str) -> str:
+    """``location`` normalised with one trailing slash, for comparing folders by prefix."""
+    if "://" in location:
+        return location.rstrip("/") + "/"
+    return posixpath.normpath(location) + "/"
 
 
 def _check_freshness(stage: EquiStage | ThetaStage, interval: timedelta, where: str) -> None:

@@ -18,6 +18,7 @@ from pipeline.completeness import completeness_status
 from pipeline.config import PipelineConfig
 from pipeline.late_table import LATE_SINCE, late_table
 from pipeline.layout import WarehouseLayout
+from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.object_store import storage_options
 from warehouse.state_store import (
     DUPLICATE,
@@ -26,7 +27,6 @@ from warehouse.state_store import (
     REGISTERED,
     REJECTED,
     StateStore,
-    rejected_files_in_place,
 )
 
 
@@ -105,7 +105,9 @@ def pipeline_status(
             # What an operator has to move away or fix; ingest reports these every run.
             "rejected_in_place": [
                 {"path": row.path, "reason": row.error, "rejected_at": row.finished_at}
-                for row in rejected_files_in_place(store, name)
+                for row in rejected_in_place(
+                    store, name, zone_for(config.streams[name].landing, config.streams[name].format)
+                )
             ],
         }
     runs = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -302,3 +303,28 @@ def test_an_object_store_root_keeps_the_drivers_files_in_a_local_folder(
     # Parsed without load_config (no anchoring), an object-store root has no local folder.
     with pytest.raises(ConfigError, match=r"warehouse\.local_root"):
         parse_config({**VALID, "warehouse": {"root": "s3://bucket/wh"}}).warehouse.driver_root()
+
+
+@pytest.mark.parametrize(
+    ("warehouse", "landings", "message"),
+    [
+        ("wh", {"orders": "wh/landing/orders"}, "and the warehouse root 'wh' must not hold"),
+        ("s3://b/wh", {"orders": "s3://b/wh/in"}, "must not hold one another"),
+        ("s3://b/wh", {"orders": "s3://b/in", "b": "s3://b/in/b"}, "holds the landing zone of"),
+        ("s3://b/wh", {"orders": "s3://b/in[1]"}, r"expected s3://bucket/prefix without any of"),
+        ("s3://b/wh", {"orders": "s3:///no-bucket"}, r"expected s3://bucket/prefix"),
+    ],
+)
+def test_landing_zones_that_nest_or_glob_are_refused(
+    warehouse: str, landings: dict[str, str], message: str
+) -> None:
+    raw = copy.deepcopy(VALID)
+    raw["warehouse"] = {"root": warehouse}
+    for name, landing in landings.items():
+        raw["streams"][name] = {**raw["streams"]["orders"], "landing": landing}
+    with pytest.raises(ConfigError, match=r"streams\.\w+\.landing") as info:
+        parse_config(raw)
+    assert re.search(message, str(info.value)), str(info.value)
+    # Side by side, every zone a folder of its own, it parses.
+    raw["streams"] = {n: {**s, "landing": f"s3://b/landing/{n}"} for n, s in raw["streams"].items()}
+    assert parse_config(raw).uses_object_store()
