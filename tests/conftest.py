@@ -159,6 +159,9 @@ SLOW_FILES_FIRST = (
     "tests/pipeline/test_audit.py",
     "tests/pipeline/test_late_master.py",
     "tests/pipeline/test_stream_service.py",
+    "tests/pipeline/test_object_store_pipeline.py",
+    "tests/warehouse/test_landing_object_store.py",
+    "tests/warehouse/test_object_store_commits.py",
 )
 
 

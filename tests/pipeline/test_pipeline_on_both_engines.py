@@ -19,12 +19,15 @@ runs' tables too. It starts from a copy of the embedded run's generated data and
 and runs the live interval (the backfill's code paths are the in-process runs').
 
 A fourth run uses the embedded engine on a Spark standalone cluster on loopback (a master and
-two one-core workers started from the pyspark package's ``spark-class``): every command is a
-child process given ``--master spark://...``, as an Airflow worker would run it, and the
-project's code reaches the executors only as the zip the driver ships
-(:mod:`warehouse.code_archive`). It starts from the same copy and runs the live interval's
-``run`` (ingest and the stages, whose Python code the executors import from the zip); the
-tables it writes must equal the in-process runs'.
+two one-core workers started from the pyspark package's ``spark-class``) whose hosts share no
+disk with the driver: the workers run in a mount namespace where the test's folders and the
+checkout's ``var/`` are empty, and the warehouse and the landing zone are in an object store
+(a SeaweedFS server on loopback). Every command is a child process given ``--master
+spark://...``, as an Airflow worker would run it; the project's code reaches the executors
+only as the zip the driver ships (:mod:`warehouse.code_archive`), S3A's jars through
+``spark.jars``. It starts from the same copy (its masters uploaded to the bucket) and runs
+the live interval's ``run`` (ingest and the stages, whose Python code the executors import
+from the zip); the tables it writes must equal the in-process runs'.
 """
 
 from __future__ import annotations
@@ -47,14 +50,17 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from demo.data import deliver
+from demo.prepare import demo_folder
 from jobs.enrich import main as enrich
 from pipeline.config import load_config
 from pipeline.layout import WarehouseLayout
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
+from tests.object_store_server import S3Server
 from tests.spark_cluster import spark_cluster
 from warehouse.connect_address import RemoteAddress, parse_remote, port_answers
 from warehouse.connect_server import free_port
+from warehouse.object_store import ObjectLocation, ObjectStore, storage_options
 
 pytestmark = pytest.mark.slow
 
@@ -69,20 +75,28 @@ LINEITEM = "lineitem_suppliers"  # the demo's third stage, left out to keep this
 WALL_CLOCK_COLUMNS = frozenset({"_quarantined_at"})
 
 
-def normalise(value: Any, folder: str) -> Any:
+def normalise(value: Any, landing: str) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC).replace(tzinfo=None)
     if isinstance(value, str):
-        return value.replace(folder, "<run>")  # landing file names
+        return value.replace(landing, "<landing>")  # landing file names
     return value
 
 
-def table_rows(path: str, folder: Path) -> tuple[list[str], list[tuple]]:
-    table = DeltaTable(path).to_pyarrow_table()
+def table_rows(path: str, landing: str) -> tuple[list[str], list[tuple]]:
+    table = DeltaTable(path, storage_options=storage_options(path)).to_pyarrow_table()
     columns = sorted(c for c in table.column_names if c not in WALL_CLOCK_COLUMNS)
-    return columns, [
-        tuple(normalise(r[c], str(folder)) for c in columns) for r in table.to_pylist()
-    ]
+    return columns, [tuple(normalise(r[c], landing) for c in columns) for r in table.to_pylist()]
+
+
+def upload_folder(folder: Path, location: str) -> None:
+    """Every file under ``folder`` to the same relative keys under ``location``: a Delta
+    table's files name each other relatively, so the copy is the same table."""
+    target = ObjectLocation.parse(location)
+    client = ObjectStore.from_environment().client()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        key = f"{target.key.rstrip('/')}/{path.relative_to(folder).as_posix()}"
+        client.put_object(Bucket=target.bucket, Key=key, Body=path.read_bytes())
 
 
 def run_pipeline(
@@ -94,6 +108,7 @@ def run_pipeline(
     seed: Path | None = None,
     keep_seed: Path | None = None,
     validate: bool = True,
+    bucket: str | None = None,
 ) -> dict[str, Any]:
     """Run the demo on ``engine`` under ``folder``; the rows of every table it owns.
 
@@ -103,9 +118,15 @@ def run_pipeline(
     ``seed`` starts from that copy instead of generating the data again, and leaves the
     backfill to the in-process runs: what it proves is that the stages and the
     write-audit-publish of the same data give the same tables over Connect and on a cluster.
+    With ``bucket`` the warehouse and the landing zone are in that bucket of the object
+    store the environment names (the seed's masters uploaded there).
     """
     if seed is not None:
-        shutil.copytree(seed, folder / SEEDED)
+        shutil.copytree(seed, folder / SEEDED, ignore=shutil.ignore_patterns("warehouse"))
+        if bucket is None:
+            shutil.copytree(seed / "warehouse", folder / SEEDED / "warehouse")
+        else:
+            upload_folder(seed / "warehouse", f"s3://{bucket}/warehouse")
     folder.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(folder)  # the demo config's relative paths now land in folder
     raw = yaml.safe_load(CONFIG.read_text())
@@ -118,6 +139,10 @@ def run_pipeline(
     if master is not None:
         engine = f"{engine} on {master}"
     raw["expectations_dir"] = str(REPO_ROOT / "expectations")
+    if bucket is not None:
+        raw["warehouse"]["root"] = f"s3://{bucket}/warehouse"
+        raw["warehouse"]["local_root"] = str(SEEDED)
+        raw["streams"]["orders"]["landing"] = f"s3://{bucket}/landing/orders"
     del raw["streams"]["lineitem"], raw["masters"]["partsupp"], raw["quality"][LINEITEM]
     raw["stages"] = [s for s in raw["stages"] if s["output"] != LINEITEM]
     config_path = folder / "demo.yaml"
@@ -152,13 +177,14 @@ def run_pipeline(
         if keep_seed is not None:
             shutil.copytree(folder / SEEDED, keep_seed)
     config = load_config(config_path)
-    assert Path(config.warehouse.root).parent == folder / SEEDED
+    assert demo_folder(config) == folder / SEEDED
     layout = WarehouseLayout.of(config)
-    outbox = Path(config.warehouse.root).parent / "outbox"
+    outbox = demo_folder(config) / "outbox"
+    landing = config.streams["orders"].landing
     manifest = json.loads((outbox / "manifest.json").read_text())
     for index in range(len(manifest["intervals"])):
         for stream in manifest["streams"]:
-            deliver(outbox, stream, index, Path(config.streams[stream].landing))
+            deliver(outbox, stream, index, config.streams[stream].landing)
         step("run", "--run-id", f"i{index}")
         if validate:
             step("validate", "--run-id", f"i{index}")
@@ -173,9 +199,9 @@ def run_pipeline(
 
     def tables() -> dict[str, Any]:
         return {
-            name: table_rows(path, folder)
+            name: table_rows(path, landing)
             for name, path in paths.items()
-            if DeltaTable.is_deltatable(path)
+            if DeltaTable.is_deltatable(path, storage_options=storage_options(path))
         }
 
     found = {"live": tables()}
@@ -244,11 +270,34 @@ def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
                 server.wait()
 
 
+def executors_see_none_of(master: str, folder: Path, hidden: list[Path]) -> bool:
+    """Whether no executor of the cluster finds the driver's folders (they exist here)."""
+    assert all(path.is_dir() for path in hidden)
+    script = (
+        "import os\n"
+        "from warehouse.spark import SparkSettings, build_session\n"
+        f"spark = build_session(SparkSettings(master={master!r}))\n"
+        f"hidden = {[str(p) for p in hidden]!r}\n"
+        "seen = spark.sparkContext.parallelize(range(4), 4).map(\n"
+        "    lambda _: [os.listdir(p) for p in hidden]).collect()\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=folder, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str([[[], []]] * 4), done.stdout
+    return True
+
+
 def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_on_a_cluster(
     spark: SparkSession,
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
     spark_server: tuple[subprocess.Popen[str], str],
+    s3_server: S3Server,
+    s3_bucket: str,
 ) -> None:
     server, url = spark_server
     seed = tmp_path / "seed"
@@ -257,7 +306,10 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
         "native": run_pipeline("native", tmp_path / "native", monkeypatch),
     }
     results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url, seed=seed)
-    with spark_cluster(tmp_path / "cluster-processes") as cluster:
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    hidden = [tmp_path_factory.getbasetemp(), REPO_ROOT / "var"]
+    with spark_cluster(tmp_path / "cluster-processes", hidden_from_workers=hidden) as cluster:
         # `run` only: the stages' Python code is what must reach the executors; validate's
         # GX jobs are plain aggregates, on a cluster as anywhere (about 95 s a command here).
         results["cluster"] = run_pipeline(
@@ -267,10 +319,12 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
             master=cluster.url,
             seed=seed,
             validate=False,
+            bucket=s3_bucket,
         )
         finished = [a for a in cluster.status().get("completedapps", []) if isinstance(a, dict)]
         assert len(finished) == 1, cluster.status()  # `run` was an application of the cluster
         assert executors_import_the_shipped_zip(cluster.url, tmp_path)
+        assert executors_see_none_of(cluster.url, tmp_path, hidden)
     embedded = results["embedded"]
 
     for name in ("bronze orders", "gold orders_customer", "gold orders_enriched"):
