@@ -1,12 +1,14 @@
-"""The demo pipeline with its warehouse in an object store (a real S3 server on loopback).
+"""The demo pipeline with its warehouse and landing zone in an object store (a real S3
+server on loopback).
 
 The demo config trimmed to its orders stream (the SSBJ stage ``orders_customer`` feeding
-the A-DSP stage ``orders_promotions``), its warehouse root ``s3://<bucket>/warehouse``, the
-driver's own files (state store, Great Expectations project, reports) in a local folder.
-One interval runs through ``enrich`` (masters, ingest and the stages, write-audit-publish).
-The published table must equal DuckDB's join of the same inputs, every table must be in
-the bucket and nowhere on local disk, and every table must read the same with delta-rs and
-delta-spark (at its latest version and at version 0).
+the A-DSP stage ``orders_promotions``): warehouse root ``s3://<bucket>/warehouse``, landing
+zone ``s3://<bucket>/landing/orders``, the driver's own files (state store, Great
+Expectations project, reports) in a local folder. One interval runs through ``enrich``
+(masters, ingest and the stages, write-audit-publish). The published table must equal
+DuckDB's join of the same inputs, every table must be in the bucket and nowhere on local
+disk, and every table must read the same with delta-rs and delta-spark (at its latest
+version and at version 0, checkpoints written every 2 commits).
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ def object_store_config(folder: Path, bucket: str) -> Path:
     raw["warehouse"]["root"] = f"s3://{bucket}/warehouse"
     raw["warehouse"]["local_root"] = str(folder / "local")
     raw["warehouse"]["engine"] = "embedded"
+    # A checkpoint every 2 commits: the readers below read checkpoints in the store too.
+    raw["warehouse"]["checkpoint_interval"] = 2
     raw["expectations_dir"] = str(REPO_ROOT / "expectations")
-    raw["streams"]["orders"]["landing"] = str(folder / "landing" / "orders")
+    raw["streams"]["orders"]["landing"] = f"s3://{bucket}/landing/orders"
     del raw["streams"]["lineitem"], raw["masters"]["partsupp"]
     del raw["quality"]["lineitem_suppliers"]
     raw["stages"] = [s for s in raw["stages"] if s["output"] != "lineitem_suppliers"]
@@ -93,11 +97,16 @@ def test_demo_pipeline_on_an_object_store_equals_duckdb(
         tables[f"gold {stage.output}"] = layout.published(stage.output)
     # Every table is in the bucket, none on local disk.
     client = s3_server.client()
+
+    def log_keys(path: str) -> list[str]:
+        prefix = f"{ObjectLocation.parse(path).key}/_delta_log/"
+        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix=prefix)
+        return [o["Key"] for o in listed.get("Contents", [])]
+
     for name, path in tables.items():
         where = ObjectLocation.parse(path)
         assert where.bucket == s3_bucket, (name, path)
-        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix=f"{where.key}/_delta_log/")
-        assert listed.get("KeyCount", 0) > 0, f"{name}: no commit in {path}"
+        assert log_keys(path), f"{name}: no commit in {path}"
     local = {p.relative_to(tmp_path).parts[:2] for p in (tmp_path / "local").rglob("*")}
     driver_files = {"_state", "_quality", "_reports", "outbox", "tpch"}
     assert {parts[1] for parts in local if len(parts) > 1} <= driver_files
@@ -119,6 +128,13 @@ def test_demo_pipeline_on_an_object_store_equals_duckdb(
     assert_same_multiset(
         delta_rows(layout.published("orders_enriched"), ENRICHED_COLUMNS, options), expected
     )
+
+    checkpointed = [
+        name
+        for name, path in tables.items()
+        if any(key.endswith(".checkpoint.parquet") for key in log_keys(path))
+    ]
+    assert "silver orders_customer" in checkpointed, checkpointed
 
     # delta-spark reads every table as delta-rs does, at its latest version and at 0.
     for name, path in tables.items():
