@@ -34,6 +34,13 @@ Contract:
 - A re-delivered identical file is skipped with a log line. Different content under the
   name of a file that is loaded or in flight is reported as an error on every run and
   nothing of it is loaded; deliver corrections under a new name.
+- Every file still in a local landing directory is read and hashed on every run, the loaded
+  ones too: that is how changed content is noticed. In an object store the ledger also keeps
+  the ETag of the bytes it hashed (the GET's), and an object listed with that ETag and size
+  at its key is the same content without a GET: a loaded or duplicate one is skipped, a
+  rejected one stays rejected, as if it had been read. Any other ETag or size is read and
+  hashed as in a directory; a row without an ETag (recorded before the ledger kept them) is
+  read once more and gets the ETag of the bytes that hashed the same.
 - A file whose SHA-256 equals that of a file of the same stream that is loaded or in flight
   is not loaded again: ledger status ``duplicate``, the error names the original, a
   warning is logged, and it counts as skipped.
@@ -116,6 +123,9 @@ TEXT_FORMATS = frozenset({"csv", "json"})
 
 # A new file is a duplicate if its content is that of a file of these statuses.
 DUPLICATE_OF = (REGISTERED, LOADED)
+# Files whose same content is decided without its bytes (nothing is staged or loaded), so
+# an object listed with their recorded ETag and size is not read: skipped or still rejected.
+KNOWN_BY_ETAG = (LOADED, DUPLICATE, REJECTED)
 
 
 @dataclass
@@ -170,6 +180,16 @@ def ingest_stream(
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _listed_as_known(entry: LandingEntry, known: LandingFile) -> bool:
+    """Whether the listing shows the content the ledger hashed: the ETag recorded with its
+    SHA-256 (compared exactly, as the server gives it) and the same size."""
+    return (
+        entry.etag is not None
+        and known.sha256 != ""  # never read (refused): no content to be the same as
+        and (entry.etag, entry.size_bytes) == (known.etag, known.size_bytes)
+    )
 
 
 class _StreamIngest:
@@ -246,6 +266,9 @@ class _StreamIngest:
     ) -> tuple[LandingFile, StagedCopy] | None:
         """Read an entry that is not refused (its copies into ``temps``) and decide."""
         path = entry.path
+        if known is not None and known.status in KNOWN_BY_ETAG and _listed_as_known(entry, known):
+            self._same_again(entry, known)  # the ledger's ETag and size: not read
+            return None
         # Loaded and duplicate files are only hashed, to notice new content; anything
         # that may load is copied in the same pass, so the copy is what was hashed.
         copy = known is None or known.status not in (LOADED, DUPLICATE)
@@ -256,6 +279,10 @@ class _StreamIngest:
             read.sha256,
             read.size_bytes,
         )
+        if known is not None and same and read.etag is not None and read.etag != known.etag:
+            # The ETag of bytes that hash as recorded (a row from before the ledger kept
+            # ETags, or a new PUT of the same bytes): the next run need not read them.
+            self.store.update_landing_file(known.id, etag=read.etag)
         if known is not None and known.status in (LOADED, REGISTERED):
             if not same:
                 self._changed(entry, known, read)
@@ -268,16 +295,20 @@ class _StreamIngest:
                 return None
             logger.info("resume %s (ledger id %d)", path, known.id)
             return known, self.zone.place(temps[-1], known.id)
-        if known is not None and same and known.status == DUPLICATE:
-            self._skip(entry, known)
+        if known is not None and same and known.status in KNOWN_BY_ETAG:
+            self._same_again(entry, known)
             return None
-        if known is not None and same and known.status == REJECTED:
-            return None  # still rejected; _remind_rejected reports it
         if not copy:  # a duplicate's name now holds new content: read it again, copying
             read = self._read(entry, known, temps, copy=True)
             if read is None:
                 return None
         return self._register(entry, known, read, temps[-1])
+
+    def _same_again(self, entry: LandingEntry, known: LandingFile) -> None:
+        """The content the ledger knows, at the name of a loaded, duplicate or rejected file."""
+        if known.status == REJECTED:
+            return  # still rejected; _remind_rejected reports it
+        self._skip(entry, known)
 
     def _read(
         self, entry: LandingEntry, known: LandingFile | None, temps: list[StagedCopy], copy: bool
@@ -321,6 +352,7 @@ class _StreamIngest:
                 self.run_id,
                 status=status,
                 error=error,
+                etag=read.etag,
             )
         else:
             logger.info(
@@ -330,7 +362,13 @@ class _StreamIngest:
                 known.id,
             )
             row = self.store.reregister_landing_file(
-                known.id, read.size_bytes, read.sha256, self.run_id, status=status, error=error
+                known.id,
+                read.size_bytes,
+                read.sha256,
+                self.run_id,
+                status=status,
+                error=error,
+                etag=read.etag,
             )
         if status == DUPLICATE:
             logger.warning("%s", error)
@@ -376,7 +414,12 @@ class _StreamIngest:
         elif known.status in (REJECTED, DUPLICATE, MISSING):
             if (known.status, known.error, known.sha256) != (REJECTED, message, ""):
                 self.store.update_landing_file(
-                    known.id, status=REJECTED, sha256="", error=message, finished_at=_now()
+                    known.id,
+                    status=REJECTED,
+                    sha256="",
+                    etag=None,  # no content known: whatever is listed here later is read
+                    error=message,
+                    finished_at=_now(),
                 )
                 self._rejected(known.path, message)
         else:  # loaded or in flight: its row describes the file that was here before

@@ -26,9 +26,20 @@ terms:
 - The ledger names an object by its URL, ``s3://bucket/key``. One deleted after it was
   registered and before it loaded is not listed, so it is missing, as a vanished local file
   is; one that vanishes between the listing and its GET (``NoSuchKey``) too.
-- As in a directory, every object still below the prefix is read and hashed on every run,
-  the loaded ones too (that is how changed content under a loaded name is noticed): move
-  loaded objects away, or let a lifecycle rule expire them, to keep an ingest's reads small.
+- The listing gives each object's ETag, and a read the ETag its GET answered with, so the
+  ledger records the ETag of exactly the bytes it hashed. An object listed with the ETag
+  and size the ledger holds for its key (a loaded, duplicate or rejected one) is the same
+  content and is not read again (nor found unreadable, archived say): an ingest over
+  objects that are all known makes one ListObjectsV2 request per 1000 keys, a HEAD per
+  file the ledger holds rejected (is it still here?), and no GET. Any other ETag or size
+  is read and hashed (changed content is caught as in a directory); so is an object whose
+  row has no ETag (recorded before the ledger kept them), once, after which its ETag is
+  recorded. The ETag is taken exactly as the server gives it, quotes and all, and trusted
+  as the store's word for the content: S3's is the MD5 of a single PUT's bytes (derived
+  from the parts' MD5s for a multipart upload), so a producer able to forge an MD5
+  collision of the same size could replace a loaded object unnoticed. Loaded objects still
+  cost their share of the listing: move them away, or let a lifecycle rule expire them, to
+  keep it short.
 
 Ingestion needs ``s3:ListBucket`` on the prefix, ``s3:GetObject`` on it, and
 ``s3:PutObject``, ``s3:DeleteObject``, ``s3:AbortMultipartUpload`` and
@@ -179,7 +190,7 @@ class ObjectStoreZone:
             return None
         modified: datetime = item["LastModified"]
         mtime_ns = (modified - EPOCH) // timedelta(microseconds=1) * 1000
-        return LandingEntry(self.url_of(key), int(item["Size"]), mtime_ns, None)
+        return LandingEntry(self.url_of(key), int(item["Size"]), mtime_ns, None, _etag(item))
 
     def exists(self) -> bool:
         # A prefix exists as long as the bucket does; a missing bucket fails the listing,
@@ -217,7 +228,8 @@ class ObjectStoreZone:
             raise
         finally:
             body.close()
-        return digest.result(staged)
+        # The GET's own ETag, not the listing's: the object may have been replaced since.
+        return digest.result(staged, _etag(answer))
 
     def place(self, staged: StagedCopy, file_id: int) -> StagedCopy:
         # The copy's random name is as safe from globs as a ledger id; a rename would be a
@@ -370,6 +382,13 @@ def _staging_error(url: str, error: Any) -> IngestionError:
         f"{url}: cannot write the staged copy Spark reads ({_describe(error)}); ingestion "
         "needs to write, list and delete objects below <landing prefix>/_staging/"
     )
+
+
+def _etag(answer: dict[str, Any]) -> str | None:
+    """The ``ETag`` of a listed object or a GET's answer, as the server gave it (None if
+    it gave none)."""
+    found = answer.get("ETag")
+    return str(found) if found else None
 
 
 def _code(error: Any) -> str:

@@ -4,6 +4,9 @@
 offers. A :class:`LandingZone` lists what has arrived, reads a file once (its size and
 SHA-256, a UTF-8 check, and, for a file that is to load, a staged copy of exactly those
 bytes for Spark to read), cleans up staged copies and tells whether a file is still there.
+An object store also lists each object's ETag, and a read returns the ETag of the bytes it
+hashed: the ledger keeps it, so that an object listed again with the same ETag and size is
+known without being read (:mod:`warehouse.landing`).
 One small protocol keeps ingestion the same for both kinds of zone:
 
 - :class:`~warehouse.landing_local.LocalZone`, a directory;
@@ -38,6 +41,9 @@ class LandingEntry:
     size_bytes: int
     mtime_ns: int
     refusal: str | None  # why it is never read; None for a file that is read
+    # The store's tag of the object's content, as listed (an object store's ETag, exactly as
+    # the server gives it); None where a zone has none (a local file).
+    etag: str | None = None
 
 
 class StagedCopy(Protocol):
@@ -68,6 +74,8 @@ class FileRead:
     sha256: str
     bad_utf8_at: int | None = None  # offset of the first byte that is not UTF-8
     staged: StagedCopy | None = None  # the copy of exactly these bytes, when one was asked for
+    # The ETag the store answered with these very bytes (its GET's); None for a local file.
+    etag: str | None = None
 
 
 class LandingZone(Protocol):
@@ -133,10 +141,10 @@ class Digest:
             self._bad_at = _utf8_error_at(self._decoder, block, self.size_bytes, final=False)
         self.size_bytes += len(block)
 
-    def result(self, staged: StagedCopy | None = None) -> FileRead:
+    def result(self, staged: StagedCopy | None = None, etag: str | None = None) -> FileRead:
         if self._decoder is not None and self._bad_at is None:
             self._bad_at = _utf8_error_at(self._decoder, b"", self.size_bytes, final=True)
-        return FileRead(self.size_bytes, self._sha256.hexdigest(), self._bad_at, staged)
+        return FileRead(self.size_bytes, self._sha256.hexdigest(), self._bad_at, staged, etag)
 
 
 def _utf8_error_at(

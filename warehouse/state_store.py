@@ -63,7 +63,7 @@ from common.secrets import mask_url, redact, register_url_password
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # pg_advisory_xact_lock key held while the schema is created or migrated ("enrich").
 SCHEMA_LOCK_KEY = 0x656E72696368
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -153,6 +153,10 @@ class LandingFile(Base):
     records_quarantined: Mapped[int | None] = mapped_column(Integer)
     # Records an earlier file had loaded under the same id and content (version 2).
     records_resent: Mapped[int | None] = mapped_column(Integer)
+    # An object-store file's ETag, as the GET whose bytes were hashed answered it: a listing
+    # that shows this ETag and size at the path is the same content, not read again
+    # (warehouse.landing). None for a local file, a file never read, and rows of version 2.
+    etag: Mapped[str | None] = mapped_column(String)
     error: Mapped[str | None] = mapped_column(Text)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -296,6 +300,7 @@ _STEP = _StepStatements()
 # and adds a new table to an existing one (interval_completeness needed no entry).
 _MIGRATIONS: Mapping[int, Sequence[str]] = {
     2: ("ALTER TABLE landing_files ADD COLUMN records_resent INTEGER",),
+    3: ("ALTER TABLE landing_files ADD COLUMN etag VARCHAR",),
 }
 
 
@@ -581,10 +586,12 @@ class StateStore:
         *,
         status: str = "registered",
         error: str | None = None,
+        etag: str | None = None,
     ) -> LandingFile:
-        """Add a file to the ledger; a file that is never to load is recorded final at once."""
+        """Add a file to the ledger; a file that is never to load is recorded final at once.
+        ``etag``: an object's ETag, of the very bytes whose ``sha256`` this is."""
         with self._session() as session:
-            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error)
+            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error, etag)
             session.add(row)
             session.flush()
             return row
@@ -598,8 +605,10 @@ class StateStore:
         *,
         status: str = "registered",
         error: str | None = None,
+        etag: str | None = None,
     ) -> LandingFile:
-        """Replace a never-loaded ledger row by a new row for the file's new content.
+        """Replace a never-loaded ledger row by a new row for the file's new content (and
+        ``etag``, as :meth:`register_landing_file`).
 
         The new row gets a fresh id, greater than every id used so far: ingestion commits
         under the id as a Delta app-transaction version, and Delta skips a version at or
@@ -615,7 +624,7 @@ class StateStore:
             stream, path = old.stream, old.path
             old.path = f"{path} (ledger id {old.id}, being replaced)"
             session.flush()
-            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error)
+            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error, etag)
             session.add(row)
             session.flush()
             session.delete(old)
@@ -903,6 +912,7 @@ def _landing_row(
     run_id: str,
     status: str,
     error: str | None,
+    etag: str | None = None,
 ) -> LandingFile:
     """A new ledger row; a file that is never to load is recorded as finished at once."""
     return LandingFile(
@@ -910,6 +920,7 @@ def _landing_row(
         path=path,
         size_bytes=size_bytes,
         sha256=sha256,
+        etag=etag,
         run_id=run_id,
         status=status,
         error=error,

@@ -13,17 +13,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from sqlalchemy import text
 
 from common.errors import ConfigError
 from common.faults import CRASH_ENV_VAR
@@ -97,6 +101,31 @@ class Harness:
         assert found is not None, f"{name} is not in the ledger"
         return found
 
+    def etag(self, name: str) -> str:
+        """The object's ETag as the store answers a HEAD (not through the zone)."""
+        return str(self.client.head_object(Bucket=self.where.bucket, Key=self.key(name))["ETag"])
+
+    def put_in_parts(self, name: str, body: str) -> bytes:
+        """Upload ``body`` as a one-part multipart upload (an ETag of the ``<md5>-1`` kind)."""
+        data, bucket, key = body.encode(), self.where.bucket, self.key(name)
+        upload = self.client.create_multipart_upload(Bucket=bucket, Key=key)
+        part = self.client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=data
+        )
+        self.client.complete_multipart_upload(
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload["UploadId"],
+            MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
+        )
+        return data
+
+    def counted_ingest(self) -> tuple[IngestReport, Counter[tuple[str, str]]]:
+        """Ingest through a zone of its own whose requests are counted (:class:`Sent`)."""
+        zone = ObjectStoreZone(self.landing, self.source.format)
+        sent = Sent(zone, self.where.bucket)
+        return self.ingest(zone), sent.requests
+
     def staged(self) -> list[str]:
         """Keys left in the staging area, and uploads left unfinished there."""
         staging = self.key("_staging/")
@@ -105,6 +134,36 @@ class Harness:
         return [o["Key"] for o in listed.get("Contents", [])] + [
             u["Key"] for u in uploads.get("Uploads", [])
         ]
+
+
+class Sent:
+    """The requests a zone's S3 client sends, by (operation, key below the bucket).
+
+    Counted in botocore's ``before-send`` event of that client, which fires once for every
+    HTTP request (each retry too) just before it goes on the wire: an object the zone reads
+    shows as a ``GetObject`` of its key. The zone's client is the only one that reads
+    landing objects (Spark and pyarrow read only the staged copies, below ``_staging/``)."""
+
+    def __init__(self, zone: ObjectStoreZone, bucket: str) -> None:
+        self.bucket = bucket
+        self.requests: Counter[tuple[str, str]] = Counter()
+        zone.client.meta.events.register("before-send.s3", self._count)
+
+    def _count(self, request: Any, event_name: str, **_: Any) -> None:
+        operation = event_name.rsplit(".", 1)[-1]
+        path = unquote(urlsplit(request.url).path)  # path-style: /<bucket>/<key>
+        key = path.removeprefix(f"/{self.bucket}").removeprefix("/")  # "": the bucket's
+        self.requests[(operation, key)] += 1
+
+
+def ledger(row: LandingFile) -> tuple[Any, ...]:
+    """What a ledger row says of its file (ORM rows compare by identity)."""
+    return (row.id, row.status, row.size_bytes, row.sha256, row.etag, row.error)
+
+
+def gets(sent: Counter[tuple[str, str]]) -> dict[str, int]:
+    """The keys a counted ingest read (``GetObject``), with how often."""
+    return {key: n for (operation, key), n in sent.items() if operation == "GetObject"}
 
 
 def source_of(landing: str, bronze: str, quarantine: str, fmt: Format = "json") -> StreamSource:
@@ -291,6 +350,156 @@ def test_rejected_object_is_reported_until_it_is_moved_away(h: Harness) -> None:
     assert (cleared.errors, cleared.files_rejected_in_place) == ([], 0)
     assert_same_multiset(h.bronze(), rows("ok.json", 2))
     assert h.staged() == []
+
+
+# ------------------------------------------------------------------ known by their ETag
+
+
+def test_objects_the_ledger_knows_by_etag_are_not_read_again(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Loaded, duplicate and rejected objects listed with the ETag and size the ledger
+    recorded make no GET on later runs; they are skipped or reminded of as before.
+
+    Requests are counted as the zone's boto3 client sends them (:class:`Sent`, botocore's
+    ``before-send`` event): the first run shows every object's GET, so the count sees them."""
+    # Listed by time modified (to the second), then name: names in the order of the PUTs.
+    a = h.put("a.json", json_lines([good(1), good(2)]))
+    h.put_in_parts("b.json", json_lines([good(3)]))  # a multipart ETag, "<md5>-1"
+    h.put("c-copy.json", a)
+    h.put("d-bad.json", b'{"id": 9, "k": 0, "label": "caf\xe9", "ts": "2024-01-01T00:00:00Z"}\n')
+    first, sent = h.counted_ingest()
+    assert (first.files_loaded, first.files_skipped, first.files_rejected) == (2, 1, 1)
+    names = ["a.json", "b.json", "c-copy.json", "d-bad.json"]
+    assert gets(sent) == {h.key(n): 1 for n in names}  # the counter sees every read
+    assert {n: h.entry(n).etag for n in names} == {n: h.etag(n) for n in names}
+    assert h.etag("b.json").endswith('-1"')
+    statuses = {n: h.entry(n).status for n in names}
+    assert statuses == {
+        "a.json": "loaded",
+        "b.json": "loaded",
+        "c-copy.json": "duplicate",
+        "d-bad.json": "rejected",
+    }
+    skipped = [
+        f"skip {h.path(n)}: already {statuses[n]} (ledger id {h.entry(n).id})" for n in names[:3]
+    ]
+
+    for _ in range(2):  # the second and third run over the same objects
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="warehouse.landing"):
+            again, sent = h.counted_ingest()
+        # One listing, and the reminder's HEAD of the rejected object, as before; no GET.
+        assert sent == {("ListObjectsV2", ""): 1, ("HeadObject", h.key("d-bad.json")): 1}
+        assert (again.files_loaded, again.files_skipped, again.files_rejected) == (0, 3, 0)
+        assert again.files_rejected_in_place == 1
+        (reminder,) = again.errors
+        assert h.path("d-bad.json") in reminder and "still in the landing zone" in reminder
+        assert [m for m in caplog.messages if m.startswith("skip ")] == skipped
+    assert_same_multiset(h.bronze(), rows("a.json", 1, 2) + rows("b.json", 3))
+    assert h.staged() == []
+
+
+def test_content_changed_under_a_loaded_key_is_read_and_reported_on_every_run(
+    h: Harness,
+) -> None:
+    """New bytes of the same size under a loaded key: a new ETag, so the object is read,
+    and reported as changed content as before; restored, it is known again without a GET."""
+    a = h.put("a.json", json_lines([good(1), good(2)]))
+    assert h.ingest().files_loaded == 1
+    loaded = h.entry("a.json")
+    changed = h.put("a.json", json_lines([good(4), good(5)]))
+    assert len(changed) == len(a) and h.etag("a.json") != loaded.etag
+
+    for _ in range(2):
+        report, sent = h.counted_ingest()
+        assert gets(sent) == {h.key("a.json"): 1}
+        (error,) = report.errors
+        assert h.path("a.json") in error and "content changed since it was registered" in error
+        assert f"now {hashlib.sha256(changed).hexdigest()[:12]}" in error
+        assert (report.files_loaded, report.files_skipped) == (0, 0)
+        assert ledger(h.entry("a.json")) == ledger(loaded)  # still what was loaded
+
+    h.put("a.json", a)  # the loaded bytes back: S3's ETag is their MD5 again
+    restored, sent = h.counted_ingest()
+    assert (gets(sent), restored.errors, restored.files_skipped) == ({}, [], 1)
+    assert_same_multiset(h.bronze(), rows("a.json", 1, 2))
+
+
+def test_the_same_bytes_under_a_new_etag_are_read_once_and_then_known_by_it(h: Harness) -> None:
+    """A re-delivery of a loaded file's bytes with another ETag (a multipart upload's) is
+    read, skipped as identical, and its ETag recorded: the next run reads nothing."""
+    a = json_lines([good(1)])
+    h.put("a.json", a)
+    assert h.ingest().files_loaded == 1
+    before = ledger(h.entry("a.json"))
+    h.put_in_parts("a.json", a)
+    assert h.etag("a.json") != before[4]
+
+    resent, sent = h.counted_ingest()
+    assert (gets(sent), resent.files_skipped, resent.errors) == ({h.key("a.json"): 1}, 1, [])
+    assert ledger(h.entry("a.json")) == (*before[:4], h.etag("a.json"), before[5])
+    quiet, sent = h.counted_ingest()
+    assert (gets(sent), quiet.files_skipped, quiet.errors) == ({}, 1, [])
+
+
+def test_the_etag_recorded_is_that_of_the_bytes_read_not_of_the_listing(h: Harness) -> None:
+    """An object replaced between the listing and its GET: the ledger holds the hash and
+    ETag of the bytes the GET returned, so the listed bytes coming back later are new
+    content (an ETag taken from the listing would have them skipped as loaded)."""
+    listed = h.put("a.json", json_lines([good(1)]))
+    listed_etag = h.etag("a.json")
+    read = json_lines([good(2)]).encode()
+    assert len(read) == len(listed)
+    zone = ObjectStoreZone(h.landing, "json")
+
+    def replace_before_the_get(request: Any, **_: Any) -> None:
+        if request.url.endswith("/a.json") and h.etag("a.json") == listed_etag:
+            h.put("a.json", read)  # through the harness's own client, not the zone's
+
+    zone.client.meta.events.register("before-send.s3.GetObject", replace_before_the_get)
+    assert h.ingest(zone).files_loaded == 1
+    entry = h.entry("a.json")
+    assert (entry.sha256, entry.etag) == (hashlib.sha256(read).hexdigest(), h.etag("a.json"))
+    assert entry.etag != listed_etag
+    assert_same_multiset(h.bronze(), rows("a.json", 2))
+
+    h.put("a.json", listed)  # the bytes that were listed: ETag listed_etag again
+    back, sent = h.counted_ingest()
+    assert gets(sent) == {h.key("a.json"): 1}
+    (error,) = back.errors
+    assert "content changed since it was registered" in error
+
+
+def test_a_ledger_from_before_etags_reads_each_object_once_then_knows_it(h: Harness) -> None:
+    """A ledger written by schema version 2 (no ``etag`` column) is migrated when opened:
+    its rows have no ETag, so each loaded object is read once more (and changed content
+    caught); those that hash as recorded get their ETag and are not read after that."""
+    h.put("a.json", json_lines([good(1), good(2)]))
+    h.put("b.json", json_lines([good(3)]))
+    assert h.ingest().files_loaded == 2
+    with h.store.engine.begin() as connection:  # back to what schema version 2 wrote
+        connection.execute(text("ALTER TABLE landing_files DROP COLUMN etag"))
+        connection.execute(text("DELETE FROM schema_version"))
+        connection.execute(
+            text("INSERT INTO schema_version (version, applied_at) VALUES (2, CURRENT_TIMESTAMP)")
+        )
+    h.store.dispose()
+    h.store = StateStore(h.store.url)
+    assert [e.etag for e in h.store.landing_files("s")] == [None, None]
+    changed = h.put("b.json", json_lines([good(4)]))  # same size, other bytes
+
+    once, sent = h.counted_ingest()
+    assert gets(sent) == {h.key("a.json"): 1, h.key("b.json"): 1}
+    assert (once.files_skipped, len(once.errors)) == (1, 1)
+    assert h.path("b.json") in once.errors[0] and "content changed" in once.errors[0]
+    assert (h.entry("a.json").etag, h.entry("b.json").etag) == (h.etag("a.json"), None)
+
+    after, sent = h.counted_ingest()
+    assert gets(sent) == {h.key("b.json"): 1}  # only the changed one is read again
+    assert (after.files_skipped, len(after.errors)) == (1, 1)
+    assert f"now {hashlib.sha256(changed).hexdigest()[:12]}" in after.errors[0]
+    assert_same_multiset(h.bronze(), rows("a.json", 1, 2) + rows("b.json", 3))
 
 
 @pytest.mark.parametrize("prefix", ["land[1]", "land{a,b}", "land*"])

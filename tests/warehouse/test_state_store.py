@@ -140,6 +140,7 @@ def test_a_version_1_store_gains_the_resent_count_and_keeps_its_rows(
     store.update_landing_file(row.id, status="loaded", records_loaded=3)
     with store._engine.begin() as connection:  # back to what version 1 wrote
         connection.execute(text("ALTER TABLE landing_files DROP COLUMN records_resent"))
+        connection.execute(text("ALTER TABLE landing_files DROP COLUMN etag"))
         connection.execute(text("DELETE FROM schema_version"))
         connection.execute(
             text("INSERT INTO schema_version (version, applied_at) VALUES (1, CURRENT_TIMESTAMP)")
@@ -153,7 +154,41 @@ def test_a_version_1_store_gains_the_resent_count_and_keeps_its_rows(
     assert again is not None and again.records_resent == 4
     with upgraded._engine.connect() as connection:
         versions = connection.execute(text("SELECT version FROM schema_version")).all()
-    assert sorted(v for (v,) in versions) == [1, 2]
+    assert sorted(v for (v,) in versions) == [1, 2, 3]
+    upgraded.dispose()
+
+
+def test_a_version_2_store_gains_the_etag_column_and_keeps_its_rows(
+    state_store_url: str,
+) -> None:
+    """Schema version 3 adds ``landing_files.etag`` to a store written by version 2: its
+    rows have none (ingestion reads such objects once more), new rows and updates keep one."""
+    store = StateStore(state_store_url)
+    row = store.register_landing_file("s", "s3://b/l/a.json", 10, "0" * 64, "r1")
+    store.update_landing_file(row.id, status="loaded", records_loaded=3)
+    with store._engine.begin() as connection:  # back to what version 2 wrote
+        connection.execute(text("ALTER TABLE landing_files DROP COLUMN etag"))
+        connection.execute(text("DELETE FROM schema_version"))
+        connection.execute(
+            text(
+                "INSERT INTO schema_version (version, applied_at) "
+                "VALUES (1, CURRENT_TIMESTAMP), (2, CURRENT_TIMESTAMP)"
+            )
+        )
+    store.dispose()
+    upgraded = StateStore(state_store_url)
+    found = upgraded.landing_file("s", "s3://b/l/a.json")
+    assert found is not None
+    assert (found.status, found.records_loaded, found.etag) == ("loaded", 3, None)
+    tag = '"5d41402abc4b2a76b9719d911017c592-1"'  # as S3 gives it, quotes and all
+    upgraded.update_landing_file(found.id, etag=tag)
+    again = upgraded.landing_file("s", "s3://b/l/a.json")
+    assert again is not None and again.etag == tag
+    new = upgraded.register_landing_file("s", "s3://b/l/b.json", 5, "1" * 64, "r2", etag='"x"')
+    assert new.etag == '"x"' and new.id > found.id
+    with upgraded._engine.connect() as connection:
+        versions = connection.execute(text("SELECT version FROM schema_version")).all()
+    assert sorted(v for (v,) in versions) == [1, 2, 3] == [*range(1, SCHEMA_VERSION + 1)]
     upgraded.dispose()
 
 
