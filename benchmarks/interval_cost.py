@@ -3,6 +3,7 @@
     python -m benchmarks.interval_cost [--shapes demo equi20k ...] [--intervals 4]
                                        [--modes tasks warm plain duckdb] [--bound 1]
                                        [--set KEY=VALUE ...]
+                                       [--object-store [--landing-in-store]]
                                        [--out benchmarks/results/interval-cost.md]
 
 Each shape is a pipeline config, its masters and one file per stream per interval:
@@ -38,6 +39,19 @@ drain``); each table gives the tuple waits from landing to gold (:class:`WaitClo
 each mode is warm-up (the first touch of each table, the JIT); the table reports the
 median of the others, the steady state of a scheduled pipeline, and the ratios against
 ``plain`` in the same run.
+
+With ``--object-store`` the run starts a SeaweedFS server on loopback
+(:mod:`orchestration.object_store_server`) and every mode's tables go to a bucket of its
+own there: the pipeline modes' warehouse root (``s3://<bucket>/warehouse``, the driver's
+files in a local folder), the plain job's masters and Delta outputs. The ``AWS_*``
+variables that point at the server are set in this process, so the ``tasks`` mode's
+processes and the warm worker inherit them. Landing zones stay local unless
+``--landing-in-store`` puts each mode's in a second bucket of its own; ``duckdb`` reads and
+writes local files either way. The server counts the requests of each bucket by type
+(:meth:`~orchestration.object_store_server.S3Server.request_counts`); a second table gives
+each mode's requests per interval, read before and after each interval's timed work, and
+those of the first intervals after the warm-up against the last ones (does an interval
+cost more requests as the tables age?).
 """
 
 from __future__ import annotations
@@ -53,10 +67,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +78,10 @@ import pyarrow.parquet as pq
 import yaml
 
 from benchmarks.revision import short_commit
+from warehouse.object_store import is_object_store, storage_options
+
+if TYPE_CHECKING:
+    from orchestration.object_store_server import S3Server
 
 REPO = Path(__file__).resolve().parent.parent
 logger = logging.getLogger("interval_cost")
@@ -556,6 +574,8 @@ class Prepared:
     stream_files: dict[str, tuple[Path, ...]]
     master_columns: dict[str, tuple[str, ...]]
     stream_schemas: dict[str, pa.Schema]
+    store: ObjectStoreRun | None = None
+    """The object store of an ``--object-store`` run (None: every mode on local disk)."""
 
     @property
     def intervals(self) -> int:
@@ -611,6 +631,60 @@ def prepare(shape: Shape, folder: Path, intervals: int, cache: Path) -> Prepared
     )
 
 
+@dataclass
+class ObjectStoreRun:
+    """The S3 server of an ``--object-store`` run: every mode's tables in a bucket of its
+    own (and, with ``landing_in_store``, its landing zones in another), so that the
+    server's request counters tell the modes apart."""
+
+    server: S3Server
+    landing_in_store: bool = False
+    _client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self.server.client()
+        return self._client
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one mode keeps its tables (``tables``) and its landing zones (``landing``):
+    folders under its local ``root``, or ``s3://`` locations in the buckets named in
+    ``buckets`` (``tables``, ``landing``: what is counted)."""
+
+    root: Path
+    tables: str
+    landing: str
+    buckets: dict[str, str] = field(default_factory=dict)
+
+
+def place(prepared: Prepared, mode: str, root: Path, tables: str) -> Placement:
+    """A fresh placement for ``mode``: its tables in ``root/tables`` (``tables`` empty: in
+    ``root`` itself), or in a new bucket of the run's object store."""
+    store = prepared.store
+    local_tables = str(root / tables) if tables else str(root)
+    if store is None:
+        return Placement(root, local_tables, str(root / "landing"))
+    shape = prepared.shape.name.replace("_", "-")
+    bucket = store.server.create_bucket(f"{shape}-{mode}")
+    buckets = {"tables": bucket}
+    landing = str(root / "landing")
+    if store.landing_in_store:
+        buckets["landing"] = store.server.create_bucket(f"{shape}-{mode}-landing")
+        landing = f"s3://{buckets['landing']}/landing"
+    where = f"s3://{bucket}/{tables}" if tables else f"s3://{bucket}"
+    logger.info("%s: tables in %s, landing zones in %s", mode, where, landing)
+    return Placement(root, where, landing, buckets)
+
+
+def at(location: str, *parts: str) -> str:
+    """``parts`` below a folder or an ``s3://`` location (a Path would fold its ``//``)."""
+    if is_object_store(location):
+        return "/".join([location.rstrip("/"), *parts])
+    return str(Path(location, *parts))
+
+
 def _write_stream(table: pa.Table, stem: Path, stream: Stream) -> Path:
     if stream.format == "parquet":
         path = stem.with_suffix(".parquet")
@@ -633,10 +707,10 @@ _SPARK_TYPES = {
 }
 
 
-def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
+def pipeline_config(prepared: Prepared, where: Placement) -> dict[str, Any]:
     shape = prepared.shape
     if shape.config is not None:
-        return _moved_config(shape, root)
+        return _moved_config(shape, where)
     stages: list[dict[str, Any]] = []
     for stage in shape.stages:
         join = stage.predicate
@@ -681,7 +755,7 @@ def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
             for f in prepared.stream_schemas[stream.name]
         ]
         streams[stream.name] = {
-            "landing": str(root / "landing" / stream.name),
+            "landing": at(where.landing, stream.name),
             "format": stream.format,
             "event_time": "event_time",
             "id_column": stream.id_column,
@@ -689,7 +763,7 @@ def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
         }
     return {
         "name": "bench",
-        "warehouse": {"root": str(root / "warehouse")},
+        "warehouse": _warehouse(where),
         "spark": {"master": "local[2]", "conf": SPARK_CONF},
         "schedule": {"interval": "1h", "start": FIRST_INTERVAL.isoformat(), "retries": 0},
         "streams": streams,
@@ -709,26 +783,36 @@ def pipeline_config(prepared: Prepared, root: Path) -> dict[str, Any]:
     }
 
 
-def _moved_config(shape: Shape, root: Path) -> dict[str, Any]:
-    """``shape.config`` with its warehouse and landing zones in ``root`` and its suites
-    where the repository keeps them; everything else (operators, suites, Spark) as it is."""
+def _warehouse(where: Placement) -> dict[str, Any]:
+    """The warehouse keys of a mode's config: its root, and for a root in the object store
+    a local folder of the mode's own for the driver's files."""
+    if is_object_store(where.tables):
+        return {"root": where.tables, "local_root": str(where.root / "local")}
+    return {"root": where.tables}
+
+
+def _moved_config(shape: Shape, where: Placement) -> dict[str, Any]:
+    """``shape.config`` with its warehouse and landing zones where ``where`` puts them and
+    its suites where the repository keeps them; everything else (operators, suites, Spark)
+    as it is."""
     assert shape.config is not None
     config: dict[str, Any] = yaml.safe_load(shape.config.read_text())
-    config["warehouse"]["root"] = str(root / "warehouse")
+    config["warehouse"] |= _warehouse(where)
     for name, stream in config["streams"].items():
-        stream["landing"] = str(root / "landing" / name)
+        stream["landing"] = at(where.landing, name)
     config["expectations_dir"] = str(REPO / "expectations")
     return config
 
 
-def write_master_delta(prepared: Prepared, name: str, path: Path) -> None:
+def write_master_delta(prepared: Prepared, name: str, location: str) -> None:
     """A master as a Delta table with its change feed on, as the demo writes masters."""
     from deltalake import write_deltalake
 
     write_deltalake(
-        str(path),
+        location,
         pq.read_table(prepared.master_files[name]),
         configuration={"delta.enableChangeDataFeed": "true"},
+        storage_options=storage_options(location),
     )
 
 
@@ -740,10 +824,20 @@ def deliver(source: Path, landing: Path) -> None:
     os.replace(staging, landing / source.name)
 
 
-def deliver_interval(prepared: Prepared, index: int, landing: Path) -> None:
-    """Every stream's file of interval ``index`` into ``landing/<stream>``."""
+def deliver_interval(prepared: Prepared, index: int, landing: str) -> None:
+    """Every stream's file of interval ``index`` into ``landing/<stream>`` (in an object
+    store one PUT each, which is atomic)."""
     for name, files in prepared.stream_files.items():
-        deliver(files[index], landing / name)
+        if is_object_store(landing):
+            from warehouse.object_store import ObjectLocation
+
+            assert prepared.store is not None
+            target = ObjectLocation.parse(at(landing, name, files[index].name))
+            prepared.store.client().put_object(
+                Bucket=target.bucket, Key=target.key, Body=files[index].read_bytes()
+            )
+        else:
+            deliver(files[index], Path(landing) / name)
 
 
 # ---------------------------------------------------------------------------- results
@@ -766,6 +860,12 @@ class ModeResult:
     to the end of the run that published it (:class:`WaitClock`)."""
     runs_waited: list[int] = field(default_factory=list)
     """For each published tuple: later runs it waited beyond the one that ingested it."""
+    requests: dict[str, list[dict[tuple[str, str], int]]] = field(default_factory=dict)
+    """In an ``--object-store`` run: per bucket (``tables``, ``landing``), per interval, the
+    requests the server answered during the interval's timed work, by (type, status code)."""
+    buckets: dict[str, str] = field(default_factory=dict)
+    load: list[float] = field(default_factory=list)
+    """The 1-minute load average when the mode started and when it ended."""
 
     def steady(self) -> float:
         rest = self.interval_seconds[1:] or self.interval_seconds
@@ -787,7 +887,7 @@ class WaitClock:
     happens outside the timed work.
     """
 
-    def __init__(self, prepared: Prepared, gold: Path) -> None:
+    def __init__(self, prepared: Prepared, gold: str) -> None:
         self.prepared = prepared
         self.gold = gold
         self.seen: dict[str, np.ndarray] = {}
@@ -796,11 +896,14 @@ class WaitClock:
         from deltalake import DeltaTable
 
         for stage in self.prepared.shape.stages:
-            path = self.gold / stage.published
-            if not DeltaTable.is_deltatable(str(path)):
+            path = at(self.gold, stage.published)
+            options = storage_options(path)
+            if not DeltaTable.is_deltatable(path, storage_options=options):
                 continue
             id_column = self.prepared.id_column(stage)
-            table = DeltaTable(str(path)).to_pyarrow_table(columns=[id_column, "event_time"])
+            table = DeltaTable(path, storage_options=options).to_pyarrow_table(
+                columns=[id_column, "event_time"]
+            )
             ids = table.column(id_column).to_numpy()
             seen = self.seen.get(stage.published, np.empty(0, ids.dtype))
             fresh = ~np.isin(ids, seen)
@@ -823,6 +926,24 @@ def timed(result: ModeResult, phase: str) -> Iterator[None]:
         yield
     finally:
         result.add_phase(phase, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def counted(prepared: Prepared, where: Placement, result: ModeResult) -> Iterator[None]:
+    """The object-store requests of each of ``where``'s buckets during the block, added to
+    ``result.requests`` as one interval's (nothing without an object store). The counters
+    are read outside the timed work: wrap the block that starts and stops the clock."""
+    store = prepared.store
+    if store is None:
+        yield
+        return
+    result.buckets = dict(where.buckets)
+    before = {what: store.server.request_counts_by_code(b) for what, b in where.buckets.items()}
+    yield
+    for what, bucket in where.buckets.items():
+        after = store.server.request_counts_by_code(bucket)
+        spent = {k: v - before[what].get(k, 0) for k, v in after.items()}
+        result.requests.setdefault(what, []).append({k: v for k, v in spent.items() if v})
 
 
 # ---------------------------------------------------------------------------- pipeline modes
@@ -855,17 +976,18 @@ def apply_overrides(config: dict[str, Any], overrides: Sequence[str]) -> dict[st
 OVERRIDES: list[str] = []
 
 
-def _pipeline_folder(prepared: Prepared, mode: str) -> tuple[Path, Path]:
+def _pipeline_folder(prepared: Prepared, mode: str) -> tuple[Placement, Path]:
     root = prepared.folder / mode
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    config = apply_overrides(pipeline_config(prepared, root), OVERRIDES)
+    where = place(prepared, mode, root, "warehouse")
+    config = apply_overrides(pipeline_config(prepared, where), OVERRIDES)
     config_path = root / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     masters = yaml.safe_load(config_path.read_text())["masters"]
     for name, master in masters.items():
-        write_master_delta(prepared, name, root / "warehouse" / master["table"])
-    return root, config_path
+        write_master_delta(prepared, name, at(where.tables, master["table"]))
+    return where, config_path
 
 
 def _window(index: int) -> list[str]:
@@ -877,10 +999,10 @@ def run_warm(prepared: Prepared) -> ModeResult:
     """Every command of every interval through ``jobs.enrich.main`` in this process."""
     from jobs.enrich import main
 
-    root, config_path = _pipeline_folder(prepared, "warm")
-    result = ModeResult("warm")
+    where, config_path = _pipeline_folder(prepared, "warm")
+    result = ModeResult("warm", load=[os.getloadavg()[0]])
     base = ["--config", str(config_path)]
-    clock = WaitClock(prepared, root / "warehouse" / "gold")
+    clock = WaitClock(prepared, at(where.tables, "gold"))
 
     def enrich(*argv: str) -> None:
         code = main([*base, *argv])
@@ -888,14 +1010,15 @@ def run_warm(prepared: Prepared) -> ModeResult:
             raise RuntimeError(f"enrich {' '.join(argv)} exited {code}")
 
     for index in range(prepared.intervals):
-        deliver_interval(prepared, index, root / "landing")
-        started = time.perf_counter()
-        window = ["--run-id", f"i{index}", *_window(index)]
-        with timed(result, "run"):
-            enrich("run", *window)
-        with timed(result, "validate"):
-            enrich("validate", *window)
-        result.interval_seconds.append(time.perf_counter() - started)
+        deliver_interval(prepared, index, where.landing)
+        with counted(prepared, where, result):
+            started = time.perf_counter()
+            window = ["--run-id", f"i{index}", *_window(index)]
+            with timed(result, "run"):
+                enrich("run", *window)
+            with timed(result, "validate"):
+                enrich("validate", *window)
+            result.interval_seconds.append(time.perf_counter() - started)
         clock.after_run(result, index, result.interval_seconds[-1])
         logger.info("warm: interval %d in %.2fs", index, result.interval_seconds[-1])
     # Whatever an operator still holds is joined and published, so every mode has
@@ -905,14 +1028,15 @@ def run_warm(prepared: Prepared) -> ModeResult:
     enrich("validate", "--run-id", "final")
     result.drain_seconds = time.perf_counter() - started
     clock.after_run(result, prepared.intervals, result.drain_seconds)
-    result.rows = published_rows(prepared, root / "warehouse" / "gold")
+    result.rows = published_rows(prepared, at(where.tables, "gold"))
+    result.load.append(os.getloadavg()[0])
     return result
 
 
 def run_tasks(prepared: Prepared) -> ModeResult:
     """Every task of every interval as its own ``enrich`` process, as Airflow runs them."""
-    root, config_path = _pipeline_folder(prepared, "tasks")
-    result = ModeResult("tasks")
+    where, config_path = _pipeline_folder(prepared, "tasks")
+    result = ModeResult("tasks", load=[os.getloadavg()[0]])
     in_worker = bool(
         yaml.safe_load(config_path.read_text())
         .get("schedule", {})
@@ -922,7 +1046,7 @@ def run_tasks(prepared: Prepared) -> ModeResult:
     result.process_start = process_start_seconds(in_worker)
     stages = [stage.name for stage in prepared.shape.stages]
     via = ["--worker"] if in_worker else []
-    clock = WaitClock(prepared, root / "warehouse" / "gold")
+    clock = WaitClock(prepared, at(where.tables, "gold"))
 
     def enrich(*argv: str) -> float:
         started = time.perf_counter()
@@ -941,17 +1065,18 @@ def run_tasks(prepared: Prepared) -> ModeResult:
         return time.perf_counter() - started
 
     for index in range(prepared.intervals):
-        deliver_interval(prepared, index, root / "landing")
+        deliver_interval(prepared, index, where.landing)
         window = ["--run-id", f"i{index}", *_window(index)]
         seconds = 0.0
-        for task, argv in [
-            ("ingest", ["ingest"]),
-            *[(f"stage {s}", ["stage", s]) for s in stages],
-            ("validate", ["validate"]),
-        ]:
-            took = enrich(*argv, *window)
-            result.add_phase(task, took)
-            seconds += took
+        with counted(prepared, where, result):
+            for task, argv in [
+                ("ingest", ["ingest"]),
+                *[(f"stage {s}", ["stage", s]) for s in stages],
+                ("validate", ["validate"]),
+            ]:
+                took = enrich(*argv, *window)
+                result.add_phase(task, took)
+                seconds += took
         result.interval_seconds.append(seconds)
         clock.after_run(result, index, seconds)
         logger.info("tasks: interval %d in %.2fs", index, seconds)
@@ -962,7 +1087,8 @@ def run_tasks(prepared: Prepared) -> ModeResult:
         from jobs.worker import stop_worker
 
         stop_worker(config_path)
-    result.rows = published_rows(prepared, root / "warehouse" / "gold")
+    result.rows = published_rows(prepared, at(where.tables, "gold"))
+    result.load.append(os.getloadavg()[0])
     return result
 
 
@@ -1002,13 +1128,16 @@ def process_start_seconds(in_worker: bool) -> float:
     return time.perf_counter() - started
 
 
-def published_rows(prepared: Prepared, gold: Path) -> dict[str, list[tuple[Any, ...]]]:
+def published_rows(prepared: Prepared, gold: str) -> dict[str, list[tuple[Any, ...]]]:
     from deltalake import DeltaTable
 
     rows = {}
     for stage in prepared.shape.stages:
         columns = prepared.columns(stage.published)
-        table = DeltaTable(str(gold / stage.published)).to_pyarrow_table(columns=columns)
+        path = at(gold, stage.published)
+        table = DeltaTable(path, storage_options=storage_options(path)).to_pyarrow_table(
+            columns=columns
+        )
         rows[stage.published] = _sorted_rows(table, columns)
     return rows
 
@@ -1036,16 +1165,23 @@ def run_plain(prepared: Prepared) -> ModeResult:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from warehouse.spark import delta_jars
+    from warehouse.object_store import ObjectStore
+    from warehouse.spark import delta_jars, with_object_store
 
     root = prepared.folder / "plain"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    where = place(prepared, "plain", root, "")
     shape = prepared.shape
+    jars: dict[str, str] = {"spark.jars": ",".join(delta_jars())}
+    if prepared.store is not None:
+        # S3A's jars beside delta-spark's, and the store's S3A settings (from the
+        # environment this run set): the session reads and writes s3:// through S3A.
+        jars = with_object_store(jars, ObjectStore.from_environment())
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("plain")
-        .config("spark.jars", ",".join(delta_jars()))
+        .config(map=dict[str, Any](jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -1067,41 +1203,46 @@ def run_plain(prepared: Prepared) -> ModeResult:
         name: T.StructType([T.StructField(f.name, types[_SPARK_TYPES[f.type]]) for f in schema])
         for name, schema in prepared.stream_schemas.items()
     }
-    master_paths = {name: str(root / "masters" / name) for name in prepared.master_files}
+    master_paths = {name: at(where.tables, "masters", name) for name in prepared.master_files}
     for name, path in master_paths.items():
         # Written as the pipeline modes' masters are (delta-rs): a delta-spark write of
         # SF10 partsupp in this session's 1 GiB driver failed ("unread block data").
-        write_master_delta(prepared, name, Path(path))
-    result = ModeResult("plain")
-    clock = WaitClock(prepared, root / "gold")
+        write_master_delta(prepared, name, path)
+    result = ModeResult("plain", load=[os.getloadavg()[0]])
+    gold = at(where.tables, "gold")
+    clock = WaitClock(prepared, gold)
     for index in range(prepared.intervals):
-        deliver_interval(prepared, index, root / "landing")
-        started = time.perf_counter()
-        frames = {}
-        for stream in shape.streams:
-            landed = root / "landing" / stream.name / prepared.stream_files[stream.name][index].name
-            reader = spark.read.schema(schemas[stream.name])
-            frames[stream.name] = (
-                reader.parquet(str(landed))
-                if stream.format == "parquet"
-                else reader.json(str(landed))
-            )
-        for stage in shape.stages:
-            master = spark.read.format("delta").load(master_paths[stage.master])
-            joined = plain_join(frames[prepared.stage_input(stage)], master, stage.predicate, F)
-            _check_plain(joined, stage, F)
-            joined.write.format("delta").mode("append").save(str(root / "gold" / stage.published))
-            frames[stage.published] = joined
-        result.interval_seconds.append(time.perf_counter() - started)
+        deliver_interval(prepared, index, where.landing)
+        with counted(prepared, where, result):
+            started = time.perf_counter()
+            frames = {}
+            for stream in shape.streams:
+                file_name = prepared.stream_files[stream.name][index].name
+                landed = at(where.landing, stream.name, file_name)
+                reader = spark.read.schema(schemas[stream.name])
+                frames[stream.name] = (
+                    reader.parquet(landed) if stream.format == "parquet" else reader.json(landed)
+                )
+            for stage in shape.stages:
+                master = spark.read.format("delta").load(master_paths[stage.master])
+                joined = plain_join(frames[prepared.stage_input(stage)], master, stage.predicate, F)
+                _check_plain(joined, stage, F)
+                joined.write.format("delta").mode("append").save(at(gold, stage.published))
+                frames[stage.published] = joined
+            result.interval_seconds.append(time.perf_counter() - started)
         clock.after_run(result, index, result.interval_seconds[-1])
         logger.info("plain: interval %d in %.2fs", index, result.interval_seconds[-1])
     from deltalake import DeltaTable
 
     for stage in shape.stages:
         columns = prepared.columns(stage.published)
-        table = DeltaTable(str(root / "gold" / stage.published)).to_pyarrow_table(columns=columns)
+        path = at(gold, stage.published)
+        table = DeltaTable(path, storage_options=storage_options(path)).to_pyarrow_table(
+            columns=columns
+        )
         result.rows[stage.published] = _sorted_rows(table, columns)
     spark.stop()
+    result.load.append(os.getloadavg()[0])
     return result
 
 
@@ -1351,6 +1492,154 @@ def report(shape: Shape, results: Sequence[ModeResult], commit: str, bound: int)
     return lines
 
 
+# Request types in the order the requests table shows them (others follow, by name).
+REQUEST_TYPES = ("LIST", "GET", "PUT", "DELETE", "POST", "COPY")
+AGE_TYPES = ("LIST", "GET", "PUT")
+AGE_WINDOW = 3
+"""Intervals compared for age: ``AGE_WINDOW`` after the warm-up, the same ones of each
+later checkpoint cycle, and the last ones."""
+
+
+def _by_type(counts: dict[tuple[str, str], int]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for (kind, _code), count in counts.items():
+        totals[kind] = totals.get(kind, 0) + count
+    return totals
+
+
+def _mean_by_type(intervals: Sequence[dict[tuple[str, str], int]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for counts in intervals:
+        for kind, count in _by_type(counts).items():
+            totals[kind] = totals.get(kind, 0) + count / len(intervals)
+    return totals
+
+
+def checkpoint_cycle() -> int:
+    """Commits between two checkpoints of the pipeline's tables: its
+    ``warehouse.checkpoint_interval``, as ``--set`` leaves it (one commit per interval)."""
+    from pipeline.config import WarehouseConfig
+
+    settings = [item for item in OVERRIDES if item.startswith("warehouse.checkpoint_interval=")]
+    config = apply_overrides({"warehouse": {}}, settings)
+    default = WarehouseConfig().checkpoint_interval
+    return int(config["warehouse"].get("checkpoint_interval", default))
+
+
+def age_windows(count: int, cycle: int) -> list[range]:
+    """The intervals (0-based) compared for age: ``AGE_WINDOW`` after the warm-up, the same
+    ones ``cycle`` intervals later and later again (the same point of the tables'
+    checkpoint cycle, so the count a checkpoint resets does not pass for growth), and the
+    last ``AGE_WINDOW`` when they are not one of those."""
+    windows = [
+        range(start, min(count, start + AGE_WINDOW)) for start in range(1, count, max(cycle, 1))
+    ]
+    windows = [w for w in windows if len(w) == AGE_WINDOW] or windows[:1]
+    last = range(max(1, count - AGE_WINDOW), count)
+    if windows[-1] != last:
+        windows.append(last)
+    return windows
+
+
+def _span(window: range) -> str:
+    return f"{window.start + 1}-{window.stop}" if len(window) > 1 else f"{window.stop}"
+
+
+def requests_report(shape: Shape, results: Sequence[ModeResult], cycle: int) -> list[str]:
+    """The shape's requests table (an ``--object-store`` run): each mode's requests per
+    interval and bucket by type, the first intervals against the last (the tables' age)."""
+    counted_results = [r for r in results if r.requests]
+    if not counted_results:
+        return []
+    kinds = {k for r in counted_results for ivs in r.requests.values() for c in ivs for k, _ in c}
+    ordered = [k for k in REQUEST_TYPES if k in kinds] + sorted(kinds - set(REQUEST_TYPES))
+    count = len(counted_results[0].interval_seconds)
+    windows = age_windows(count, cycle)
+    spans = " → ".join(_span(window) for window in windows)
+    age = "/".join(AGE_TYPES)
+    lines = [
+        f"#### {shape.name}: object-store requests per interval",
+        "",
+        "Counted by the server (SeaweedFS's `SeaweedFS_s3_request_total` of each mode's "
+        "bucket) from the start to the end of each interval's timed work; GET includes HEAD "
+        "(the server labels HeadObject and HeadBucket GET). Per type: the median of the "
+        "intervals after the first. Age: the mean per interval of intervals "
+        f"{spans} (1-based; interval 1 is the warm-up; windows {cycle} intervals apart are "
+        f"at the same point of the tables' checkpoint cycle, a checkpoint every {cycle} "
+        f"commits), {age} and all, and the seconds per interval of the same intervals.",
+        "",
+        f"| mode | bucket | requests / interval | {' | '.join(ordered)} | not 2xx "
+        f"| {age}, intervals {spans} | all, {spans} | s / interval, {spans} "
+        "| requests of every interval |",
+        "|---|---|---|" + "---|" * len(ordered) + "---|---|---|---|---|",
+    ]
+    for r in counted_results:
+        for what, intervals in r.requests.items():
+            steady = intervals[1:] or intervals
+            totals = [sum(c.values()) for c in intervals]
+            per_type = [
+                f"{statistics.median(_by_type(c).get(k, 0) for c in steady):g}" for k in ordered
+            ]
+            failed = [
+                sum(v for (_k, code), v in c.items() if not code.startswith("2")) for c in steady
+            ]
+            codes = sorted({f"{k} {code}" for c in steady for k, code in c if code[:1] != "2"})
+            failed_codes = f" ({', '.join(codes)})" if codes else ""
+            means = [_mean_by_type([intervals[i] for i in window]) for window in windows]
+            ages = " → ".join("/".join(f"{m.get(k, 0):.1f}" for k in AGE_TYPES) for m in means)
+            all_ages = " → ".join(f"{sum(m.values()):.1f}" for m in means)
+            s_ages = " → ".join(
+                f"{statistics.mean(r.interval_seconds[i] for i in window):.2f}"
+                for window in windows
+            )
+            lines.append(
+                f"| {r.mode} | {what} | {statistics.median(totals[1:] or totals):g} | "
+                f"{' | '.join(per_type)} | {statistics.median(failed):g}{failed_codes} | "
+                f"{ages} | "
+                f"{all_ages} | {s_ages} | {', '.join(str(t) for t in totals)} |"
+            )
+    lines += ["", *_requests_by_interval(counted_results, ordered)]
+    loads = [f"{r.mode} {r.load[0]:.2f} → {r.load[-1]:.2f}" for r in results if len(r.load) == 2]
+    if loads:
+        lines += ["", f"1-minute load average at each mode's start → end: {'; '.join(loads)}."]
+    return lines
+
+
+def _raw_requests(r: ModeResult) -> dict[str, Any]:
+    """A mode's requests of every interval as JSON: per bucket, per interval, ``TYPE code``
+    to count, with the interval's seconds."""
+    return {
+        "seconds": [round(v, 3) for v in r.interval_seconds],
+        "buckets": r.buckets,
+        "requests": {
+            what: [{f"{k} {code}": v for (k, code), v in sorted(c.items())} for c in intervals]
+            for what, intervals in r.requests.items()
+        },
+    }
+
+
+def _requests_by_interval(results: Sequence[ModeResult], ordered: Sequence[str]) -> list[str]:
+    """Every interval's requests per mode and bucket, type by type (``ordered``), and its
+    seconds: where a count jumps (a checkpoint, a compaction) shows."""
+    columns = [(r, what) for r in results for what in r.requests]
+    lines = [
+        f"Requests of every interval, {'/'.join(ordered)} (seconds):",
+        "",
+        "| interval | " + " | ".join(f"{r.mode} {what}" for r, what in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for index in range(len(results[0].interval_seconds)):
+        cells = []
+        for r, what in columns:
+            by_type = _by_type(r.requests[what][index])
+            cells.append(
+                "/".join(str(by_type.get(k, 0)) for k in ordered)
+                + f" ({r.interval_seconds[index]:.2f} s)"
+            )
+        lines.append(f"| {index + 1} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -1375,35 +1664,89 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="pipeline config setting for the pipeline modes, e.g. stages.*.operator.mode=ssbj",
     )
+    parser.add_argument(
+        "--object-store",
+        action="store_true",
+        help="start a SeaweedFS server on loopback and keep each mode's tables in a bucket "
+        "of its own there; a second table gives each mode's requests per interval",
+    )
+    parser.add_argument(
+        "--landing-in-store",
+        action="store_true",
+        help="with --object-store: each mode's landing zones in another bucket of its own "
+        "(default: local folders)",
+    )
     args = parser.parse_args(argv)
     if args.intervals < 2:
         parser.error("--intervals: at least 2 (the first is warm-up)")
+    if args.landing_in_store and not args.object_store:
+        parser.error("--landing-in-store: only with --object-store")
     OVERRIDES[:] = args.overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     commit = short_commit(REPO) or "unknown"
     lines: list[str] = []
     problems: list[str] = []
-    for name in args.shapes:
-        shape = SHAPES[name]
-        prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
-        # The plain job runs first: its session loads delta-spark's jars into the process's
-        # JVM, which only the first session of a process can do (the pipeline's sessions
-        # leave them off for the embedded engine, and a later session reuses that JVM).
-        order = sorted(args.modes, key=lambda mode: mode != "plain")
-        done = {mode: MODES[mode](prepared) for mode in order}
-        results = [done[mode] for mode in args.modes]
-        problems += check_equal(shape, results)
-        problems += check_bound(shape, results, args.bound)
-        lines += [*report(shape, results, commit, args.bound), ""]
-        print("\n".join(lines[-len(results) - 7 :]), flush=True)
+    raw: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        store = (
+            stack.enter_context(_object_store(args.landing_in_store)) if args.object_store else None
+        )
+        for name in args.shapes:
+            shape = SHAPES[name]
+            prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
+            prepared = replace(prepared, store=store)
+            # The plain job runs first: its session loads delta-spark's jars into the
+            # process's JVM, which only the first session of a process can do (the
+            # pipeline's sessions leave them off for the embedded engine, and a later
+            # session reuses that JVM); in an object-store run S3A's jars with them.
+            order = sorted(args.modes, key=lambda mode: mode != "plain")
+            done = {mode: MODES[mode](prepared) for mode in order}
+            results = [done[mode] for mode in args.modes]
+            problems += check_equal(shape, results)
+            problems += check_bound(shape, results, args.bound)
+            table = report(shape, results, commit, args.bound)
+            if store is not None:
+                table += ["", *requests_report(shape, results, checkpoint_cycle())]
+                raw[name] = {r.mode: _raw_requests(r) for r in results if r.requests}
+            lines += [*table, ""]
+            print("\n".join(table), flush=True)
+    if args.object_store:
+        where = "their own buckets" if args.landing_in_store else "local folders"
+        lines.append(
+            "Object store: SeaweedFS (`weed mini`) on loopback, each mode's tables in a "
+            f"bucket of its own, landing zones in {where}; duckdb on local disk."
+        )
     if args.overrides:
         lines.append(f"Pipeline settings: {' '.join(args.overrides)}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
+        if raw:  # every interval's counts by type and status code, beside the tables
+            counts = args.out.with_suffix(".requests.json")
+            counts.write_text(json.dumps(raw, indent=1, sort_keys=True) + "\n")
     for problem in problems:
         logger.error("%s", problem)
     return 1 if problems else 0
+
+
+@contextlib.contextmanager
+def _object_store(landing_in_store: bool) -> Iterator[ObjectStoreRun]:
+    """A SeaweedFS server on loopback for the run, with the ``AWS_*`` variables that point
+    at it set in this process (and so in every process it starts) until the block ends."""
+    from orchestration.object_store_server import started_s3_server
+
+    server = started_s3_server()
+    saved = dict(os.environ)
+    try:
+        os.environ.update(server.environment())
+        logger.info(
+            "object store: SeaweedFS at %s (metrics %s)", server.endpoint, server.metrics_url
+        )
+        yield ObjectStoreRun(server, landing_in_store)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ first conditional write answered 11 s after start where mini's answers after abo
 also needed a SIGKILL to stop within seconds, and mini stops cleanly in half a second.
 The binary is ``var/bin/weed``, which ``make object-store-deps`` (part of ``make test``)
 builds from the version the Makefile pins; without it the tests fail (never skip) and say so.
+The server's Prometheus metrics are on a port of their own: :meth:`S3Server.request_counts`
+reads its S3 request counters per bucket (the benchmarks' requests per interval).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -55,7 +58,14 @@ PORT_OPTIONS = (
     "s3.port.grpc",
     "admin.port",
     "admin.port.grpc",
+    # Prometheus metrics of every service (the S3 gateway's request counters among them).
+    "metricsPort",
 )
+# The S3 gateway's counter of answered requests, labelled bucket, code (the HTTP status)
+# and type: GET (HeadObject and HeadBucket included), PUT, LIST (ListObjects and
+# ListBuckets), DELETE (DeleteObjects included), POST (multipart), COPY.
+REQUEST_COUNTER = "SeaweedFS_s3_request_total"
+METRICS_TIMEOUT_SECONDS = 10.0
 # weed's in-process gRPC shortcuts: Unix sockets it names after each service's gRPC port in
 # /tmp (no option moves them). A server that is killed leaves them behind.
 GRPC_SOCKETS = {
@@ -115,6 +125,34 @@ class S3Server:
     @property
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.ports['metricsPort']}/metrics"
+
+    def request_counts_by_code(self, bucket: str) -> dict[tuple[str, str], int]:
+        """The S3 requests the server has answered for ``bucket`` since it started, by
+        (type, HTTP status code), from its Prometheus counter (:data:`REQUEST_COUNTER`)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=METRICS_TIMEOUT_SECONDS) as answer:
+            text = answer.read().decode()
+        counts: dict[tuple[str, str], int] = {}
+        for line in text.splitlines():
+            if not line.startswith(REQUEST_COUNTER + "{"):
+                continue
+            labels_text, _, value = line[len(REQUEST_COUNTER) + 1 :].rpartition("} ")
+            labels = _labels(labels_text)
+            if labels.get("bucket") == bucket:
+                key = (labels.get("type", ""), labels.get("code", ""))
+                counts[key] = counts.get(key, 0) + int(float(value))
+        return counts
+
+    def request_counts(self, bucket: str) -> dict[str, int]:
+        """The S3 requests answered for ``bucket`` since the server started, by type (GET,
+        PUT, LIST, DELETE, POST, COPY as the server labels them), summed over status codes."""
+        counts: dict[str, int] = {}
+        for (kind, _code), count in self.request_counts_by_code(bucket).items():
+            counts[kind] = counts.get(kind, 0) + count
+        return counts
 
     def client(
         self, *, attempts: int = 3, max_pool_connections: int = 32, timeout: float = 60.0
@@ -297,6 +335,16 @@ class S3Server:
             self._terminate()
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _labels(text: str) -> dict[str, str]:
+    """``name="value",...`` of a Prometheus sample (values never hold a quote here: bucket
+    names, status codes and request types)."""
+    labels = {}
+    for part in text.split('",'):
+        name, _, value = part.partition('="')
+        labels[name.strip()] = value.rstrip('"')
+    return labels
 
 
 def started_s3_server() -> S3Server:
