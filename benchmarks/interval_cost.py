@@ -41,14 +41,14 @@ median of the others, the steady state of a scheduled pipeline, and the ratios a
 ``plain`` in the same run.
 
 With ``--object-store`` the run starts a SeaweedFS server on loopback
-(:mod:`orchestration.object_store_server`) and every mode's tables go to a bucket of its
+(:mod:`warehouse.object_store_server`) and every mode's tables go to a bucket of its
 own there: the pipeline modes' warehouse root (``s3://<bucket>/warehouse``, the driver's
 files in a local folder), the plain job's masters and Delta outputs. The ``AWS_*``
 variables that point at the server are set in this process, so the ``tasks`` mode's
 processes and the warm worker inherit them. Landing zones stay local unless
 ``--landing-in-store`` puts each mode's in a second bucket of its own; ``duckdb`` reads and
 writes local files either way. The server counts the requests of each bucket by type
-(:meth:`~orchestration.object_store_server.S3Server.request_counts`); a second table gives
+(:meth:`~warehouse.object_store_server.S3Server.request_counts`); a second table gives
 each mode's requests per interval, read before and after each interval's timed work, and
 those of the first intervals after the warm-up against the last ones (does an interval
 cost more requests as the tables age?).
@@ -81,7 +81,7 @@ from benchmarks.revision import short_commit
 from warehouse.object_store import is_object_store, storage_options
 
 if TYPE_CHECKING:
-    from orchestration.object_store_server import S3Server
+    from warehouse.object_store_server import S3Server
 
 REPO = Path(__file__).resolve().parent.parent
 logger = logging.getLogger("interval_cost")
@@ -1733,7 +1733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _object_store(landing_in_store: bool) -> Iterator[ObjectStoreRun]:
     """A SeaweedFS server on loopback for the run, with the ``AWS_*`` variables that point
     at it set in this process (and so in every process it starts) until the block ends."""
-    from orchestration.object_store_server import started_s3_server
+    from warehouse.object_store_server import started_s3_server
 
     server = started_s3_server()
     saved = dict(os.environ)

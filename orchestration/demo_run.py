@@ -9,7 +9,7 @@
 
 With ``--object-store`` (``make demo-s3``) the warehouse and the landing zones are in an
 S3-compatible object store: a SeaweedFS server started on loopback for the demo's duration
-(:mod:`orchestration.object_store_server`), bucket ``demo``; the config's
+(:mod:`warehouse.object_store_server`), bucket ``demo``; the config's
 ``ENRICH_DEMO_WAREHOUSE`` and ``ENRICH_DEMO_LANDING`` point there, the ``AWS_*`` variables
 carry its endpoint and keys, and the driver's own files stay in ``var/demo``.
 
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _object_store() -> Iterator[None]:
     """A SeaweedFS server on loopback with the bucket ``demo``, and the environment that
     points the demo config and every library at it, for the block's duration."""
-    from orchestration.object_store_server import started_s3_server
+    from warehouse.object_store_server import started_s3_server
 
     server = started_s3_server()
     saved = dict(os.environ)

@@ -1,12 +1,12 @@
-"""The tests' S3 server: :mod:`orchestration.object_store_server`, failing (never skipping)
+"""The tests' S3 server: :mod:`warehouse.object_store_server`, failing (never skipping)
 when it cannot start, with its reason."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestration.object_store_server import S3Server, S3ServerError
-from orchestration.object_store_server import started_s3_server as _started
+from warehouse.object_store_server import S3Server, S3ServerError
+from warehouse.object_store_server import started_s3_server as _started
 
 __all__ = ["S3Server", "started_s3_server"]
 
