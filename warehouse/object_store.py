@@ -224,6 +224,55 @@ def filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), location
 
 
+@dataclass(frozen=True)
+class ObjectStamp:
+    """What tells one object from another stored at the same key later: its ETag and size
+    (a key written again, even with the same bytes, is a later ``LastModified`` as well,
+    but an S3 PUT's ETag of different content differs, and the pipeline only compares
+    objects it never rewrites)."""
+
+    etag: str
+    size: int
+
+
+def object_stamp(location: str) -> ObjectStamp | None:
+    """The stamp of the object at ``location`` (one HEAD request), None when none is there."""
+    import botocore.exceptions
+
+    found = ObjectLocation.parse(location)
+    try:
+        head = _client(ObjectStore.from_environment()).head_object(
+            Bucket=found.bucket, Key=found.key
+        )
+    except botocore.exceptions.ClientError as e:
+        if e.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            return None
+        raise
+    return ObjectStamp(str(head["ETag"]), int(head["ContentLength"]))
+
+
+def objects_after(folder: str, start_after: str, limit: int) -> list[tuple[str, ObjectStamp]]:
+    """The first ``limit`` objects of ``folder`` (an ``s3://`` prefix ending in ``/``) whose
+    names sort after ``start_after``, as (name within the folder, stamp): one
+    ListObjectsV2 request however long the folder."""
+    found = ObjectLocation.parse(folder)
+    prefix = found.key if found.key.endswith("/") else f"{found.key}/"
+    page = _client(ObjectStore.from_environment()).list_objects_v2(
+        Bucket=found.bucket, Prefix=prefix, StartAfter=f"{prefix}{start_after}", MaxKeys=limit
+    )
+    return [
+        (str(item["Key"])[len(prefix) :], ObjectStamp(str(item["ETag"]), int(item["Size"])))
+        for item in page.get("Contents", [])
+    ]
+
+
+@functools.lru_cache(maxsize=8)
+def _client(store: ObjectStore) -> Any:
+    # One per store and process: creating a boto3 client costs tens of milliseconds, and a
+    # client is safe to share between threads.
+    return store.client()
+
+
 @functools.lru_cache(maxsize=8)
 def _s3_filesystem(store: ObjectStore) -> pafs.S3FileSystem:
     import pyarrow.fs as pafs

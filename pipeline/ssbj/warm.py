@@ -9,7 +9,8 @@ not read back what it has just written.
 
 Both are keyed by what cannot change under them (a Delta table version, with its commit
 file's identity, which a table created again at the path does not share; a schema is its
-own key), so an entry is either exact or unused; only a local table's state is held. A
+own key), so an entry is either exact or unused (on an object store the identity is the
+commit object's ETag: a HEAD request a step). A
 process that starts cold (an Airflow task, a rerun after a crash) reads everything from
 the tables.
 """
@@ -34,8 +35,8 @@ class WarmCache:
 
     input_schemas: dict[str, StructType] = field(default_factory=dict)
     state_version: int | None = None
-    # The version's commit file as it was when held (inode, size, mtime): a table deleted
-    # and created again at the path has another, and its rows are not these.
+    # The version's commit file as it was when held (inode, size, mtime; or ETag, size): a
+    # table deleted and created again at the path has another, and its rows are not these.
     state_stamp: CommitStamp | None = None
     state_rows: pa.Table | None = None
 
@@ -51,8 +52,8 @@ class WarmCache:
 
     def hold_state(self, path: str, version: int | None, rows: pa.Table) -> None:
         """Remember ``rows`` as the content of the state table at ``path`` at ``version``
-        (None: the commit's version is not known). Only a local table's version is held:
-        its commit file says whether the version is still the one written."""
+        (None: the commit's version is not known, or its commit file cannot be found): its
+        commit file says whether the version is still the one written."""
         stamp = None if version is None else commit_stamp(table_root(path), int(version))
         if version is None or stamp is None:
             self.forget_state()

@@ -143,7 +143,7 @@ from warehouse.delta.schema import (
 )
 from warehouse.delta.table_paths import commit_file_location, data_file_location, table_root
 from warehouse.delta.version_cache import VersionCache
-from warehouse.object_store import filesystem_of, storage_options
+from warehouse.object_store import filesystem_of, is_object_store, object_stamp, storage_options
 
 logger = logging.getLogger(__name__)
 # Rows per Parquet file an Arrow write makes at most: a large write becomes several files,
@@ -290,7 +290,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         :data:`_REPLAYED_COMMITS` behind."""
         txns = dict(tip.txns)
         version = tip.table_version
-        while _exists(commit_file_location(root, version + 1)):
+        while _commit_exists(root, version + 1):
             if version + 1 - tip.handle.version() > _REPLAYED_COMMITS:
                 return None
             try:
@@ -1382,9 +1382,9 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         base_version = base.version()
         attempts = self._max_commit_retries + 1
         for attempt in range(1, attempts + 1):
-            # The handle asked against, unless a newer version exists (a local table
-            # says so by its next commit file, without opening the table again).
-            newer = "://" in root or _exists(commit_file_location(root, base_version + 1))
+            # The handle asked against, unless a newer version exists (its next commit
+            # file says so, without opening the table again).
+            newer = _commit_exists(root, base_version + 1)
             # A handle of its own: ``base`` stays at the version the files in scope are of.
             current = self._open(root, held=False) if newer or attempt > 1 else base
             if current.version() != base_version:
@@ -1825,6 +1825,14 @@ def _exists(location: str) -> bool:
         return os.path.exists(location)
     filesystem, path = filesystem_of(location)
     return filesystem.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def _commit_exists(root: str, version: int) -> bool:
+    """Whether ``version``'s commit file exists: a stat, or one HEAD request (a pyarrow
+    look-up of a missing key also lists it as a folder)."""
+    if is_object_store(root):
+        return object_stamp(commit_file_location(root, version)) is not None
+    return _exists(commit_file_location(root, version))
 
 
 def _link_or_copy(source: str, destination: str) -> None:

@@ -4,9 +4,11 @@ the one it was built from.
 A Delta version never changes once committed, so anything derived from it (its file list,
 statistics, schema) can be built once per process. The one way the same path and version
 can name other data is a table deleted and created again at that path: the cache keys each
-entry by the commit file's identity (inode, size, mtime) and drops an entry whose commit
-file is not that file any more. Only local paths are kept: on an object store the check
-would be a request per look-up, and such entries are simply built again.
+entry by the commit file's identity and drops an entry whose commit file is not that file
+any more. On a local file system the identity is the file's inode, size and mtime (a stat);
+on an object store it is the object's ETag and size (one HEAD request, or one listing that
+also says whether a newer commit exists: a look-up costs one small request instead of
+opening the table, which lists its log and reads every commit since the checkpoint).
 
 Invariant: :meth:`VersionCache.get` returns a value only if it was :meth:`put` for the same
 table root and version while that version's commit file had the identity it has now.
@@ -23,21 +25,40 @@ from collections import OrderedDict
 from typing import Generic, TypeVar
 
 from warehouse.delta.table_paths import commit_file_location
+from warehouse.object_store import ObjectStamp, is_object_store, object_stamp, objects_after
 
 Value = TypeVar("Value")
-CommitStamp = tuple[int, int, int]
+CommitStamp = tuple[int, int, int] | ObjectStamp
 
 
 def commit_stamp(root: str, version: int) -> CommitStamp | None:
-    """Inode, size and mtime of a version's commit file on a local file system; None for
-    an object store or a commit file that log retention removed (nothing is cached then)."""
+    """The identity of a version's commit file: inode, size and mtime on a local file
+    system, ETag and size on an object store; None for a commit file that is not there (log
+    retention removed it: nothing is cached then) or a URI of another scheme."""
+    location = commit_file_location(root, version)
+    if is_object_store(root):
+        return object_stamp(location)
     if "://" in root:
         return None
     try:
-        stat = os.stat(commit_file_location(root, version))
+        stat = os.stat(location)
     except OSError:
         return None
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def newest_commit(root: str, version: int) -> tuple[CommitStamp | None, bool]:
+    """``version``'s commit stamp and whether a later version's commit file exists: a stat
+    of each locally, one listing (of at most two names, from ``version``'s commit file on)
+    on an object store."""
+    if not is_object_store(root):
+        return commit_stamp(root, version), os.path.exists(commit_file_location(root, version + 1))
+    name = f"{version:020d}.json"
+    # ".j" sorts just before ".json" and after ".checkpoint..." and ".crc" of the version.
+    listed = objects_after(f"{root.rstrip('/')}/_delta_log/", f"{version:020d}.j", 2)
+    stamp = next((found for key, found in listed if key == name), None)
+    newer = any(key[:20].isdigit() and int(key[:20]) > version for key, _ in listed)
+    return stamp, newer
 
 
 class VersionCache(Generic[Value]):
@@ -102,16 +123,22 @@ class VersionCache(Generic[Value]):
 
     def latest(self, root: str) -> Value | None:
         """The entry of ``root``'s newest version when that is still the table's latest
-        (the next version's commit file does not exist; a local path only), else None."""
-        if "://" in root:
+        (the next version's commit file does not exist), else None."""
+        if "://" in root and not is_object_store(root):
             return None
         versions = [v for r, v in self._entries if r == root]
         if not versions:
             return None
         newest = max(versions)
-        if os.path.exists(commit_file_location(root, newest + 1)):
+        stamp, newer = newest_commit(root, newest)
+        if newer:
             return None
-        return self.get(root, newest)
+        held, _, value = self._entries[(root, newest)]
+        if stamp != held:
+            del self._entries[(root, newest)]
+            return None
+        self._entries.move_to_end((root, newest))
+        return value
 
     def latest_before(self, root: str, version: int) -> tuple[int, Value] | None:
         """The newest still-valid entry of ``root`` below ``version``, for building the
