@@ -59,6 +59,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -184,6 +185,24 @@ _RESERVED_COMMIT_INFO_KEYS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class ReadCaches:
+    """What embedded engines have read, by table version: every entry is checked against
+    the table's commit files when served (:mod:`warehouse.delta.version_cache`), so the
+    engines of one process may share them; a warm worker's commands then open each table
+    once, not once a command."""
+
+    snapshots: VersionCache[Snapshot] = dataclass_field(
+        default_factory=lambda: VersionCache(_SNAPSHOTS_KEPT)
+    )
+    tips: VersionCache[_Tip] = dataclass_field(
+        default_factory=lambda: VersionCache(_SNAPSHOTS_KEPT)
+    )
+    commits: VersionCache[CommitFile] = dataclass_field(
+        default_factory=lambda: VersionCache(_COMMITS_KEPT)
+    )
+
+
 class EmbeddedDeltaEngine(EngineBase[DataFile]):
     """Delta tables through delta-rs (log) and Spark (Parquet data); a file action's payload
     is the file as a snapshot lists it."""
@@ -201,6 +220,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         commit_metadata: Mapping[str, str] | None = None,
         table_properties: Mapping[str, str] | None = None,
         write_log: bool = True,
+        caches: ReadCaches | None = None,
     ) -> None:
         super().__init__(
             session,
@@ -209,22 +229,24 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             table_properties=table_properties,
         )
         self._max_commit_retries = max_commit_retries
+        caches = ReadCaches() if caches is None else caches
         # Snapshots by (root, version): a version of a table never changes, so the log is
         # read and decoded once per version (an SSBJ step asks for the same pinned versions
         # several times); see warehouse.delta.version_cache.
-        self._snapshots: VersionCache[Snapshot] = VersionCache(_SNAPSHOTS_KEPT)
+        self._snapshots = caches.snapshots
         # The latest version of each table as this engine knows it (``_Tip``), served while
         # no newer commit file exists: opening a table replays its log from the last
-        # checkpoint (about 10-20 ms), several times a step. The engine's own commit makes
+        # checkpoint (about 10-20 ms locally; on an object store a listing and a GET of every
+        # commit since the checkpoint), several times a step. The engine's own commit makes
         # the next tip; another writer's commits bring it forward from their commit files.
-        self._tips: VersionCache[_Tip] = VersionCache(_SNAPSHOTS_KEPT)
+        self._tips = caches.tips
         # Commit this engine's appends and partition overwrites by writing their commit
         # files (``log_writer``) where the table's protocol allows it; delta-rs otherwise.
         self._write_log = write_log
         # Commit files by (root, version), parsed once: admission reads the row counts of
         # the next 256 input versions every step, and a range's reads ask each version's
         # actions, data-change flags and commitInfo again.
-        self._commits: VersionCache[CommitFile] = VersionCache(_COMMITS_KEPT)
+        self._commits = caches.commits
 
     # ------------------------------------------------------------------ table handles
 

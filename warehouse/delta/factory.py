@@ -6,11 +6,17 @@ and delta-rs commits in 0.1-0.4 s where delta-spark takes 1.2-2.2 s (a snapshot 
 read per transaction), a snapshot in 0.01 s against 0.5-0.7 s, and the demo interval
 1.4-1.7x faster (BENCHMARKS.md, "Delta engines"). ``native`` (delta-spark through
 ``format("delta")``) is there for who wants it and needs its jars on the classpath; it is
-refused under Spark Connect, whose client has no JVM."""
+refused under Spark Connect, whose client has no JVM.
+
+The embedded engines of one Spark session share what they read (:class:`ReadCaches`, each
+entry checked against the table's commit files when served): a warm worker runs every
+command on one session, and its commands then open each table once, not once a command
+(on an object store, a listing and a GET of every commit since the checkpoint each time)."""
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -20,7 +26,30 @@ from warehouse.delta.api import DeltaEngine, EngineChoice
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from warehouse.delta.embedded import ReadCaches
+
 logger = logging.getLogger(__name__)
+
+
+class SessionCaches:
+    """The :class:`ReadCaches` of each live Spark session, dropped with the session."""
+
+    def __init__(self) -> None:
+        self._by_session: weakref.WeakKeyDictionary[object, ReadCaches] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def of(self, session: object) -> ReadCaches:
+        from warehouse.delta.embedded import ReadCaches
+
+        try:
+            return self._by_session.setdefault(session, ReadCaches())
+        except TypeError:  # a session that cannot be weakly referenced: caches of its own
+            return ReadCaches()
+
+
+# The process's sessions; engines are made per command, the session outlives them.
+_SESSION_CACHES = SessionCaches()
 
 
 def open_engine(
@@ -63,4 +92,6 @@ def open_engine(
         )
     else:
         logger.info("using embedded delta-rs engine")
-    return EmbeddedDeltaEngine(session, table_properties=table_properties)
+    return EmbeddedDeltaEngine(
+        session, table_properties=table_properties, caches=_SESSION_CACHES.of(session)
+    )

@@ -21,6 +21,7 @@ of it was replaced (commit files are written once, never rewritten).
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
@@ -62,90 +63,100 @@ def newest_commit(root: str, version: int) -> tuple[CommitStamp | None, bool]:
 
 
 class VersionCache(Generic[Value]):
-    """At most ``capacity`` values by (table root, version), least recently used dropped."""
+    """At most ``capacity`` values by (table root, version), least recently used dropped.
+    Safe to share between threads (the engines of one process share their caches)."""
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"a version cache holds at least one entry; capacity {capacity}")
         self._capacity = capacity
+        self._lock = threading.RLock()
         # (root, version) -> (its commit file's stamp, version 0's stamp then, value)
         self._entries: OrderedDict[
             tuple[str, int], tuple[CommitStamp, CommitStamp | None, Value]
         ] = OrderedDict()
 
     def get(self, root: str, version: int) -> Value | None:
-        entry = self._entries.get((root, version))
-        if entry is None:
-            return None
-        stamp, _, value = entry
-        if commit_stamp(root, version) != stamp:
-            del self._entries[(root, version)]
-            return None
-        self._entries.move_to_end((root, version))
-        return value
+        with self._lock:
+            entry = self._entries.get((root, version))
+            if entry is None:
+                return None
+            stamp, _, value = entry
+            if commit_stamp(root, version) != stamp:
+                del self._entries[(root, version)]
+                return None
+            self._entries.move_to_end((root, version))
+            return value
 
     def get_many(self, root: str, versions: range) -> list[Value | None]:
         """:meth:`get` of each of ``versions``, checking one commit file for all of them
         (version 0's: the table is the one the entries were built from) where it can; an
         entry put before that file changed, or while it was gone (log retention), is
         checked on its own. A stat per version cost admission 1.8 ms a step."""
-        first = commit_stamp(root, 0)
-        found: list[Value | None] = []
-        for version in versions:
-            entry = self._entries.get((root, version))
-            if entry is not None and first is not None and entry[1] == first:
-                self._entries.move_to_end((root, version))
-                found.append(entry[2])
-            else:
-                found.append(self.get(root, version))
-        return found
+        with self._lock:
+            first = commit_stamp(root, 0)
+            found: list[Value | None] = []
+            for version in versions:
+                entry = self._entries.get((root, version))
+                if entry is not None and first is not None and entry[1] == first:
+                    self._entries.move_to_end((root, version))
+                    found.append(entry[2])
+                else:
+                    found.append(self.get(root, version))
+            return found
 
     def put(self, root: str, version: int, value: Value) -> None:
-        stamp = commit_stamp(root, version)
-        if stamp is None:
-            return
-        first = stamp if version == 0 else commit_stamp(root, 0)
-        self._entries[(root, version)] = (stamp, first, value)
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+        with self._lock:
+            stamp = commit_stamp(root, version)
+            if stamp is None:
+                return
+            first = stamp if version == 0 else commit_stamp(root, 0)
+            self._entries[(root, version)] = (stamp, first, value)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
 
     def drop_table(self, root: str) -> None:
         """Forget every entry of ``root`` (a caller that keeps only the newest one)."""
-        for key in [key for key in self._entries if key[0] == root]:
-            del self._entries[key]
+        with self._lock:
+            for key in [key for key in self._entries if key[0] == root]:
+                del self._entries[key]
 
     def holds(self, root: str) -> bool:
         """Whether some entry of ``root`` is still valid (its commit file is still the file
         it was built from): the table exists."""
-        return any(
-            self.get(r, v) is not None for r, v in [key for key in self._entries if key[0] == root]
-        )
+        with self._lock:
+            return any(
+                self.get(r, v) is not None
+                for r, v in [key for key in self._entries if key[0] == root]
+            )
 
     def latest(self, root: str) -> Value | None:
         """The entry of ``root``'s newest version when that is still the table's latest
         (the next version's commit file does not exist), else None."""
-        if "://" in root and not is_object_store(root):
-            return None
-        versions = [v for r, v in self._entries if r == root]
-        if not versions:
-            return None
-        newest = max(versions)
-        stamp, newer = newest_commit(root, newest)
-        if newer:
-            return None
-        held, _, value = self._entries[(root, newest)]
-        if stamp != held:
-            del self._entries[(root, newest)]
-            return None
-        self._entries.move_to_end((root, newest))
-        return value
+        with self._lock:
+            if "://" in root and not is_object_store(root):
+                return None
+            versions = [v for r, v in self._entries if r == root]
+            if not versions:
+                return None
+            newest = max(versions)
+            stamp, newer = newest_commit(root, newest)
+            if newer:
+                return None
+            held, _, value = self._entries[(root, newest)]
+            if stamp != held:
+                del self._entries[(root, newest)]
+                return None
+            self._entries.move_to_end((root, newest))
+            return value
 
     def latest_before(self, root: str, version: int) -> tuple[int, Value] | None:
         """The newest still-valid entry of ``root`` below ``version``, for building the
         version from it and the commits in between."""
-        below = sorted((v for r, v in self._entries if r == root and v < version), reverse=True)
-        for candidate in below:
-            value = self.get(root, candidate)
-            if value is not None:
-                return candidate, value
-        return None
+        with self._lock:
+            below = sorted((v for r, v in self._entries if r == root and v < version), reverse=True)
+            for candidate in below:
+                value = self.get(root, candidate)
+                if value is not None:
+                    return candidate, value
+            return None
