@@ -1,6 +1,6 @@
 """The packages form layers: imports only point down, and no modules import each other
 in a circle. Read from the source (every import, also those inside functions), so the rule
-holds for lazy imports too; README's "Architecture" section describes the same layers."""
+holds for lazy imports too; docs/architecture.md ("Layers") describes the same layers."""
 
 from __future__ import annotations
 
