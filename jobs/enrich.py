@@ -13,8 +13,8 @@
     enrich [--config FILE] resolve TABLE --run-id R [--publish]
     enrich [--config FILE] demo-data [--scale S --intervals N --zipf Z]
     enrich [--config FILE] generate-dag --out FILE   (and quality_report_<name>.py beside it)
-    enrich [--config FILE] maintain [--retention-hours H]   vacuum every table, keeping
-                                                  the versions the pipeline pins
+    enrich [--config FILE] maintain [--retention-hours H]   compact, then vacuum every
+                                                  table, keeping the versions it pins
     enrich [--config FILE] spark-server [--host H --port P --log FILE]
                                                   run a Spark Connect server in the
                                                   foreground (spark.remote points at it)
@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the report file (default: reports/ under the warehouse root)",
+        help="the report file (default: _reports/ under warehouse.local_root)",
     )
     report.add_argument(
         "--fail-on-unresolved",
@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     maintain = command(
         "maintain",
-        "vacuum every Delta table of the pipeline, keeping the versions it pins",
+        "compact, then vacuum every Delta table of the pipeline, keeping the versions it pins",
     )
     run_id(maintain)
     maintain.add_argument(

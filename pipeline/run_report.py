@@ -2,7 +2,7 @@
 
 Reads the state store's metrics, run ledger and interval completeness and the audit's
 quarantine records, and writes one self-contained HTML file, by default
-``<warehouse>/_reports/run-report_<range>.html``.
+``<warehouse.local_root>/_reports/run-report_<range>.html``.
 """
 
 from __future__ import annotations
