@@ -1,7 +1,9 @@
 """Delta Lake table access behind one small engine API.
 
-``open_engine`` picks the native delta-spark engine when its jars are on the classpath and
-the embedded delta-rs engine otherwise. Both write and read real Delta tables.
+``open_engine`` returns the embedded engine (delta-rs for the log, Spark's Parquet writer
+for data) for ``auto`` and ``embedded``, and the native delta-spark engine for ``native``
+(its jars must be on the classpath; refused over Spark Connect). Both write and read real
+Delta tables (:mod:`warehouse.delta.factory`).
 """
 
 from __future__ import annotations
