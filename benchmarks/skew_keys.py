@@ -21,7 +21,7 @@ bronze commits run through one stage per method, side by side in one process:
 - ``aqe``: a plain Spark join of each batch to the whole master, broadcast off, with Spark's
   adaptive skew-join handling on (it splits a skewed partition of the sort-merge join).
 
-B key buckets are B Spark tasks one to one (``joins.ssbj.skew.key_routing``), and adaptive partition
+B key buckets are B Spark tasks one to one (``joins.skew.key_routing``), and adaptive partition
 coalescing is off, so the bucket stage's task durations are the buckets' costs. Per method
 the table gives, over the steps after the first R-cycle (warm-up, and the monitor's first
 moves; with k = 2 the cache fills at step 4, so the hot keys are cached in most

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from common.errors import JoinError
 from joins.columns import MATCHED, ROW_ID, version_column
-from joins.predicates import theta_condition
+from joins.theta.condition import theta_condition
 from joins.theta.predicate import ThetaPredicate
 
 

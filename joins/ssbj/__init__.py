@@ -11,7 +11,7 @@ Read from the Spark side down to the paper's Algorithm 1:
 - :mod:`joins.ssbj.late`: tuples that wait in the state for master rows arriving after them.
 
 Beside them: :mod:`joins.ssbj.cache` (the cache inequality, the R-cycle, the memory intake
-and the cost model, plain Python), :mod:`joins.ssbj.skew` (hot keys: the key sketch, key
+and the cost model, plain Python), :mod:`joins.skew` (hot keys: the key sketch, key
 routing between buckets and GreedyFit), :mod:`joins.ssbj.mesh_partitions` (the cyclic
 scan's partitions), :mod:`joins.ssbj.spark_hash` (Spark's key hash in the driver) and
 :mod:`joins.ssbj.choice` (``mode: auto``: SSBJ or the plain join).

@@ -354,12 +354,12 @@ def run_step(
     ``tracked``, when given, bounds the instrumentation for key domains too large to
     count every value: only tracked values get s_count (lines 28–29) and are weighed for
     switching (line 33); the operator passes the values its ASketch finds most frequent in
-    the stream (``joins.ssbj.skew.asketch``). Untracked values stay on the disk side, which answers
+    the stream (``joins.skew.asketch``). Untracked values stay on the disk side, which answers
     them exactly; cached values keep their f_count. ``None`` counts every pending value,
     as the paper does.
 
     ``spread`` maps a value whose tuples are split evenly over several buckets (this one
-    its owner, ``joins.ssbj.skew.key_routing``) to the number of those buckets: the owner holds that
+    its owner, ``joins.skew.key_routing``) to the number of those buckets: the owner holds that
     share of the value's H_S, so line 33 weighs ``|H_S(j)|`` times it, the value's whole
     H_S, as the unsplit value would be weighed.
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.arrow_rows import rows_at
+from joins.skew.asketch import ASketch, SketchShape
 from joins.ssbj.algorithm import (
     BucketState,
     KeyCounters,
@@ -94,7 +95,6 @@ from joins.ssbj.roles import (  # noqa: F401  (re-exported: the wide table's nam
     master_field,
     stream_field,
 )
-from joins.ssbj.skew.asketch import ASketch, SketchShape
 
 
 @dataclass(frozen=True)
@@ -464,7 +464,7 @@ def bucket_step(
     :data:`LOAD_FIELDS`; otherwise it has the input's columns.
 
     ``split_owners`` maps the hashes of split keys to their owner's bucket label
-    (``joins.ssbj.skew.key_routing``). In a bucket that is not a key's owner (a replica), the key's
+    (``joins.skew.key_routing``). In a bucket that is not a key's owner (a replica), the key's
     cache rows and s_B are copies for this step: the replica answers its tuples (from s_B
     too, at the phase-out step that makes it the cache) and keeps neither, so the state
     holds each cache row and s_B entry once. Its waiting tuples stay in the state (the

@@ -4,7 +4,7 @@ One step of the operator is one ``groupBy(bucket).applyInArrow`` pass: the step'
 tuples, the operator's state (H_S, H_R, the counters, s_B), master partition ``step mod k``
 of every version the step needs and, when the master moved, the rows that changed, are
 laid out as one wide table (``joins.ssbj.buckets``), split by the join value's hash into
-buckets as the step's key routing says (``joins.ssbj.skew.key_routing``: one bucket per Spark task,
+buckets as the step's key routing says (``joins.skew.key_routing``: one bucket per Spark task,
 hot keys moved by GreedyFit), and each bucket runs Algorithm 1 (``joins.ssbj.algorithm``).
 The result holds the enriched rows, the whole new state and each bucket's load, so the
 stateful driver (``pipeline.ssbj``) writes two tables per step: the output and the
@@ -34,6 +34,9 @@ from pyspark.sql import types as T
 from common.arrow_rows import rows_where
 from common.sql_text import quoted_identifier, string_literal
 from joins.columns import version_column
+from joins.skew.asketch import SketchShape
+from joins.skew.greedyfit import KeyLoad
+from joins.skew.key_routing import BucketLoad, KeyRouting, task_labels
 from joins.ssbj import spark_hash
 from joins.ssbj.algorithm import StepPlan
 from joins.ssbj.buckets import (
@@ -81,9 +84,6 @@ from joins.ssbj.buckets import (
 )
 from joins.ssbj.late import LATE, LATE_SINCE, WAITING_SINCE, LateRule
 from joins.ssbj.segments import SEGMENT, SHARED_SEGMENTS
-from joins.ssbj.skew.asketch import SketchShape
-from joins.ssbj.skew.greedyfit import KeyLoad
-from joins.ssbj.skew.key_routing import BucketLoad, KeyRouting, task_labels
 from warehouse.delta.api import ADDED_CHANGES, REMOVED_CHANGES
 from warehouse.delta.schema import spark_to_arrow
 

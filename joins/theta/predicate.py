@@ -1,5 +1,5 @@
 """The theta predicate of a theta stage, as the config declares it (no Spark import, so
-the config can be validated cheaply); ``joins.predicates`` turns it into a Spark condition."""
+the config can be validated cheaply); ``joins.theta.condition`` turns it into a Spark condition."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Hot keys across an SSBJ step's key buckets, carried from step to step in the controller
 state: the key routing (FastJoin's monitor moves and splits hot keys between buckets,
-``joins.ssbj.skew.key_routing``) and, with ``operator.key_counts: sketch``, the key sketch
-whose filter names the values a step counts (``joins.ssbj.skew.asketch``).
+``joins.skew.key_routing``) and, with ``operator.key_counts: sketch``, the key sketch
+whose filter names the values a step counts (``joins.skew.asketch``).
 
 Any routing is exact (every row of a join value meets in the buckets the routing gives
 it), so a lost or reset routing costs balance, never correctness.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import math
 
+from joins.skew.asketch import ASketch, SketchShape
+from joins.skew.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
-from joins.ssbj.skew.asketch import ASketch, SketchShape
-from joins.ssbj.skew.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.wiring import SsbjWiring
@@ -34,7 +34,7 @@ def buckets(w: SsbjWiring) -> int:
 def step_routing(w: SsbjWiring, state: ControllerState) -> KeyRouting:
     """The step's key routing: the saved one, or every key at home when there is none
     or the bucket count changed (any routing is exact, see
-    ``joins.ssbj.skew.key_routing``)."""
+    ``joins.skew.key_routing``)."""
     count = buckets(w)
     saved = state.routing
     if saved is None or w.params.rebalance == "off":

@@ -32,6 +32,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from joins.columns import INTERVAL_START
+from joins.skew.asketch import ASketch
+from joins.skew.key_routing import BucketLoad, KeyRouting
 from joins.ssbj.algorithm import Schedule, StepPlan, schedule
 from joins.ssbj.buckets import (
     KEY_LOAD,
@@ -43,8 +45,6 @@ from joins.ssbj.buckets import (
 )
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.segments import SEGMENT, changed_segments, prints_of, with_segments
-from joins.ssbj.skew.asketch import ASketch
-from joins.ssbj.skew.key_routing import BucketLoad, KeyRouting
 from joins.ssbj.step import (
     WideTable,
     bucket_loads,

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from joins.skew.asketch import ASketch, SketchShape
 from joins.ssbj.algorithm import (
     BucketState,
     KeyCounters,
@@ -69,7 +70,6 @@ from joins.ssbj.buckets import (
 )
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
-from joins.ssbj.skew.asketch import ASketch, SketchShape
 
 Row = tuple[Any, ...]
 KEY_TYPE = pa.int64()

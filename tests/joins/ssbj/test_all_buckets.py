@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from joins.skew.asketch import SketchShape
 from joins.ssbj.buckets import (
     BUCKET,
     KEY_HASH,
@@ -31,7 +32,6 @@ from joins.ssbj.buckets import (
     WideLayout,
 )
 from joins.ssbj.cache.inequality import TupleSizes
-from joins.ssbj.skew.asketch import SketchShape
 from tests.joins.ssbj.test_algorithm import MASTER, STREAM, plan_for, role_rows
 from tests.joins.ssbj.test_columnar import _pending_versions, rows_of
 

@@ -9,6 +9,8 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from joins.skew.greedyfit import KeyLoad
+from joins.skew.key_routing import BucketLoad, task_labels
 from joins.ssbj.key_loads import heaviest, key_loads, key_loads_by_bucket
 from joins.ssbj.roles import (
     BUCKET,
@@ -24,8 +26,6 @@ from joins.ssbj.roles import (
     STORED,
     SWITCH,
 )
-from joins.ssbj.skew.greedyfit import KeyLoad
-from joins.ssbj.skew.key_routing import BucketLoad, task_labels
 from joins.ssbj.step import bucket_loads
 
 ROLES = [NEW, PENDING, CACHE, PARTITION, COUNTER, MARKED, SWITCH]

@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from common.errors import JoinError
+from joins.skew.asketch import ASketch, SketchShape
 from joins.ssbj.buckets import BUCKET
 from joins.ssbj.cache.inequality import should_switch_into_cache
 from joins.ssbj.segments import SEGMENT
-from joins.ssbj.skew.asketch import ASketch, SketchShape
 from joins.ssbj.step import SCAN_PART, JoinSpec, WideTable, scan_rows
 from pipeline.runner import PipelineRunner
 from tests.helpers import assert_same_multiset

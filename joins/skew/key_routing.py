@@ -28,7 +28,7 @@ one holds four buckets, before any key skew.
 Load and migration (:func:`rebalance`): each step's buckets report their totals and their
 heaviest keys (:class:`BucketLoad`); FastJoin's Eq. 1-2 give the loads and the imbalance,
 and while ``LI > theta`` GreedyFit (Algorithm 1) or SAFit (Algorithm 3) picks keys to move
-from the heaviest bucket to the lightest (``joins.ssbj.skew.greedyfit.plan_rebalance``).
+from the heaviest bucket to the lightest (``joins.skew.greedyfit.plan_rebalance``).
 
 Splitting (:func:`plan_splits`, beyond FastJoin, whose migration moves whole keys): a key
 with more tuples than a bucket should hold cannot be balanced by moving it. Its tuples are
@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from joins.ssbj.skew.greedyfit import InstanceLoad, KeyLoad, Migration, imbalance, plan_rebalance
+from joins.skew.greedyfit import InstanceLoad, KeyLoad, Migration, imbalance, plan_rebalance
 
 Method = Literal["greedyfit", "safit"]
 METHODS: tuple[Method, ...] = ("greedyfit", "safit")

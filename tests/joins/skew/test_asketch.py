@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joins.ssbj.skew.asketch import ASketch
+from joins.skew.asketch import ASketch
 
 KEYS = st.one_of(st.integers(-50, 50), st.text(max_size=3))
 

@@ -9,6 +9,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from joins.skew.greedyfit import KeyLoad, imbalance
+from joins.skew.key_routing import (
+    BucketLoad,
+    KeyRouting,
+    murmur3_int,
+    plan_splits,
+    rebalance,
+    spread_loads,
+    task_labels,
+)
 from joins.ssbj.buckets import (
     CACHE,
     COUNTER,
@@ -17,16 +27,6 @@ from joins.ssbj.buckets import (
     PARTITION,
     PENDING,
     SWITCH,
-)
-from joins.ssbj.skew.greedyfit import KeyLoad, imbalance
-from joins.ssbj.skew.key_routing import (
-    BucketLoad,
-    KeyRouting,
-    murmur3_int,
-    plan_splits,
-    rebalance,
-    spread_loads,
-    task_labels,
 )
 from joins.ssbj.step import bucket_label, bucket_labels
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from joins.ssbj.skew.greedyfit import (
+from joins.skew.greedyfit import (
     InstanceLoad,
     KeyLoad,
     Migration,
