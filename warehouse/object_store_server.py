@@ -41,7 +41,9 @@ ACCESS_KEY = "enrich-test"
 START_ATTEMPTS = 3  # a free port may be taken by someone else before the server binds it
 START_TIMEOUT_SECONDS = 60.0
 PROBE_TIMEOUT_SECONDS = 5.0
-STOP_GRACE_SECONDS = 5.0
+# The server's folder is thrown away on stop, so a server that does not exit promptly is
+# killed: waiting 5 s cost every test session and soak run its last seconds.
+STOP_GRACE_SECONDS = 1.0
 LOG_TAIL_CHARACTERS = 4000
 PROBE_BUCKET = "readiness-probe"  # the start-up's own, written to once
 PORT_TAKEN_SIGNS = ("is not available on", "address already in use")

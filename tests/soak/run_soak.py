@@ -1,37 +1,62 @@
 """Fault-injection soak of the whole pipeline; prints what it killed and what it checked.
 
     .venv/bin/python -m tests.soak.run_soak --trials 100 --seed 1 [--out FILE]
-        [--postgres-every 3] [--dir var/soak] [--resume]
+        [--postgres-every 3] [--object-store-every 4] [--dir var/soak] [--resume]
 
 Makes ``--trials`` seeded trials (see :mod:`tests.soak.trial`), runs them all through one
 worker process (:mod:`tests.soak.worker`), starting it again after every SIGKILL, then
 checks every trial's bronze, quarantines, silver, gold and late table against the DuckDB
 oracle as multisets, by recorded master version. Every ``--postgres-every``-th trial keeps
 its state store in PostgreSQL (a throwaway server on loopback, a database per trial).
+
+One trial in every ``--object-store-every`` keeps its tables and its landing zone on an
+S3-compatible object store: a bucket of its own on one SeaweedFS server on loopback that
+the soak starts for the run and stops at the end
+(:func:`warehouse.object_store_server.started_s3_server`); the worker processes and the
+oracle reach it through its ``AWS_*`` environment. Which trial of each run of
+``--object-store-every`` goes there rotates, so that the trials on the store cover every
+mode x engine the seeds pick (:func:`object_store_trials`).
+
 Prints the result, writes it as markdown to ``--out``, and exits 1 if any row was lost or
-duplicated, a tuple was answered from a version the contract does not allow, or a command
-failed.
+duplicated, a tuple was answered from a version the contract does not allow, an
+object-store trial kept data off its bucket, or a command failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.revision import has_uncommitted_changes, short_commit
-from tests.soak.trial import TrialCheck, TrialPlan, check_trial, make_trial
+from tests.soak.trial import (
+    CONFIGURATION_CYCLE,
+    TrialCheck,
+    TrialPlan,
+    check_trial,
+    make_trial,
+)
+
+if TYPE_CHECKING:
+    from warehouse.object_store_server import S3Server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+STORAGE_NAMES = {"local": "local", "s3": "object store"}
+
+
+class ResumeError(ValueError):
+    """Trials that cannot be resumed as asked."""
 
 
 @dataclass
@@ -46,6 +71,8 @@ class SoakResult:
     trial_seconds: list[float] = field(default_factory=list)
     plans: list[TrialPlan] = field(default_factory=list)
     seconds: float = 0.0
+    postgres_every: int | None = None
+    object_store_every: int | None = None
 
     @property
     def rows_checked(self) -> int:
@@ -64,9 +91,9 @@ class SoakResult:
         return not self.worker_failures and not any(c.problems for c in self.checks)
 
     def configurations(self) -> Counter[str]:
-        """Trials (checked or failed) per engine x state store x equi mode."""
+        """Trials (checked or failed) per engine x state store x storage x equi mode."""
         return Counter(
-            f"{p.engine} / {p.state_store} / {p.mode}"
+            f"{p.engine} / {p.state_store} / {STORAGE_NAMES[p.storage]} / {p.mode}"
             + (f"+late {p.late_wait}" if p.late_wait else "")
             for p in self.plans
         )
@@ -76,6 +103,33 @@ class SoakResult:
 
     def state_stores(self) -> Counter[str]:
         return Counter(p.state_store for p in self.plans)
+
+    def storages(self) -> Counter[str]:
+        return Counter(STORAGE_NAMES[p.storage] for p in self.plans)
+
+    def storage_rows(self) -> list[str]:
+        """Per storage: trials, kills hit (those between a commit's data files and its
+        commit file apart) and rows checked, as markdown table rows."""
+        rows = []
+        for storage, name in STORAGE_NAMES.items():
+            plans = [p for p in self.plans if p.storage == storage]
+            if not plans:
+                continue
+            hit = [p.crash.point.split(":")[0] for p in plans if _was_hit(p)]
+            checked = sum(c.rows_checked for c in self.checks if c.storage == storage)
+            rows.append(
+                f"| {name} | {len(plans)} | {len(hit)} | {hit.count('delta.before_commit')} "
+                f"| {checked} |"
+            )
+        return rows
+
+    def command(self) -> str:
+        options = [f"--trials {self.trials}", f"--seed {self.seed}"]
+        if self.postgres_every is not None:
+            options.append(f"--postgres-every {self.postgres_every}")
+        if self.object_store_every is not None:
+            options.append(f"--object-store-every {self.object_store_every}")
+        return "python -m tests.soak.run_soak " + " ".join(options)
 
     def summary(self) -> str:
         lines = [
@@ -88,6 +142,7 @@ class SoakResult:
             + ", ".join(f"{p} x{n}" for p, n in sorted(self.hit_points.items())),
             "engines: " + _counts(self.engines()),
             "state stores: " + _counts(self.state_stores()),
+            "storage: " + _counts(self.storages()),
         ]
         lines += [f"  seed {c.seed}: {p}" for c in self.checks for p in c.problems]
         lines += [f"  {f}" for f in self.worker_failures]
@@ -99,13 +154,14 @@ class SoakResult:
         lines = [
             "# Fault-injection soak",
             "",
-            f"`python -m tests.soak.run_soak --trials {self.trials} --seed {self.seed}` "
-            f"at commit `{commit}`" + (" (with uncommitted changes)" if "+dirty" in commit else ""),
+            f"`{self.command()}` at commit `{commit}`"
+            + (" (with uncommitted changes)" if "+dirty" in commit else ""),
             "",
             "| | |",
             "|---|---|",
             f"| result | {'PASS' if self.ok else 'FAIL'} |",
             f"| trials | {self.trials} |",
+            f"| trials on the object store | {self.storages()['object store']} |",
             f"| kill points armed | {sum(self.armed_points.values())} |",
             f"| kill points hit (SIGKILL, then rerun) | {self.kills} |",
             f"| rows checked | {self.rows_checked} |",
@@ -119,11 +175,17 @@ class SoakResult:
         ]
         armed = Counter(p.split(":")[0] for p in self.armed_points.elements())
         lines += [f"| `{p}` | {armed[p]} | {self.hit_points.get(p, 0)} |" for p in sorted(armed)]
-        lines += ["", "| engine / state store / equi mode | trials |", "|---|---|"]
+        lines += ["", "| engine / state store / storage / equi mode | trials |", "|---|---|"]
         lines += [f"| {k} | {n} |" for k, n in sorted(self.configurations().items())]
         for title, counts in (("engine", self.engines()), ("state store", self.state_stores())):
             lines += ["", f"| {title} | trials |", "|---|---|"]
             lines += [f"| {k} | {n} |" for k, n in sorted(counts.items())]
+        lines += [
+            "",
+            "| storage | trials | kill points hit | of them `delta.before_commit` | rows checked |",
+            "|---|---|---|---|---|",
+            *self.storage_rows(),
+        ]
         problems = [f"- seed {c.seed}: {p}" for c in self.checks for p in c.problems]
         problems += [f"- {f.strip()[:2000]}" for f in self.worker_failures]
         lines += ["", "## Problems", "", *(problems or ["none"]), ""]
@@ -132,6 +194,40 @@ class SoakResult:
 
 def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in sorted(counter.items()))
+
+
+def _was_hit(plan: TrialPlan) -> bool:
+    """Whether the trial's armed kill happened (the worker armed it and never got past it)."""
+    root = Path(plan.root)
+    return (root / "crash_armed").exists() and not (root / "crash_missed").exists()
+
+
+def object_store_trials(seeds: Sequence[int], every: int | None) -> set[int]:
+    """The trials (indexes into ``seeds``) that run on the object store: one of every
+    ``every`` consecutive trials (none for None or 0, and none in a last, shorter run).
+
+    The first run's pick is its last trial, as with the PostgreSQL trials; each later pick
+    is the last trial of its run whose seed gives a mode x engine (both repeat every
+    :data:`~tests.soak.trial.CONFIGURATION_CYCLE` seeds) the store has not had yet in this
+    round, so that with ``every`` even (a fixed stride would give the store seeds of one
+    parity, always SSBJ) the trials on the store still cover every configuration."""
+    if not every or every <= 0:
+        return set()
+    picked: set[int] = set()
+    pending: list[int] = []
+    for start in range(0, len(seeds) - every + 1, every):
+        block = range(start, start + every)
+        if not pending:  # a new round, from the residue of the run's last seed down
+            last = seeds[block[-1]] % CONFIGURATION_CYCLE
+            pending = [(last - i) % CONFIGURATION_CYCLE for i in range(CONFIGURATION_CYCLE)]
+        present = {seeds[n] % CONFIGURATION_CYCLE: n for n in block}  # the last of each
+        wanted = next((r for r in pending if r in present), None)
+        if wanted is None:  # a run shorter than the cycle holds none of those pending
+            picked.add(block[-1])
+            continue
+        pending.remove(wanted)
+        picked.add(present[wanted])
+    return picked
 
 
 def run_soak(
@@ -143,33 +239,80 @@ def run_soak(
     resume: bool = False,
     workers: int = 1,
     intervals: int = 2,
+    object_store_every: int | None = 4,
+    s3_server: S3Server | None = None,
+    postgres_every: int | None = None,
 ) -> SoakResult:
     """Run ``trials`` trials; trial n keeps its state in ``state_stores[n % len]`` (a
     SQLAlchemy URL; None: SQLite in the trial's folder). Each URL must name an empty
     database that no other trial uses.
 
+    One trial in every ``object_store_every`` (:func:`object_store_trials`; None or 0:
+    none) keeps its tables and landing zone in a bucket of its own on ``s3_server``, or on
+    a SeaweedFS server started for the run and stopped at its end when that is None.
+
     With ``resume`` the trials already under ``directory`` are continued where they stopped
-    (the worker resumes each at its first unfinished command) instead of made anew.
+    (the worker resumes each at its first unfinished command) instead of made anew; trials
+    on the object store only with the ``s3_server`` that holds their buckets.
     ``workers`` worker processes share the trials (trial i goes to worker i % workers).
-    ``intervals``: hourly intervals per trial.
+    ``intervals``: hourly intervals per trial. ``postgres_every`` is only shown in the
+    result's command line (``state_stores`` says which trial is where).
     """
     started = time.monotonic()
     if resume and directory.exists():
         plans = [TrialPlan.load(p) for p in sorted(directory.iterdir()) if p.name.startswith("t")]
-    else:
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
-        plans = [
-            make_trial(
-                directory / f"t{seed + n:05d}",
-                seed + n,
-                intervals,
-                state_store=state_stores[n % len(state_stores)],
+        on_store = {n for n, plan in enumerate(plans) if plan.bucket is not None}
+        if on_store and s3_server is None:
+            raise ResumeError(
+                f"{len(on_store)} trial(s) under {directory} are on an object store whose "
+                "server stopped with the run that made them: resume them with that server "
+                "(s3_server), or start the soak anew"
             )
-            for n in range(trials)
-        ]
+    else:
+        plans = []
+        on_store = object_store_trials([seed + n for n in range(trials)], object_store_every)
+    with ExitStack() as stack:
+        server = s3_server
+        if server is None and on_store:
+            from warehouse.object_store_server import started_s3_server
+
+            server = started_s3_server()
+            stack.callback(server.stop)
+        if server is not None:
+            # make_trial, the oracle (here) and the workers (children) reach the store
+            # through the AWS_* variables, as the pipeline's commands do.
+            stack.enter_context(_environment(server.environment()))
+        if not plans:
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            plans = [
+                make_trial(
+                    directory / f"t{seed + n:05d}",
+                    seed + n,
+                    intervals,
+                    state_store=state_stores[n % len(state_stores)],
+                    bucket=(
+                        server.create_bucket(f"soak-t{seed + n:05d}")
+                        if server is not None and n in on_store
+                        else None
+                    ),
+                )
+                for n in range(trials)
+            ]
+        result = _run_trials(directory, plans, workers, worker_timeout)
+    result.seed = seed
+    result.postgres_every = postgres_every
+    result.object_store_every = object_store_every
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _run_trials(
+    directory: Path, plans: list[TrialPlan], workers: int, worker_timeout: float
+) -> SoakResult:
+    """Run the planned trials through the workers, then check each finished one."""
     trials = len(plans)
-    result = SoakResult(trials, seed, plans=plans)
+    result = SoakResult(trials, plans=plans)
     for plan in plans:
         result.armed_points[plan.crash.point] += 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -180,12 +323,13 @@ def run_soak(
         result.worker_failures += [f for f in failures if f]
     for plan in plans:
         root = Path(plan.root)
-        if (root / "crash_armed").exists() and not (root / "crash_missed").exists():
+        if _was_hit(plan):
             result.hit_points[plan.crash.point.split(":")[0]] += 1
         if (root / "failed").exists():
             result.worker_failures.append(
                 f"trial {root.name} (seed {plan.seed}, {plan.engine}, {plan.state_store}, "
-                f"{plan.mode}): {(root / 'failed').read_text().strip()}"
+                f"{STORAGE_NAMES[plan.storage]}, {plan.mode}): "
+                f"{(root / 'failed').read_text().strip()}"
             )
         elif (root / "progress").exists() and int((root / "progress").read_text()) == len(
             plan.commands
@@ -196,8 +340,23 @@ def run_soak(
             result.worker_failures.append(f"trial {root.name} did not finish")
     # Counted from the trials' markers, so a resumed soak counts the kills of earlier runs.
     result.kills = sum(result.hit_points.values())
-    result.seconds = time.monotonic() - started
     return result
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment (inherited by the workers) for the
+    duration; what was there before is restored after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_worker(
@@ -261,7 +420,18 @@ def main(argv: list[str] | None = None) -> int:
         help="every N-th trial keeps its state in PostgreSQL (default 3; 0: none)",
     )
     parser.add_argument(
-        "--resume", action="store_true", help="continue the trials already under --dir"
+        "--object-store-every",
+        type=int,
+        default=4,
+        metavar="N",
+        help="one trial in every N keeps its tables and landing zone on an object store "
+        "(a SeaweedFS server started for the run; default 4; 0: none)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the trials already under --dir (not those on the object store, "
+        "whose server stopped with their run)",
     )
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--intervals", type=int, default=2, help="intervals per trial (2)")
@@ -270,15 +440,21 @@ def main(argv: list[str] | None = None) -> int:
     # the old databases): resume SQLite-only soaks, or soaks whose server still runs.
     every = 0 if args.resume else args.postgres_every
     with state_stores_for(args.trials, every) as stores:
-        result = run_soak(
-            args.dir,
-            args.trials,
-            args.seed,
-            stores,
-            resume=args.resume,
-            workers=args.workers,
-            intervals=args.intervals,
-        )
+        try:
+            result = run_soak(
+                args.dir,
+                args.trials,
+                args.seed,
+                stores,
+                resume=args.resume,
+                workers=args.workers,
+                intervals=args.intervals,
+                object_store_every=args.object_store_every,
+                postgres_every=args.postgres_every,
+            )
+        except ResumeError as e:
+            print(e, file=sys.stderr)
+            return 2
     print(result.summary())
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,23 @@ to a file outside the zone, an in-progress file, and re-sent records (ids alread
 in a new file: same content is a re-send, other content a conflict). One command of the
 trial is armed to SIGKILL itself at a random crash point (a named point, or the n-th Delta
 commit before or after it lands); the worker is restarted at that command. Each trial
-picks its Delta engine (embedded or native) by seed; the harness picks its state store.
+picks its Delta engine (embedded or native) by seed; the harness picks its state store and
+its storage.
+
+A trial on the object store (``storage == "s3"``, a bucket of its own on an S3-compatible
+server) keeps every Delta table (bronze, silver, gold, the late tables and operator state,
+the quarantines, the masters) under ``s3://<bucket>/wh`` and its landing zone at
+``s3://<bucket>/landing``; its local folder keeps the plan, the logs, the state store
+(SQLite, or the PostgreSQL database the harness gave it) and the driver's other files
+(``warehouse.local_root``). Endpoint and credentials come from the ``AWS_*`` environment
+(:class:`warehouse.object_store.ObjectStore`). There the faults are the store's: a file is
+delivered as one PUT (a re-delivery is another PUT of the same bytes under the same key), an
+in-progress file is a multipart upload that is started, given a part and never completed
+(the pipeline must not read it), and a symlink to a file outside the zone has no
+equivalent (an object store has no links), so object-store trials plan none. The master
+writer commits with deltalake on the same store, and half of these trials (besides those
+that draw it anyway) arm ``delta.before_commit``: a kill after a commit's data files are
+PUT and before its commit file is.
 
 The worker logs, before every command, the version of each master and that version's rows
 (read with deltalake as it is current): masters change only between commands (the trial's
@@ -53,6 +69,8 @@ import duckdb
 import pyarrow as pa
 import yaml
 from deltalake import DeltaTable, write_deltalake
+
+from warehouse.object_store import ObjectLocation, ObjectStore, object_stamp, storage_options
 
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 # Keys 1-6 start in master m (some with 2 rows); 7-10 arrive later, or never.
@@ -93,6 +111,9 @@ MASTER_SCHEMAS = {
     ),
 }
 VERSIONS_FILE = "master_versions.json"
+# Outbox files a producer is still writing: a local name the zone skips, on the store a
+# multipart upload never completed.
+IN_PROGRESS_PREFIX = "_inprogress_"
 MASTER_ROWS_DIR = "master_rows"
 
 
@@ -125,6 +146,18 @@ class TrialPlan:
     late_wait: str | None  # the ``enrich`` stage's late_master wait; None: no wait
     theta_scheme: str
     state_store: str  # "sqlite" or "postgres"
+    storage: str = "local"  # "local", or "s3": the tables and the landing zone in ``bucket``
+    bucket: str | None = None
+
+    @property
+    def warehouse(self) -> str:
+        """The warehouse root: a folder of the trial's, or ``s3://<bucket>/wh``."""
+        return f"s3://{self.bucket}/wh" if self.bucket else str(Path(self.root) / "wh")
+
+    @property
+    def landing(self) -> str:
+        """The landing zone: a folder of the trial's, or ``s3://<bucket>/landing``."""
+        return f"s3://{self.bucket}/landing" if self.bucket else str(Path(self.root) / "landing")
 
     def save(self) -> None:
         (Path(self.root) / "plan.json").write_text(json.dumps(asdict(self), indent=1))
@@ -146,6 +179,9 @@ class TrialPlan:
             late_wait=raw["late_wait"],
             theta_scheme=raw["theta_scheme"],
             state_store=raw["state_store"],
+            # Plans written before trials could run on the object store are local.
+            storage=raw.get("storage", "local"),
+            bucket=raw.get("bucket"),
         )
 
 
@@ -156,22 +192,28 @@ def config(
     engine: str = "embedded",
     late_wait: str | None = None,
     theta_scheme: str = "auto",
+    bucket: str | None = None,
 ) -> dict[str, Any]:
+    """The trial's pipeline config; with ``bucket`` its warehouse and landing zone are in
+    that bucket of the object store, the driver's own files in ``root/driver``."""
     operator: dict[str, Any] = {"mode": mode, "partitions": 2, "steps_per_run": 1}
     if late_wait is not None:
         operator["late_master"] = {"wait": late_wait}
+    warehouse: dict[str, Any] = {
+        "root": f"s3://{bucket}/wh" if bucket else str(root / "wh"),
+        "state_store": state_store or f"sqlite:///{root / 'state.db'}",
+        "engine": engine,
+    }
+    if bucket:
+        warehouse["local_root"] = str(root / "driver")
     return {
         "name": "soak",
-        "warehouse": {
-            "root": str(root / "wh"),
-            "state_store": state_store or f"sqlite:///{root / 'state.db'}",
-            "engine": engine,
-        },
+        "warehouse": warehouse,
         "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "1"}},
         "schedule": {"interval": "1h", "start": BASE_TIME.isoformat()},
         "streams": {
             "s": {
-                "landing": str(root / "landing"),
+                "landing": f"s3://{bucket}/landing" if bucket else str(root / "landing"),
                 "format": "json",
                 "event_time": "ts",
                 "id_column": "id",
@@ -215,27 +257,42 @@ def config(
     }
 
 
+def seed_configuration(seed: int) -> tuple[str, str]:
+    """The ``enrich`` mode and the Delta engine a seed picks: the mode by ``seed % 4``, the
+    engine by the seed's second bit, so that consecutive seeds cover every mode x engine
+    (both repeat every :data:`CONFIGURATION_CYCLE` seeds)."""
+    return MODES[seed % len(MODES)], ENGINES[(seed // 2) % len(ENGINES)]
+
+
+CONFIGURATION_CYCLE = 4
+
+
 def make_trial(
-    root: Path, seed: int, intervals: int = 2, state_store: str | None = None
+    root: Path,
+    seed: int,
+    intervals: int = 2,
+    state_store: str | None = None,
+    bucket: str | None = None,
 ) -> TrialPlan:
     """Write the trial's config, masters and outbox files; return its plan.
 
     ``state_store`` is a SQLAlchemy URL (a PostgreSQL database, say); SQLite by default.
+    With ``bucket`` (an existing, empty bucket of the object store the ``AWS_*``
+    environment names) the trial's tables and landing zone are in that bucket.
     """
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
-    mode = MODES[seed % len(MODES)]
-    # Engine by the seed's second bit, so that consecutive seeds cover every mode x engine.
-    engine = ENGINES[(seed // 2) % len(ENGINES)]
+    mode, engine = seed_configuration(seed)
     # A short wait expires tuples at a later step (which one depends on the wall clock: the
     # oracle allows each); a long one keeps them waiting to the end.
     late_wait = rng.choice(("2h", "2h", "1s")) if mode in LATE_MASTER_MODES else None
     theta_scheme = rng.choice(THETA_SCHEMES)
     (root / "config.yaml").write_text(
-        yaml.safe_dump(config(root, state_store, mode, engine, late_wait, theta_scheme))
+        yaml.safe_dump(config(root, state_store, mode, engine, late_wait, theta_scheme, bucket))
     )
-    (root / "landing").mkdir(exist_ok=True)
-    masters = _write_masters(root, rng)
+    if bucket is None:
+        (root / "landing").mkdir(exist_ok=True)
+    masters = _write_masters(f"s3://{bucket}/wh" if bucket else str(root / "wh"), rng)
     faults: list[str] = []
     next_id = 1
     earlier: list[Path] = []
@@ -295,15 +352,22 @@ def make_trial(
             (outbox / f"redeliver__{source.name}").write_bytes(source.read_bytes())
             faults.append(f"i{interval}: identical re-delivery")
         if rng.random() < 0.3:
-            outside = root / "outside.json"
+            # Drawn on the store too, so that a seed plans the same files wherever it runs.
             rows, _ = _rows(rng, interval, 990_000, 2)
-            _write_lines(outside, [json.dumps(r) for r in rows])
-            (outbox / f"link_{interval}.json.symlink").write_text(str(outside))
-            faults.append(f"i{interval}: symlink to a file outside the zone")
+            if bucket is None:  # an object store has no links
+                outside = root / "outside.json"
+                _write_lines(outside, [json.dumps(r) for r in rows])
+                (outbox / f"link_{interval}.json.symlink").write_text(str(outside))
+                faults.append(f"i{interval}: symlink to a file outside the zone")
         if rng.random() < 0.3:
             rows, _ = _rows(rng, interval, 980_000, 2)
-            _write_lines(outbox / f"_inprogress_{interval}.json", [json.dumps(r) for r in rows])
-            faults.append(f"i{interval}: in-progress file")
+            _write_lines(
+                outbox / f"{IN_PROGRESS_PREFIX}{interval}.json", [json.dumps(r) for r in rows]
+            )
+            faults.append(
+                f"i{interval}: "
+                + ("in-progress file" if bucket is None else "multipart upload never completed")
+            )
     commands = _with_master_changes(_commands(rng, intervals), masters, rng)
     armable = [i for i, c in enumerate(commands) if c.kind in ALLOWED_EXIT]
     armed = rng.choice(armable)
@@ -316,6 +380,11 @@ def make_trial(
         or (p.startswith("audit") and kind in ("validate", "backfill"))
     ]
     point = rng.choice(points)
+    if bucket is not None and rng.random() < 0.5:
+        # On the store half the trials are killed between a commit's data files (PUT
+        # already) and its commit file: the files must stay unreferenced, the rerun's
+        # commit must not take them in twice.
+        point = "delta.before_commit"
     # Delta commits per command here: a run ~10 (two stages; an SSBJ step commits twice),
     # a drain ~5, a maintain several (compactions, vacuums), a backfill 3-4, a validate 1
     # or more (armed at the first, so that it is surely hit).
@@ -333,6 +402,8 @@ def make_trial(
         late_wait,
         theta_scheme,
         "postgres" if (state_store or "").startswith("postgresql") else "sqlite",
+        "local" if bucket is None else "s3",
+        bucket,
     )
     plan.save()
     return plan
@@ -437,25 +508,27 @@ def _master_change(
     return {"table": table, "op": "merge", "rows": source}
 
 
-def apply_master_change(root: Path, index: int, change: dict[str, Any]) -> None:
+def apply_master_change(plan: TrialPlan, index: int, change: dict[str, Any]) -> None:
     """Commit a plan's master change with deltalake, once (a marker per command index:
-    the worker restarted after a kill elsewhere resumes after it)."""
-    marker = root / "master_changes" / str(index)
+    the worker restarted after a kill elsewhere resumes after it). On the object store
+    deltalake commits with a conditional PUT, as the pipeline's own writers do."""
+    marker = Path(plan.root) / "master_changes" / str(index)
     if marker.exists():
         return
     table = change["table"]
     schema = MASTER_SCHEMAS[table]
-    path = str(root / "wh" / "masters" / table)
+    path = f"{plan.warehouse}/masters/{table}"
+    options = storage_options(path)
     rows = change["rows"]
     if change["op"] in ("append", "overwrite"):
         data = pa.Table.from_pylist(rows, schema=schema)
-        write_deltalake(path, data, mode=change["op"])
+        write_deltalake(path, data, mode=change["op"], storage_options=options)
     else:
         source = pa.Table.from_pylist(rows, schema=schema.append(pa.field("op", pa.string())))
         key = schema.names[0]
         values = schema.names[1:]
         (
-            DeltaTable(path)
+            DeltaTable(path, storage_options=options)
             .merge(source, f"t.{key} = s.{key}", source_alias="s", target_alias="t")
             .when_matched_delete(predicate="s.op = 'delete'")
             .when_matched_update(updates={c: f"s.{c}" for c in values})
@@ -465,31 +538,37 @@ def apply_master_change(root: Path, index: int, change: dict[str, Any]) -> None:
             .execute()
         )
     marker.parent.mkdir(exist_ok=True)
-    marker.write_text(str(DeltaTable(path).version()))
+    marker.write_text(str(DeltaTable(path, storage_options=options).version()))
 
 
-def record_master_versions(root: Path, index: int) -> None:
+def record_master_versions(plan: TrialPlan, index: int) -> None:
     """Log the version of each master in force for command ``index``, and keep that
     version's rows (read now, while the version is current: a vacuum may remove its files
     later). A rerun after a kill logs again; the last attempt's is the one that counts."""
+    root = Path(plan.root)
     log_path = root / VERSIONS_FILE
     log = json.loads(log_path.read_text()) if log_path.exists() else {}
     entry = {}
     for name in MASTER_SCHEMAS:
-        table = DeltaTable(str(root / "wh" / "masters" / name))
-        version = table.version()
+        path = f"{plan.warehouse}/masters/{name}"
+        options = storage_options(path)
+        version = DeltaTable(path, storage_options=options).version()
         entry[name] = version
         kept = root / MASTER_ROWS_DIR / f"{name}@{version}.json"
         if not kept.exists():
             kept.parent.mkdir(exist_ok=True)
-            rows = DeltaTable(str(root / "wh" / "masters" / name), version=version)
+            rows = DeltaTable(path, version=version, storage_options=options)
             _write_atomically(kept, json.dumps(rows.to_pyarrow_table().to_pylist()))
     log[str(index)] = entry
     _write_atomically(log_path, json.dumps(log))
 
 
-def deliver(root: Path, interval: int) -> None:
-    """Move an interval's outbox files into the landing zone; idempotent."""
+def deliver(plan: TrialPlan, interval: int) -> None:
+    """Put an interval's outbox files into the landing zone; idempotent."""
+    root = Path(plan.root)
+    if plan.bucket is not None:
+        _deliver_to_store(root, ObjectLocation.parse(plan.landing), interval)
+        return
     landing = root / "landing"
     for source in sorted((root / "outbox" / str(interval)).iterdir()):
         name = source.name
@@ -509,6 +588,41 @@ def deliver(root: Path, interval: int) -> None:
             os.replace(partial, target)
 
 
+def _deliver_to_store(root: Path, landing: ObjectLocation, interval: int) -> None:
+    """Put an interval's outbox files into an object-store landing zone, as a producer
+    does: one PUT per file (atomic: no temporary name), a re-delivery PUT again under the
+    same key, an in-progress file started as a multipart upload that is given its bytes as
+    a part and never completed. Idempotent, as :func:`deliver` is."""
+    client = ObjectStore.from_environment().client()
+    bucket = landing.bucket
+    for source in sorted((root / "outbox" / str(interval)).iterdir()):
+        name = source.name
+        if name.endswith(".symlink"):
+            raise ValueError(f"{source}: an object store has no symlinks; the plan has one")
+        if name.startswith("redeliver__"):
+            key = f"{landing.key}/{name.removeprefix('redeliver__')}"
+            client.put_object(Bucket=bucket, Key=key, Body=source.read_bytes())
+            continue
+        if name.startswith(IN_PROGRESS_PREFIX):
+            # An ordinary name: it is the unfinished upload, not its name, that the
+            # pipeline must not read.
+            key = f"{landing.key}/{name.removeprefix('_')}"
+            started = client.list_multipart_uploads(Bucket=bucket, Prefix=key)
+            if not any(u["Key"] == key for u in started.get("Uploads", [])):
+                upload = client.create_multipart_upload(Bucket=bucket, Key=key)
+                client.upload_part(
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=upload["UploadId"],
+                    PartNumber=1,
+                    Body=source.read_bytes(),
+                )
+            continue
+        key = f"{landing.key}/{name}"
+        if object_stamp(ObjectLocation(bucket, key).url()) is None:
+            client.put_object(Bucket=bucket, Key=key, Body=source.read_bytes())
+
+
 # --------------------------------------------------------------------------- the oracle
 
 
@@ -522,6 +636,22 @@ class TrialCheck:
     lost: int
     duplicated: int
     problems: tuple[str, ...]
+    storage: str = "local"
+    # On the object store: the tables (below the warehouse root) whose log is in the bucket.
+    tables_on_store: tuple[str, ...] = ()
+
+
+# Tables every trial writes (the quarantines, operator state and late tables only when it
+# has rows for them): on the object store each must have its log in the trial's bucket.
+TABLES = (
+    "masters/m",
+    "masters/p",
+    "bronze/s",
+    "silver/out",
+    "silver/outp",
+    "gold/out",
+    "gold/outp",
+)
 
 
 @dataclass(frozen=True)
@@ -564,12 +694,16 @@ def check_trial(root: Path) -> TrialCheck:
     """Compare bronze, the quarantines, silver, gold and the late table with the oracle."""
     plan = TrialPlan.load(root)
     tuples, malformed, resent, conflicts = _delivered_records(plan)
-    wh = root / "wh"
+    wh = plan.warehouse
     counts = _Counts()
+    on_store: tuple[str, ...] = ()
+    if plan.bucket is not None:
+        on_store = tables_on_store(plan.bucket)
+        counts.problems += _placement_problems(plan, on_store)
     counts.compare(
         "bronze",
         Counter((t.id, t.k, t.v) for t in tuples),
-        Counter(_rows_of(wh / "bronze" / "s", ["id", "k", "v"])),
+        Counter(_rows_of(f"{wh}/bronze/s", ["id", "k", "v"])),
     )
     expected_quarantine = Counter(("bad", _record_key(line)) for line in malformed)
     expected_quarantine += Counter(("re-sent", f"v={r['v']}") for r in resent)
@@ -579,7 +713,7 @@ def check_trial(root: Path) -> TrialCheck:
         expected_quarantine,
         Counter(
             (_reason_kind(reason), _record_key(record))
-            for record, reason in _rows_of(wh / "quarantine" / "s", ["record", "reason"])
+            for record, reason in _rows_of(f"{wh}/quarantine/s", ["record", "reason"])
         ),
     )
     versions = {int(c): v for c, v in json.loads((root / VERSIONS_FILE).read_text()).items()}
@@ -613,7 +747,7 @@ def check_trial(root: Path) -> TrialCheck:
         counts.compare(
             f"output quarantine {table}",
             Counter(),
-            Counter({"rows": _count_of(wh / "quarantine" / "_outputs" / table)}),
+            Counter({"rows": _count_of(f"{wh}/quarantine/_outputs/{table}")}),
         )
     return TrialCheck(
         plan.seed,
@@ -624,7 +758,57 @@ def check_trial(root: Path) -> TrialCheck:
         counts.lost,
         counts.duplicated,
         tuple(counts.problems),
+        plan.storage,
+        on_store,
     )
+
+
+def tables_on_store(bucket: str) -> tuple[str, ...]:
+    """The tables below ``s3://<bucket>/wh`` that have a ``_delta_log`` object, by their
+    path below the root (``bronze/s``), sorted."""
+    client = ObjectStore.from_environment().client()
+    found: set[str] = set()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="wh/"):
+        for item in page.get("Contents", []):
+            table, marker, _ = str(item["Key"]).removeprefix("wh/").partition("/_delta_log/")
+            if marker:
+                found.add(table)
+    return tuple(sorted(found))
+
+
+def _placement_problems(plan: TrialPlan, on_store: tuple[str, ...]) -> list[str]:
+    """What shows that an object-store trial did not keep its data in its bucket: a table
+    without a log there, a table or landing file on local disk, or a producer's unfinished
+    upload that was completed or aborted (the pipeline must leave it alone)."""
+    assert plan.bucket is not None
+    root = Path(plan.root)
+    problems = [
+        f"table {t}: no _delta_log in bucket {plan.bucket}" for t in TABLES if t not in on_store
+    ]
+    local = sorted(str(p.relative_to(root)) for p in root.rglob("_delta_log"))
+    local += [name for name in ("wh", "landing") if (root / name).exists()]
+    if local:
+        problems.append(f"object-store trial wrote tables or landing files locally: {local[:5]}")
+    landing = ObjectLocation.parse(plan.landing)
+    planned = {
+        f"{landing.key}/{source.name.removeprefix('_')}"
+        for interval in range(plan.intervals)
+        for source in (root / "outbox" / str(interval)).iterdir()
+        if source.name.startswith(IN_PROGRESS_PREFIX)
+    }
+    client = ObjectStore.from_environment().client()
+    listed = client.list_multipart_uploads(Bucket=plan.bucket, Prefix=f"{landing.key}/")
+    unfinished = {
+        str(u["Key"])
+        for u in listed.get("Uploads", [])
+        if not str(u["Key"]).removeprefix(f"{landing.key}/").startswith(("_", "."))
+    }
+    if unfinished != planned:
+        problems.append(
+            f"unfinished uploads in the landing zone: {sorted(unfinished)}, planned "
+            f"{sorted(planned)}"
+        )
+    return problems
 
 
 class _Counts:
@@ -733,7 +917,6 @@ def _check_stage(
     counts: _Counts,
 ) -> None:
     """Silver, gold and the late table of ``stage`` against the allowed outcomes."""
-    root = Path(plan.root)
     condition = "s.k = m.mk" if stage.master == "m" else "m.lo <= s.k AND s.k < m.hi"
     all_versions = sorted({v[stage.master] for v in versions.values()})
     # Which versions have rows for each key (DuckDB, over every logged version).
@@ -784,14 +967,15 @@ def _check_stage(
         if version is not None:
             rows[(tuple_id, *row)] += 1
     columns = ["id", "k", "v", *stage.columns, f"_version_{stage.master}"]
-    wh = root / "wh"
-    silver = _by_id(_rows_of(wh / "silver" / stage.output, columns))
-    gold = _by_id(_rows_of(wh / "gold" / stage.output, columns))
+    wh = plan.warehouse
+    silver = _by_id(_rows_of(f"{wh}/silver/{stage.output}", columns))
+    gold = _by_id(_rows_of(f"{wh}/gold/{stage.output}", columns))
+    operator = f"{wh}/_operators/{stage.name}"
     if stage.in_state:
-        kept = _rows_of(wh / "_operators" / stage.name / "state", ["_role", "s__id"])
+        kept = _rows_of(f"{operator}/state", ["_role", "s__id"])
         waiting = Counter(tuple_id for role, tuple_id in kept if role == "late")
     else:
-        waiting = Counter(r[0] for r in _rows_of(wh / "_operators" / stage.name / "late", ["id"]))
+        waiting = Counter(r[0] for r in _rows_of(f"{operator}/late", ["id"]))
     expected: dict[str, Counter[Any]] = {"silver": Counter(), "gold": Counter(), "late": Counter()}
     wrong: list[str] = []
     for tuple_id, alts in alternatives.items():
@@ -907,30 +1091,42 @@ def _delivered_records(
     return good, malformed, resent, conflicts
 
 
-def _rows_of(path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
-    if not (path / "_delta_log").exists():
+def _table(location: str) -> DeltaTable | None:
+    """The Delta table at ``location`` (a folder or an ``s3://`` location; on the store with
+    the environment's endpoint and credentials), None if none was created there."""
+    options = storage_options(location)
+    if not DeltaTable.is_deltatable(location, storage_options=options):
+        return None
+    return DeltaTable(location, storage_options=options)
+
+
+def _rows_of(location: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    table = _table(location)
+    if table is None:
         return []
-    table = DeltaTable(str(path)).to_pyarrow_table(columns=columns)
-    return [tuple(r[c] for c in columns) for r in table.to_pylist()]
+    return [
+        tuple(r[c] for c in columns) for r in table.to_pyarrow_table(columns=columns).to_pylist()
+    ]
 
 
-def _count_of(path: Path) -> int:
-    return (
-        DeltaTable(str(path)).to_pyarrow_table().num_rows if (path / "_delta_log").exists() else 0
-    )
+def _count_of(location: str) -> int:
+    table = _table(location)
+    return 0 if table is None else table.to_pyarrow_table().num_rows
 
 
-def _write_masters(root: Path, rng: random.Random) -> dict[str, list[dict[str, Any]]]:
-    """Masters m and p, each in two commits; returns their rows."""
+def _write_masters(warehouse: str, rng: random.Random) -> dict[str, list[dict[str, Any]]]:
+    """Masters m and p under ``warehouse`` (a folder or an ``s3://`` location), each in two
+    commits; returns their rows."""
     m = [{"mk": k, "name": f"m{k}"} for k in INITIAL_KEYS]
     m += [{"mk": k, "name": f"m{k}b"} for k in INITIAL_KEYS if rng.random() < 0.4]
     p = [{"pid": i, "lo": lo, "hi": hi, "pname": n} for i, lo, hi, n in INITIAL_PROMOS]
     for name, rows in (("m", m), ("p", p)):
         table = pa.Table.from_pylist(rows, schema=MASTER_SCHEMAS[name])
-        path = str(root / "wh" / "masters" / name)
+        path = f"{warehouse}/masters/{name}"
+        options = storage_options(path)
         half = len(rows) // 2
-        write_deltalake(path, table.slice(0, half))
-        write_deltalake(path, table.slice(half), mode="append")
+        write_deltalake(path, table.slice(0, half), storage_options=options)
+        write_deltalake(path, table.slice(half), mode="append", storage_options=options)
     return {"m": m, "p": p}
 
 

@@ -13,7 +13,10 @@ finds the marker and reruns that command without a crash. A command that fails (
 code a correct run does not give, or an exception) ends its trial with a ``failed`` file
 saying why; the worker goes on with the next trial and exits 1 at the end. Commands run through
 ``jobs.enrich.main`` exactly as the CLI runs them (lease, run ledger, exit codes), sharing
-this process's Spark session so that only a kill costs a JVM start.
+this process's Spark session so that only a kill costs a JVM start. When any of its
+trials is on the object store, that session starts with S3A's jars and the store the
+``AWS_*`` environment names (the harness passes its server's); each command points it at
+the store again, as the CLI does.
 """
 
 from __future__ import annotations
@@ -42,18 +45,23 @@ logger = logging.getLogger("soak.worker")
 def run_trials(trials_dir: Path, shard: int = 0, shards: int = 1) -> int:
     from jobs import enrich
     from tests.helpers import TEST_SPARK_CONF
+    from warehouse.object_store import ObjectStore
     from warehouse.spark import SparkSettings, build_session
 
+    roots = sorted(p for p in trials_dir.iterdir() if (p / "plan.json").exists())[shard::shards]
+    # S3A's jars go on the class path only when the session starts: a later command whose
+    # warehouse is on the store could not add them to this shared session.
+    on_store = any(TrialPlan.load(root).bucket is not None for root in roots)
     build_session(
         SparkSettings(
             app_name="soak",
             master="local[2]",
             conf={**TEST_SPARK_CONF, "spark.driver.memory": "2g"},
+            object_store=ObjectStore.from_environment() if on_store else None,
         )
     )
-    roots = sorted(p for p in trials_dir.iterdir() if (p / "plan.json").exists())
     failed = 0
-    for root in roots[shard::shards]:
+    for root in roots:
         if (root / "failed").exists():
             failed += 1
             continue
@@ -72,7 +80,7 @@ def _run_trial(enrich_main: Callable[[list[str]], int], root: Path) -> str | Non
     done = int(progress.read_text()) if progress.exists() else 0
     for index in range(done, len(plan.commands)):
         command = plan.commands[index]
-        record_master_versions(root, index)
+        record_master_versions(plan, index)
         armed = index == plan.crash.command and not (root / "crash_armed").exists()
         if armed:
             (root / "crash_armed").write_text(plan.crash.point)
@@ -81,10 +89,10 @@ def _run_trial(enrich_main: Callable[[list[str]], int], root: Path) -> str | Non
         started = time.monotonic()
         try:
             if command.kind == "deliver":
-                deliver(root, command.interval)
+                deliver(plan, command.interval)
                 code = 0
             elif command.kind == "master":
-                apply_master_change(root, index, json.loads(command.args[0]))
+                apply_master_change(plan, index, json.loads(command.args[0]))
                 code = 0
             else:
                 code = enrich_main(["--config", str(root / "config.yaml"), *command.args])
