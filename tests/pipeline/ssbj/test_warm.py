@@ -1,5 +1,6 @@
 """The state a process holds for its stage's next step (``pipeline/ssbj/warm.py``): served
-only for the version it was held at, while that version's commit file is the one written."""
+only for the version it was held at, while that version's commit file is the one written
+(on local disk and on a real S3 server)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
 from pipeline.ssbj.warm import WarmCache
+from tests.object_store_server import S3Server
+from warehouse.object_store import ObjectLocation, storage_options
 
 ROWS = pa.table({"a": [1, 2]})
 
@@ -43,7 +47,28 @@ def test_a_table_created_again_at_the_path_is_read_not_served(tmp_path: Path) ->
     assert warm.state_rows is None  # forgotten, not kept for a later look-up
 
 
-def test_a_table_on_an_object_store_is_never_held() -> None:
+def test_a_table_on_an_object_store_is_held_while_its_commit_object_is_the_same(
+    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On S3 the commit object's ETag and size say whether the version is the one held."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    root = f"s3://{s3_bucket}/state"
+    options = storage_options(root)
+
+    def commit_s3(value: int) -> None:
+        write_deltalake(root, pa.table({"a": [value]}), mode="append", storage_options=options)
+
+    commit_s3(1)
+    commit_s3(2)
     warm = WarmCache()
-    warm.hold_state("s3://bucket/state", 3, ROWS)
-    assert warm.held_state("s3://bucket/state", 3) is None
+    warm.hold_state(root, 1, ROWS)
+    assert warm.held_state(root, 1) is ROWS
+    found = ObjectLocation.parse(root)
+    client = s3_server.client()
+    for item in client.list_objects_v2(Bucket=found.bucket, Prefix=f"{found.key}/")["Contents"]:
+        client.delete_object(Bucket=found.bucket, Key=item["Key"])
+    commit_s3(3)
+    commit_s3(4)  # version 1 again, of another table
+    assert warm.held_state(root, 1) is None
+    assert warm.state_rows is None
