@@ -1228,13 +1228,13 @@ def test_the_engine_writes_its_own_commit_files_and_every_reader_reads_them(
 
     embedded.append_arrow(path, rows(first), AppTransaction("app", 1))
     opened: list[int | None] = []
-    open_table = embedded._open_table
+    open_table = embedded._tips.open_table
 
     def counted(root: str, version: int | None = None) -> Any:
         opened.append(version)
         return open_table(root, version)
 
-    monkeypatch.setattr(embedded, "_open_table", counted)
+    monkeypatch.setattr(embedded._tips, "open_table", counted)
     embedded.append_arrow(path, rows([(5, 1, "x/y:z%"), (6, 3, "a b")]), AppTransaction("app", 2))
     embedded.replace_arrow(
         path, rows([(7, 1, "new"), (8, 2, None)]), [PartitionFilter("segment", "in", [1, 2])]
@@ -1276,13 +1276,13 @@ def test_a_commit_file_version_lost_to_another_writer_commits_through_delta_rs(
     """Another writer commits between the tip this engine read and its commit file: the
     file is not written over the other's, and delta-rs commits on the next version (an
     append), or the replace is refused when the other commit touched its partitions."""
-    import warehouse.delta.embedded as embedded_module
+    import warehouse.delta.embedded_commits as embedded_commits
 
     path = str(tmp_path / "t")
     embedded.create_table(path, SCHEMA, ("label",))
     embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
     other = EmbeddedDeltaEngine(spark)
-    real = embedded_module.write_commit
+    real = embedded_commits.write_commit
     concurrent: list[list[tuple]] = []
 
     def another_writer_first(root: str, version: int, actions: Any) -> bool:
@@ -1290,7 +1290,7 @@ def test_a_commit_file_version_lost_to_another_writer_commits_through_delta_rs(
             other.append(path, spark.createDataFrame(concurrent.pop(), SCHEMA))
         return real(root, version, actions)
 
-    monkeypatch.setattr(embedded_module, "write_commit", another_writer_first)
+    monkeypatch.setattr(embedded_commits, "write_commit", another_writer_first)
     concurrent.append([(3, "c", None, None, 3.0)])
     outcome = embedded.append(path, spark.createDataFrame(REPLACEMENT, SCHEMA))
     assert outcome.table_version == 3 and _engine_info(path, 2) == "enrichment-log-writer"
@@ -1379,17 +1379,17 @@ def test_an_error_after_the_commit_file_landed_is_not_committed_again(
     """The commit file became visible but the call raised (a network file system retrying
     its link): the version carries this commit's id, so it is reported as ours and not
     committed a second time through delta-rs."""
-    import warehouse.delta.embedded as embedded_module
+    import warehouse.delta.embedded_commits as embedded_commits
 
     path = str(tmp_path / "t")
     embedded.create_table(path, SCHEMA)
-    real = embedded_module.write_commit
+    real = embedded_commits.write_commit
 
     def landed_then_failed(root: str, version: int, actions: Any) -> bool:
         real(root, version, actions)
         raise OSError("link reported an error after it was made")
 
-    monkeypatch.setattr(embedded_module, "write_commit", landed_then_failed)
+    monkeypatch.setattr(embedded_commits, "write_commit", landed_then_failed)
     outcome = embedded.append(path, spark.createDataFrame(LABELS, SCHEMA))
     assert outcome.committed and outcome.table_version == 1
     assert DeltaTable(path).version() == 1

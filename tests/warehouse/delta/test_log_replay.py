@@ -207,14 +207,14 @@ def test_embedded_snapshots_and_file_actions_replayed_equal_delta_rs_listing(
     engine = open_engine(spark, "embedded")
     assert isinstance(engine, EmbeddedDeltaEngine)
     listed: list[int] = []
-    full_listing = engine._snapshot_of
+    full_listing = engine._snapshots.snapshot_of
 
     def counting(root: str, table: Any, with_files: bool = True) -> Snapshot:
         if with_files:
             listed.append(table.version())
         return full_listing(root, table, with_files)
 
-    engine._snapshot_of = counting  # type: ignore[method-assign]
+    engine._snapshots.snapshot_of = counting  # type: ignore[method-assign]
     path = str(tmp_path / "t")
     engine.create_table(path, SCHEMA, partition_by)
     engine.snapshot(path, 0)
@@ -239,7 +239,7 @@ def test_embedded_snapshots_and_file_actions_replayed_equal_delta_rs_listing(
     replayed_actions = list(engine._file_actions(path, 0, latest))
     fresh = open_engine(spark, "embedded")
     assert isinstance(fresh, EmbeddedDeltaEngine)
-    fresh._replayed = lambda *_: None  # type: ignore[method-assign]  # delta-rs's listing only
+    fresh._snapshots.replayed = lambda *_: None  # type: ignore[method-assign]  # delta-rs's listing only
     for version in range(latest + 1):
         assert described(engine.snapshot(path, version)) == described(
             fresh.snapshot(path, version)

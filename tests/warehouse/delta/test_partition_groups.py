@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from warehouse.delta.embedded import _partition_groups
+from warehouse.delta.embedded_writes import partition_groups
 
 
 def _rows(table: pa.Table) -> Counter[tuple]:
@@ -40,7 +40,7 @@ def test_every_row_lands_in_exactly_the_group_of_its_values(
             "value": pa.array([r[2] for r in rows], pa.int64()),
         }
     )
-    groups = _partition_groups(table, partitions)
+    groups = partition_groups(table, partitions)
     if not rows:
         assert groups == []
         return
