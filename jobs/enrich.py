@@ -110,7 +110,7 @@ class JobArgs:
     idle_timeout: float | None = None
     max_commands: int | None = None
     stop: bool = False
-    trigger: str = "10s"
+    trigger: str | None = None
     idle_stop: float | None = None
     max_seconds: float | None = None
 
@@ -407,9 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream.add_argument(
         "--trigger",
-        default="10s",
+        default=None,
         metavar="DURATION",
-        help="a micro-batch at most this often (5s, 1m; default 10s)",
+        help="a micro-batch at most this often (5s, 1m); default: the longest that keeps "
+        "every stage's freshness.stream_within (SSBJ: bound / (k + 2))",
     )
     stream.add_argument(
         "--idle-stop",
@@ -462,7 +463,7 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         idle_timeout=getattr(ns, "idle_timeout", None),
         max_commands=getattr(ns, "max_commands", None),
         stop=getattr(ns, "stop", False),
-        trigger=getattr(ns, "trigger", "10s"),
+        trigger=getattr(ns, "trigger", None),
         idle_stop=getattr(ns, "idle_stop", None),
         max_seconds=getattr(ns, "max_seconds", None),
     )
@@ -612,12 +613,15 @@ def _dispatch_writer(pipeline: PipelineContext, args: JobArgs) -> int:
 def _serve_stream(pipeline: PipelineContext, args: JobArgs) -> int:
     """Run the continuous mode until a stop condition, Ctrl-C or SIGTERM."""
     from common.durations import parse_duration
-    from pipeline.stream_service import StreamService, StreamSettings
+    from pipeline.stream_service import StreamService, StreamSettings, resolve_trigger
 
-    try:
-        trigger = parse_duration(args.trigger).total_seconds()
-    except ValueError as e:
-        raise ConfigError(f"--trigger: {e}") from e
+    asked = None
+    if args.trigger is not None:
+        try:
+            asked = parse_duration(args.trigger)
+        except ValueError as e:
+            raise ConfigError(f"--trigger: {e}") from e
+    trigger = resolve_trigger(pipeline.config, asked).total_seconds()
     for flag, value in (("--idle-stop", args.idle_stop), ("--max-seconds", args.max_seconds)):
         if value is not None and value <= 0:
             raise ConfigError(f"{flag}: expected a number of seconds > 0, got {value}")

@@ -14,6 +14,16 @@ Tuples that enter later in a run (a memory budget admits input step by step) are
 the run's closing steps (:func:`due_before`). A late-master wait ``W`` holds a tuple up to
 ``W``, so it must fit the bound: ``W <= B * interval``.
 
+The continuous mode (``enrich stream``) keeps the same bound on a clock of its own: a
+micro-batch every trigger ``T`` takes one step of every stage, so a cold tuple that lands
+just after a micro-batch enters H_S at the next one (within ``2T`` when the stream was
+idle: the file query notices it, the clock steps it) and is answered ``k - 1`` steps
+later: within ``(k + 2) T``, publication included while a micro-batch is shorter than
+``T``. A stateless stage answers at its step: ``3 T``. :func:`stream_trigger` takes the
+longest ``T`` that keeps every stage's ``freshness.stream_within`` (or, unset, its
+``complete_within``): the master is then read once per bound, as often as a plain join
+run once per bound reads it, while hot keys are answered a trigger after they land.
+
 Plain Python, no Spark: the config validates with it and the operator steps by it.
 """
 
@@ -47,6 +57,38 @@ class Freshness(Strict):
             "a slice of the master each run"
         ),
     )
+
+    stream_within: str | None = Field(
+        default=None,
+        description=(
+            "in the continuous mode (`enrich stream`): how long a tuple may wait from landing "
+            "to gold, a duration (90s, 10m). The stream's trigger follows from it (SSBJ: "
+            "bound / (k + 2)). Unset: complete_within's duration"
+        ),
+    )
+
+    @field_validator("stream_within")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            seconds = parse_duration(value.strip()).total_seconds()
+        except ValueError as e:
+            raise ValueError(f"expected a duration like 90s, 10m or 1h, got {value!r}") from e
+        if seconds <= 0:
+            raise ValueError(f"expected a bound longer than zero, got {value!r}")
+        return value.strip()
+
+    def stream_bound(self, interval: timedelta) -> timedelta:
+        """The continuous mode's bound: ``stream_within``, else ``complete_within``'s
+        duration under a schedule of ``interval``."""
+        if self.stream_within is not None:
+            return parse_duration(self.stream_within)
+        match = INTERVALS.match(self.complete_within)
+        if match:
+            return int(match.group(1)) * interval
+        return parse_duration(self.complete_within)
 
     @field_validator("complete_within")
     @classmethod
@@ -131,6 +173,56 @@ def check_late_wait(wait: timedelta, bound: FreshnessBound) -> None:
     )
 
 
+@dataclass(frozen=True)
+class StreamNeed:
+    """One stage's demand on the stream's trigger: answered within ``triggers`` triggers
+    (``k + 2`` for SSBJ, 3 for a stateless stage), bound ``bound``."""
+
+    stage: str
+    triggers: int
+    bound: timedelta
+
+    @property
+    def longest_trigger(self) -> timedelta:
+        return self.bound / self.triggers
+
+
+STREAM_SLACK_TRIGGERS = 2
+"""Triggers a tuple may wait before its first step: one until the file query notices it,
+one until the clock steps it (when the stream was idle), the micro-batch's own work fitting
+in the last."""
+
+
+def stream_need(stage: str, partitions: int | None, bound: timedelta) -> StreamNeed:
+    """A stage's need: an SSBJ stage of k = ``partitions`` answers a tuple ``k - 1`` steps
+    after it enters; a stateless stage (``partitions`` None) at the step it enters."""
+    steps = partitions if partitions is not None else 1
+    return StreamNeed(stage, steps + STREAM_SLACK_TRIGGERS, bound)
+
+
+def stream_trigger(needs: Sequence[StreamNeed], trigger: timedelta | None = None) -> timedelta:
+    """The stream's trigger: ``trigger`` when given and it keeps every stage's bound, else
+    the longest that keeps them all. A ValueError names the stage and the numbers when a
+    given trigger cannot keep a bound."""
+    if not needs:
+        raise ValueError("the pipeline has no stage to step")
+    tightest = min(needs, key=lambda n: n.longest_trigger)
+    if trigger is None:
+        return tightest.longest_trigger
+    if trigger <= timedelta(0):
+        raise ValueError(f"expected a trigger longer than zero, got {_human(trigger)}")
+    for need in needs:
+        if trigger * need.triggers > need.bound:
+            raise ValueError(
+                f"a trigger of {_human(trigger)} lets a tuple of stage {need.stage} wait up to "
+                f"{need.triggers} triggers ({_human(trigger * need.triggers)}), longer than its "
+                f"stream bound of {_human(need.bound)} (freshness.stream_within, or "
+                f"complete_within); set a trigger of at most {_human(need.longest_trigger)}, "
+                "or leave it out to derive it"
+            )
+    return trigger
+
+
 def due_before(run_starts: Sequence[int], next_step: int, bound: FreshnessBound) -> int:
     """Entry steps below this are due by the end of the current run.
 
@@ -149,6 +241,8 @@ def due_before(run_starts: Sequence[int], next_step: int, bound: FreshnessBound)
 
 
 def _human(delta: timedelta) -> str:
+    if delta.total_seconds() != int(delta.total_seconds()):
+        return f"{delta.total_seconds():.3g}s"
     seconds = int(delta.total_seconds())
     for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
         if seconds % size == 0 and seconds >= size:

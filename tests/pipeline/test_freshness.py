@@ -15,9 +15,12 @@ from pipeline.config import parse_config
 from pipeline.freshness import (
     Freshness,
     FreshnessBound,
+    StreamNeed,
     check_steps,
     due_before,
     steps_for_bound,
+    stream_need,
+    stream_trigger,
 )
 
 HOUR = timedelta(hours=1)
@@ -180,3 +183,68 @@ def test_due_tuples_are_those_that_entered_b_runs_back_or_earlier(
 def test_freshness_model_keeps_the_text_as_written() -> None:
     assert Freshness(complete_within=" 2 intervals ").complete_within == "2 intervals"
     assert Freshness().bound(timedelta(minutes=15)).describe() == "1 interval (15m)"
+
+
+# ---------------------------------------------------------------------- the continuous mode
+
+
+def test_the_stream_bound_is_stream_within_else_the_scheduled_bound() -> None:
+    assert Freshness().stream_bound(HOUR) == HOUR
+    assert Freshness(complete_within="3 intervals").stream_bound(HOUR) == 3 * HOUR
+    assert Freshness(complete_within="2h").stream_bound(HOUR) == 2 * HOUR
+    given_bound = Freshness(complete_within="3 intervals", stream_within="10m")
+    assert given_bound.stream_bound(HOUR) == timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("text", ["soon", "0s", "-5m", "1.5m"])
+def test_a_stream_bound_that_is_no_duration_is_refused_naming_the_key(text: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(_config({"freshness": {"stream_within": text}}))
+    assert "stages.0.equi.freshness.stream_within" in str(raised.value)
+    assert text in str(raised.value)
+
+
+def test_the_derived_trigger_lets_an_ssbj_tuple_wait_k_plus_two_triggers() -> None:
+    ssbj = stream_need("e", 8, timedelta(minutes=10))
+    assert ssbj.triggers == 10
+    assert stream_trigger([ssbj]) == timedelta(minutes=1)
+    plain = stream_need("p", None, timedelta(minutes=3))
+    assert plain.triggers == 3
+    # The tightest stage decides.
+    assert stream_trigger([ssbj, plain]) == timedelta(minutes=1)
+    assert stream_trigger([ssbj, stream_need("q", None, timedelta(seconds=90))]) == timedelta(
+        seconds=30
+    )
+
+
+def test_a_given_trigger_that_cannot_keep_a_bound_is_refused_naming_the_numbers() -> None:
+    needs = [stream_need("fast", 8, timedelta(minutes=10))]
+    assert stream_trigger(needs, timedelta(seconds=45)) == timedelta(seconds=45)
+    with pytest.raises(ValueError) as raised:
+        stream_trigger(needs, timedelta(minutes=2))
+    message = str(raised.value)
+    for part in ("fast", "2m", "10 triggers", "20m", "10m", "at most 1m"):
+        assert part in message
+    with pytest.raises(ValueError, match="no stage"):
+        stream_trigger([])
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(1, 64)), st.integers(1, 100_000)),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_the_derived_trigger_keeps_every_bound_and_is_the_longest_that_does(
+    stages: list[tuple[int | None, int]],
+) -> None:
+    needs = [
+        stream_need(f"s{i}", k, timedelta(seconds=seconds)) for i, (k, seconds) in enumerate(stages)
+    ]
+    trigger = stream_trigger(needs)
+    assert all(trigger * n.triggers <= n.bound + timedelta(microseconds=n.triggers) for n in needs)
+    tightest = min(needs, key=lambda n: n.bound / n.triggers)
+    longer = trigger + timedelta(milliseconds=1)
+    assert longer * tightest.triggers > tightest.bound
+    assert isinstance(tightest, StreamNeed)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,20 @@ import yaml
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from common.errors import ConfigError
 from common.faults import CRASH_ENV_VAR
-from pipeline.stream_service import StreamService, StreamSettings, StreamStats
+from pipeline.config import parse_config
+from pipeline.stream_service import (
+    StreamService,
+    StreamSettings,
+    StreamStats,
+    resolve_trigger,
+    stream_needs,
+)
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import BASE_TIME, SsbjHarness
+from tests.pipeline.test_freshness import _config as freshness_config
 
 MASTER = [(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(1 + k % 3)]
 BATCHES = [
@@ -47,6 +57,26 @@ def land(landing: Path, name: str, tuples: list[tuple[int, int]]) -> None:
 def published(h: SsbjHarness) -> list[tuple[object, ...]]:
     table = DeltaTable(h.layout.published("out")).to_pyarrow_table(columns=COLUMNS)
     return [tuple(r.values()) for r in table.to_pylist()]
+
+
+def test_the_trigger_follows_from_every_stage_s_stream_bound() -> None:
+    ssbj = freshness_config(
+        {"operator": {"mode": "auto", "partitions": 4}, "freshness": {"stream_within": "12m"}}
+    )
+    plain = dict(ssbj["stages"][0], name="p", output="o2", operator={"mode": "baseline"})
+    plain["freshness"] = {"complete_within": "1 interval", "stream_within": "90s"}
+    config = parse_config(ssbj)
+    # auto may run SSBJ: it needs its R-cycle of k = 4 steps, plus two triggers.
+    assert [(n.stage, n.triggers) for n in stream_needs(config)] == [("e", 6)]
+    assert resolve_trigger(config, None) == timedelta(minutes=2)
+    both = parse_config(ssbj | {"stages": [*ssbj["stages"], plain]})
+    assert [(n.stage, n.triggers) for n in stream_needs(both)] == [("e", 6), ("p", 3)]
+    assert resolve_trigger(both, None) == timedelta(seconds=30)
+    assert resolve_trigger(both, timedelta(seconds=20)) == timedelta(seconds=20)
+    with pytest.raises(ConfigError) as raised:
+        resolve_trigger(both, timedelta(minutes=1))
+    assert "--trigger" in str(raised.value)
+    assert "stage p" in str(raised.value)
 
 
 def test_the_stream_answers_and_publishes_every_tuple_once_as_files_land(
