@@ -550,6 +550,10 @@ def _dispatch(args: JobArgs) -> int:
 
     from pipeline.context import open_pipeline
 
+    if args.command == "stream":
+        from pipeline.stream_service import with_stream_memory
+
+        config = with_stream_memory(config)
     with open_pipeline(config, master=args.master) as pipeline:
         if args.command == "stream":
             return _serve_stream(pipeline, args)

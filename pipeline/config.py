@@ -364,8 +364,8 @@ class SsbjParams(Strict):
         description=(
             "M: the operator's memory budget in bytes (Eq. 1: disk buffer + H_R + s_B + H_S). Each "
             "step admits only the input versions whose tuples fit beside the cache and the "
-            "pending chunks; the rest waits in the input table. Unset: every step takes all "
-            "new input"
+            "pending chunks; the rest waits in the input table. Unset: a scheduled step takes "
+            "all new input; the continuous mode (enrich stream) holds 1 GiB"
         ),
     )
     rebalance: Literal["off", "greedyfit", "safit"] = Field(

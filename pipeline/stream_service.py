@@ -51,6 +51,30 @@ logger = logging.getLogger(__name__)
 CLOCK = "_clock"
 
 
+STREAM_MEMORY_BYTES = 1 << 30
+"""SSBJ's memory budget M in the continuous mode when a stage sets none (1 GiB)."""
+
+
+def with_stream_memory(config: PipelineConfig) -> PipelineConfig:
+    """``config`` for the continuous mode: every equi stage without ``operator.memory_bytes``
+    holds :data:`STREAM_MEMORY_BYTES`. A long-lived process must not let its state grow with
+    the intake: under M (Eq. 1: disk buffer + H_R + s_B + H_S) a step admits only the
+    input that fits and the rest waits in the input table, so a burst slows the intake
+    (the completeness record shows the wait) rather than growing the driver's memory.
+    A scheduled run keeps the config as written: its closing steps answer all it took."""
+    stages = [
+        stage.model_copy(
+            update={
+                "operator": stage.operator.model_copy(update={"memory_bytes": STREAM_MEMORY_BYTES})
+            }
+        )
+        if isinstance(stage, EquiStage) and stage.operator.memory_bytes is None
+        else stage
+        for stage in config.stages
+    ]
+    return config.model_copy(update={"stages": stages})
+
+
 def stream_needs(config: PipelineConfig) -> list[StreamNeed]:
     """Every stage's demand on the trigger. An equi stage that may run SSBJ (``ssbj``,
     ``meshjoin``, ``auto``) needs its R-cycle of k steps; a plain or theta stage one step."""

@@ -22,11 +22,13 @@ from common.errors import ConfigError
 from common.faults import CRASH_ENV_VAR
 from pipeline.config import parse_config
 from pipeline.stream_service import (
+    STREAM_MEMORY_BYTES,
     StreamService,
     StreamSettings,
     StreamStats,
     resolve_trigger,
     stream_needs,
+    with_stream_memory,
 )
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
@@ -151,3 +153,15 @@ def test_a_stream_killed_in_a_micro_batch_resumes_where_it_stopped(
     assert b"stream stopped" in resumed.stdout
     assert h.operator().pending_rows() == 0
     assert_same_multiset(published(h), h.oracle("left"))
+
+
+def test_the_continuous_mode_holds_a_memory_budget_unless_a_stage_sets_one() -> None:
+    raw = freshness_config({"operator": {"mode": "ssbj", "partitions": 4}})
+    own = dict(raw["stages"][0], name="own", output="o2")
+    own["operator"] = {"mode": "ssbj", "partitions": 4, "memory_bytes": 5_000_000}
+    config = parse_config(raw | {"stages": [*raw["stages"], own]})
+    streamed = with_stream_memory(config)
+    budgets = {s.name: s.operator.memory_bytes for s in streamed.stages}  # type: ignore[union-attr]
+    assert budgets == {"e": STREAM_MEMORY_BYTES, "own": 5_000_000}
+    # The scheduled config is untouched.
+    assert config.stages[0].operator.memory_bytes is None  # type: ignore[union-attr]
