@@ -14,7 +14,8 @@ The rule (DESIGN, "Freshness and completeness"): interval ``I`` (the tuples'
 published is ``(tuples - waiting - quarantined) / tuples``. An incomplete interval is
 **overdue** once ``I``'s end plus the chain's freshness bound is past.
 
-Computed at the end of every successful live ``validate``, after the publish, in the
+Computed at the end of every successful live ``validate`` and ``backfill`` (over the
+backfill's window), after the publish, in the
 driver's memory over Arrow reads of the Delta tables (no Spark job with the embedded
 engine): the bronze rows added since the last count (kept per interval), each chain stage's
 unconsumed input rows and its pending tuples. Only intervals that may change are evaluated

@@ -168,6 +168,10 @@ class PipelineContext:
             if start is None or end is None:
                 raise ConfigError("backfill: --start and --end are required")
             backfill(self.runner, self.auditor, start, end, run_id)
+            # The replaced intervals' completeness, as a validate records it: a backfill
+            # answers and publishes every tuple of its window that the live chain holds
+            # no longer.
+            self._record_completeness(run_id, start, end)
         if command == "validate":
             self._validate(run_id, start, end)
         if command == "maintain":
@@ -179,7 +183,6 @@ class PipelineContext:
     def _validate(self, run_id: str, start: datetime | None, end: datetime | None) -> None:
         """Audit and publish every output's staged batch, then record each interval's
         completeness."""
-        from pipeline.completeness import record_completeness
         from pipeline.conservation import check_run
 
         extra: dict[str, list[str]] = {}
@@ -189,8 +192,15 @@ class PipelineContext:
                 f"step counters of {problem.stage} step {problem.step}: {problem.message}"
             )
         self.auditor.audit_run(run_id, extra)
-        # Per output and interval: what is published, what still waits (status, the run
-        # report and the Airflow Asset events read it).
+        self._record_completeness(run_id, start, end)
+
+    def _record_completeness(
+        self, run_id: str, start: datetime | None, end: datetime | None
+    ) -> None:
+        """Per output and interval: what is published, what still waits (status, the run
+        report and the Airflow Asset events read it)."""
+        from pipeline.completeness import record_completeness
+
         record_completeness(
             self.runner.drivers, run_id, (start, end), self.auditor.unresolved_rows_arrow
         )

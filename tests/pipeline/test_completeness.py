@@ -329,3 +329,16 @@ def test_a_tuple_waiting_for_a_late_master_row_holds_its_interval_open(
     assert h.context.execute("validate", "r2", I1, I2) == 0
     done = intervals(h.store, "out")[I0]
     assert (done.waiting, done.complete, done.completed_run_id) == (0, True, "r2")
+
+
+def test_a_backfill_records_the_completeness_of_the_intervals_it_replaced(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 2, "left")
+    h.load_master(MASTER, files=2)
+    h.arrive([(i, i % 6) for i in range(1, 6)])
+    h.run("r1")  # answered into silver; no validate: nothing published, nothing recorded
+    assert I0 not in intervals(h.store, "out")
+    assert h.context.execute("backfill", "b1", I0, I1) == 0
+    done = intervals(h.store, "out")[I0]
+    assert (done.tuples, done.waiting, done.complete, done.completed_run_id) == (5, 0, True, "b1")
