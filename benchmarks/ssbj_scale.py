@@ -68,8 +68,8 @@ from benchmarks.ssbj_bench import (
 )
 from demo.data import ZipfSampler, _plain, generate_tpch
 from joins.ssbj.mesh_partitions import partition_by_bytes
-from pipeline.config import EquiStage
 from pipeline.schemas import bronze_schema
+from pipeline.stage_config import EquiStage
 from warehouse.delta import AppTransaction
 from warehouse.spark import SparkSettings, build_session
 

@@ -57,10 +57,10 @@ from joins.theta.stats import (
     stream_histogram_of,
     stream_sample,
 )
-from pipeline.config import ThetaStage
 from pipeline.maintenance import only_maintenance_since
 from pipeline.pins import adsp_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
+from pipeline.stage_config import ThetaStage
 from warehouse.delta import DeltaEngine, PartitionFilter, Snapshot
 from warehouse.state_store import StateStore
 

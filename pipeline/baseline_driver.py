@@ -19,10 +19,10 @@ from pyspark.sql import functions as F
 from common.faults import crash_point
 from joins import baseline
 from joins.columns import MATCHED
-from pipeline.config import EquiStage
 from pipeline.emission import equi_input_accounting, equi_input_accounting_arrow, master_keys_arrow
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
 from pipeline.pins import late_holder
+from pipeline.stage_config import EquiStage
 from pipeline.stage_driver import StageReport
 from pipeline.stateless_driver import StatelessDriver, without_tuples
 from pipeline.waiting_tuples import (

@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.config import PipelineConfig
 from pipeline.freshness import FreshnessBound
 from pipeline.late_table import LATE_SINCE
 from pipeline.pins import completeness_holder
+from pipeline.stage_config import EquiStage, ThetaStage
 from warehouse.state_store import IntervalRecord, StateStore
 
 if TYPE_CHECKING:

@@ -25,11 +25,12 @@ from pyspark.sql import SparkSession
 from common.errors import ConfigError
 from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode
 from pipeline.baseline_driver import EquiBaselineDriver
-from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.config import PipelineConfig
 from pipeline.late_table import late_table
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj.state import held_back
 from pipeline.ssbj.warm import WarmCache
+from pipeline.stage_config import EquiStage, ThetaStage
 from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.theta_driver import ThetaDriver

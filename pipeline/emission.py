@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from pipeline.config import EquiStage, ThetaStage
+from pipeline.stage_config import EquiStage, ThetaStage
 from quality.audit_views import (
     input_accounting,
     input_accounting_arrow,

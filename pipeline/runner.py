@@ -16,10 +16,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipeline.config import EquiStage, PipelineConfig, StreamConfig, ThetaStage
+from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.drivers import StageDrivers
 from pipeline.layout import WarehouseLayout
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
+from pipeline.stage_config import EquiStage, ThetaStage
 from pipeline.stage_driver import StageDriver, StageReport
 from warehouse.delta import DeltaEngine
 from warehouse.landing import IngestReport, StreamSource, ingest_stream

@@ -16,7 +16,7 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from pipeline.config import EquiStage, ThetaStage
+from pipeline.stage_config import EquiStage, ThetaStage
 
 
 @dataclass(frozen=True)

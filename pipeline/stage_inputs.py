@@ -14,8 +14,9 @@ from pyspark.sql import DataFrame
 from common.errors import ConfigError
 from joins.columns import with_interval_start, with_interval_start_arrow
 from joins.ssbj.step import INPUT_VERSION
-from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
+from pipeline.stage_config import EquiStage, ThetaStage
 from warehouse.delta import COMMIT_VERSION, DeltaEngine, Snapshot
 from warehouse.delta.api import live_rows_added, live_rows_added_arrow
 

@@ -33,8 +33,9 @@ from joins.ssbj.cache.cost_model import (
     fit_step_costs,
     plan,
 )
-from pipeline.config import EquiStage, PipelineConfig, ThetaStage
+from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
+from pipeline.stage_config import EquiStage, ThetaStage
 from warehouse.object_store import storage_options
 from warehouse.state_store import StateStore
 

@@ -30,9 +30,9 @@ from pyspark.sql import functions as F
 from common.faults import crash_point
 from joins import baseline
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
-from pipeline.config import EquiStage, ThetaStage
 from pipeline.layout import WarehouseLayout
 from pipeline.pins import input_versions, stage_holder, union_pins
+from pipeline.stage_config import EquiStage, ThetaStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot

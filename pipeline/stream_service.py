@@ -40,11 +40,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from common.errors import ConfigError, EnrichmentError
-from pipeline.config import EquiStage, PipelineConfig
+from pipeline.config import PipelineConfig
 from pipeline.context import PipelineContext
 from pipeline.freshness import StreamNeed, stream_need, stream_trigger
 from pipeline.schemas import declared_schema
 from pipeline.ssbj.state import held_back
+from pipeline.stage_config import EquiStage
 
 logger = logging.getLogger(__name__)
 

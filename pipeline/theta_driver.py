@@ -14,9 +14,9 @@ from pyspark.sql import DataFrame
 from joins.columns import ROW_ID
 from joins.theta.join import resolve_scheme, scheme_join_flagged
 from pipeline.adsp_layout import AdspLayoutStage
-from pipeline.config import LAYOUT_SCHEMES, ThetaStage
 from pipeline.emission import theta_input_accounting, theta_input_accounting_arrow
 from pipeline.row_bytes import MeasuredRowBytes
+from pipeline.stage_config import LAYOUT_SCHEMES, ThetaStage
 from pipeline.stage_driver import StageReport
 from pipeline.stateless_driver import StatelessDriver
 from warehouse.delta import Snapshot

@@ -22,11 +22,12 @@ from pyspark.sql import functions as F
 from joins.ssbj.late import WAITING_SINCE
 from joins.ssbj.step import ENTRY_STEP, pending_tuples, pending_tuples_arrow
 from pipeline.baseline_driver import EquiBaselineDriver
-from pipeline.config import EquiStage, PipelineConfig
+from pipeline.config import PipelineConfig
 from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj.stage import SsbjStage
 from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.warm import WarmCache
+from pipeline.stage_config import EquiStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import without_tuples

@@ -55,13 +55,14 @@ from pyspark.sql import DataFrame, SparkSession
 from common.errors import ConfigError
 from joins.ssbj.algorithm import StepCounts
 from joins.ssbj.step import JoinSpec
-from pipeline.config import EquiStage, PipelineConfig, SsbjParams
+from pipeline.config import PipelineConfig
 from pipeline.freshness import due_before
 from pipeline.ssbj import commit, planning, step_pass
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.warm import WarmCache
 from pipeline.ssbj.wiring import SsbjWiring
+from pipeline.stage_config import EquiStage, SsbjParams
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore, StepMetricValues
 

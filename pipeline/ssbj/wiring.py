@@ -16,9 +16,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from joins.ssbj.step import JoinSpec
-from pipeline.config import EquiStage, PipelineConfig, SsbjParams
+from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.ssbj.warm import WarmCache
+from pipeline.stage_config import EquiStage, SsbjParams
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 

@@ -13,7 +13,6 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from pipeline.config import ThetaStage
 from pipeline.emission import (
     equi_input_accounting,
     equi_input_accounting_arrow,
@@ -21,6 +20,7 @@ from pipeline.emission import (
     theta_input_accounting,
     theta_input_accounting_arrow,
 )
+from pipeline.stage_config import ThetaStage
 from tests.pipeline.ssbj_harness import config_for
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 

@@ -22,9 +22,9 @@ from pyspark.sql import SparkSession
 from common.errors import ConfigError, ValidationFailedError
 from pipeline.backfill import rejoin_interval
 from pipeline.baseline_driver import EquiBaselineDriver
-from pipeline.config import SsbjParams
 from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
+from pipeline.stage_config import SsbjParams
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, kill_harness_at
 from tests.pipeline.audit_harness import (

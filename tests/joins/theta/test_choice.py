@@ -191,6 +191,6 @@ def test_sizes_decide_as_the_exact_counts_would_when_they_hold_the_counts(
 
 
 def test_the_default_threshold_is_the_documented_16_mib() -> None:
-    from pipeline.config import ThetaParams
+    from pipeline.stage_config import ThetaParams
 
     assert SAMPLE_ABOVE_BYTES == 16 * MB == ThetaParams().sample_above_bytes
