@@ -16,7 +16,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import EXIT_BUSY, EXIT_CONFIG, EXIT_OK
-from jobs.enrich import build_parser, main, parse_args
+from jobs.cli import build_parser, parse_args
+from jobs.enrich import main
 from pipeline.config import load_config
 from pipeline.layout import WarehouseLayout
 from reports.html_report import PLOT_IDS
