@@ -236,10 +236,13 @@ LAYOUT_SCHEMES = ("adsp", "square", "dynamic")
 
 
 class ThetaParams(Strict):
-    scheme: Literal["auto", "adsp", "square", "dynamic", "binning", "spark"] = Field(
+    scheme: Literal["auto", "adsp", "square", "dynamic", "full", "binning", "spark"] = Field(
         default="auto",
         description="auto picks, per run, Spark's broadcast nested loop, range binning or "
-        "A-DSP from both sides' key samples (joins/theta/choice.py); the others force one",
+        "A-DSP from both sides' key samples (joins/theta/choice.py); the others force one. "
+        "full: one 2-DSP varietal matrix over the whole of R x S, every pair of rows meeting "
+        "in a task without pruning by key ranges (for a predicate whose key order does not "
+        "bound its matches)",
     )
     task_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     sample_size: int = Field(

@@ -120,6 +120,8 @@ logger = logging.getLogger(__name__)
 SOURCE_FILE = "_source_file"
 BATCH_ID = "_batch_id"
 TEXT_FORMATS = frozenset({"csv", "json"})
+GROUP_FILES = 256
+"""Files at most in one bronze commit (:meth:`_StreamIngest._load_group`)."""
 
 # A new file is a duplicate if its content is that of a file of these statuses.
 DUPLICATE_OF = (REGISTERED, LOADED)
@@ -178,6 +180,17 @@ def ingest_stream(
     return _StreamIngest(spark, engine, store, source, run_id, zone).run()
 
 
+def _disjoint(parsed: ParsedFile, group: list[tuple[LandingFile, StagedCopy, ParsedFile]]) -> bool:
+    """``parsed``'s ids overlap no file's of ``group`` (no ids at all: nothing to overlap)."""
+    ids = parsed.ids
+    if ids is None:
+        return True
+    for _, _, other in group:
+        if other.ids is not None and not (ids.high < other.ids.low or ids.low > other.ids.high):
+            return False
+    return True
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -232,8 +245,7 @@ class _StreamIngest:
                 if admitted is not None:
                     pending.append(admitted)
             self._look_for_in_flight(unlisted)
-            for row, staged in sorted(pending, key=lambda item: item[0].id):
-                self._load(row, staged)
+            self._load_all(sorted(pending, key=lambda item: item[0].id))
         finally:
             for _, staged in pending:
                 staged.delete()
@@ -467,7 +479,110 @@ class _StreamIngest:
 
     # ------------------------------------------------------------------ loading
 
-    def _load(self, row: LandingFile, staged: StagedCopy) -> None:
+    def _load_all(self, pending: list[tuple[LandingFile, StagedCopy]]) -> None:
+        """Load the staged files in ledger order. Consecutive files that can share one
+        bronze commit do (:meth:`_load_group`); any other file commits on its own."""
+        group: list[tuple[LandingFile, StagedCopy, ParsedFile]] = []
+        for row, staged in pending:
+            if row.id <= self.committed:  # held back, or resumed after a crash
+                self._load_group(group)
+                group = []
+                self._load(row, staged)
+                continue
+            parsed = self._parse(row, staged)
+            if parsed is None:  # rejected
+                continue
+            if not self._groupable(parsed):
+                self._load_group(group)
+                group = []
+                self._load(row, staged, parsed)
+                continue
+            if not _disjoint(parsed, group) or len(group) >= GROUP_FILES:
+                self._load_group(group)
+                group = []
+            group.append((row, staged, parsed))
+        self._load_group(group)
+
+    def _groupable(self, parsed: ParsedFile) -> bool:
+        """A file may share a commit when its ids are known from its checks (a Parquet
+        footer's statistics) or the stream has no ids: then its re-sent records are found
+        against bronze alone, given the group's files hold no id in common."""
+        return self.source.format == "parquet" and (
+            self.source.id_column is None or (parsed.ids_checked and parsed.ids is not None)
+        )
+
+    def _load_group(self, group: list[tuple[LandingFile, StagedCopy, ParsedFile]]) -> None:
+        """Load files of disjoint ids in one Spark job and one bronze commit, under the app
+        transaction of the group's last ledger id: the commit lands all of them or none,
+        and a rerun after it finds each file's rows in bronze (:meth:`_in_bronze`). Each
+        file keeps its own observation, ledger row and quarantine append. A group whose
+        write fails on a file Spark cannot read is loaded file by file, so that only that
+        file is rejected."""
+        if len(group) <= 1:
+            for row, staged, parsed in group:
+                self._load(row, staged, parsed)
+            return
+        frames, observed = [], []
+        for row, _, parsed in group:
+            counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
+            known = self._known(row, parsed)
+            valid, _ = split_records(
+                parsed.frame, self.source.schema, self.source.required, counts, known
+            )
+            frames.append(self._stamped(valid, row))
+            observed.append((counts, known))
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        last = group[-1][0]
+        try:
+            outcome = self.engine.append(
+                self.source.bronze_path, union, AppTransaction(self._app, last.id)
+            )
+        except Py4JJavaError as e:
+            logger.warning(
+                "ingest %s: %d files in one commit failed (%s); loading them one by one",
+                self.source.name,
+                len(group),
+                str(e).splitlines()[0][:200],
+            )
+            for row, staged, parsed in group:
+                self._load(row, staged, parsed)
+            return
+        logger.info(
+            "ingest %s: %d files (ledger ids %d-%d) in one bronze commit",
+            self.source.name,
+            len(group),
+            group[0][0].id,
+            last.id,
+        )
+        for (row, staged, parsed), (counts, known) in zip(group, observed, strict=True):
+            try:
+                if outcome.committed:
+                    got = counts.get
+                    received, bad = int(got["received"]), int(got["bad"] or 0)
+                    resent = int(got["resent"] or 0)
+                else:
+                    received, bad, resent = count_records(parsed.frame, self.source, known)
+                self._quarantine(row, parsed.frame, known, bad)
+            finally:
+                staged.delete()
+            self._finish(row, received, bad, resent)
+
+    def _in_bronze(self, row: LandingFile) -> bool:
+        """Does bronze hold rows of ``row``'s ledger id? Asked of a file registered below
+        the committed id: loaded by a group commit before a crash kept its ledger row from
+        being marked, or held back (then it holds none)."""
+        snapshot = self.engine.snapshot(self.source.bronze_path)
+        candidates = [f for f in snapshot.files if f.may_hold(BATCH_ID, row.id, row.id)]
+        if not candidates:
+            return False
+        rows = self.engine.read_files(snapshot, candidates)
+        return bool(rows.where(F.col(BATCH_ID) == F.lit(row.id)).limit(1).count())
+
+    def _load(
+        self, row: LandingFile, staged: StagedCopy, parsed_file: ParsedFile | None = None
+    ) -> None:
         """Load one staged file: its valid records to bronze, its malformed ones to the
         ingest quarantine, and the ledger row marked loaded.
 
@@ -478,7 +593,17 @@ class _StreamIngest:
         """
         path = row.path
         try:
-            parsed_file = self._parse(row, staged)
+            if parsed_file is None and row.id < self.committed and self._in_bronze(row):
+                # A group commit took it before a crash: counted again, not written.
+                parsed_file = parse_staged(self.spark, self.source, staged, path)
+                known = self._known(row, parsed_file)
+                received, bad, resent = count_records(parsed_file.frame, self.source, known)
+                self._quarantine(row, parsed_file.frame, known, bad)
+                staged.delete()
+                self._finish(row, received, bad, resent)
+                return
+            if parsed_file is None:
+                parsed_file = self._parse(row, staged)
             if parsed_file is None:
                 return
             parsed = parsed_file.frame
@@ -504,19 +629,29 @@ class _StreamIngest:
                 # Bronze already held this file (a crash after its commit): no write job ran,
                 # nothing was observed, so the file is counted again.
                 received, bad, resent = count_records(parsed, self.source, known)
-            if bad:
-                # A clean file commits nothing here: the bronze commit's app transaction
-                # alone marks it loaded, so a rerun has nothing to repeat either way.
-                _, malformed = split_records(
-                    parsed, self.source.schema, self.source.required, known=known
-                )
-                self.engine.append(
-                    self.source.quarantine_path,
-                    self._quarantined(malformed, row),
-                    AppTransaction(f"quarantine.{self.source.name}", row.id),
-                )
+            self._quarantine(row, parsed, known, bad)
         finally:
             staged.delete()
+        self._finish(row, received, bad, resent)
+
+    def _quarantine(
+        self, row: LandingFile, parsed: DataFrame, known: KnownRecords | None, bad: int
+    ) -> None:
+        """A file's malformed records to the ingest quarantine (a clean file commits nothing
+        here: the bronze commit's app transaction alone marks it loaded, so a rerun has
+        nothing to repeat either way)."""
+        if not bad:
+            return
+        _, malformed = split_records(parsed, self.source.schema, self.source.required, known=known)
+        self.engine.append(
+            self.source.quarantine_path,
+            self._quarantined(malformed, row),
+            AppTransaction(f"quarantine.{self.source.name}", row.id),
+        )
+
+    def _finish(self, row: LandingFile, received: int, bad: int, resent: int) -> None:
+        """The ledger row marked loaded, the report counted, the file logged."""
+        path = row.path
         self.committed = max(self.committed, row.id)
         self.store.update_landing_file(
             row.id,

@@ -215,6 +215,24 @@ class _Counters:
         )
 
 
+@dataclass
+class _Bucket:
+    """The role tables of one bucket's step, as the phases of Algorithm 1 advance them.
+    Local to one :func:`columnar_result` call: each phase below reads and replaces them."""
+
+    key_type: pa.DataType
+    new: pa.Table
+    pending: pa.Table
+    cache: pa.Table | None
+    counters: _Counters
+    marked: pa.Array
+    switch: pa.Table
+    parts: pa.Table
+    counts: StepCounts
+    outputs: list[pa.Table]
+    cached_keys: pa.ChunkedArray | None = None
+
+
 def columnar_result(
     table: pa.Table,
     layout: ColumnarLayout,
@@ -233,10 +251,38 @@ def columnar_result(
     if tracked is not None:
         tracked = tracked.cast(key_type)
     position = plan.position
-    version = plan.master_version
-    use_cache = plan.use_cache
-    counts = StepCounts()
+    b = _decode(table, layout, plan, key_type)
+    if plan.use_cache and position.starts_cycle:
+        _start_cycle(b, layout, plan)
+    _cache_phase(b, layout, plan)
+    if plan.use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
+        _choose_switches(b, plan, tracked)
+    live = _disk_phase(b, layout, plan)
+    if plan.use_cache and position.state is CycleState.INCREMENTING:
+        _count_master_rows(b, live, plan, tracked)
+    if (
+        plan.use_cache
+        and position.state is CycleState.SWITCHING
+        and plan.switch_version is not None
+    ):
+        # One mask, so that only the marked values' rows are copied, not the partition's.
+        collected = b.parts.filter(
+            pc.and_(
+                pc.equal(b.parts.column(VERSION), plan.switch_version),
+                _in(b.parts.column(_KEY), b.marked),
+            )
+        )
+        b.switch = pa.concat_tables(
+            [b.switch, collected.select(b.switch.schema.names).cast(b.switch.schema)]
+        )
+    return _expire_and_encode(b, layout, plan, schema)
 
+
+def _decode(
+    table: pa.Table, layout: ColumnarLayout, plan: StepPlan, key_type: pa.DataType
+) -> _Bucket:
+    """The bucket's role tables, each with the join value as ``_KEY``: H_R without the
+    empty-entry markers its rows make moot, one counter row and one mark per value."""
     new = _with_key(_role(table, NEW), layout.stream_key, key_type)
     pending = _with_key(_role(table, PENDING), layout.stream_key, key_type)
     pinned = pending.column(PINNED_VERSION)
@@ -250,7 +296,7 @@ def columnar_result(
             f"step {plan.step}: a pending tuple is pinned to a master version whose "
             f"partition the plan does not hold ({sorted(plan.partition_versions)})"
         )
-    cache = _with_key(_role(table, CACHE), layout.master_key, key_type) if use_cache else None
+    cache = _with_key(_role(table, CACHE), layout.master_key, key_type) if plan.use_cache else None
     if cache is not None and cache.num_rows:
         # A value's rows make its entry; an empty-entry marker beside them means nothing.
         # H_R is large (at SF30 most of the step's memory): only its key column is
@@ -289,43 +335,51 @@ def columnar_result(
     switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
     parts = _with_key(_role(table, PARTITION), layout.master_key, key_type)
     parts = rows_where(parts, pc.is_valid(parts.column(_KEY)))
+    return _Bucket(key_type, new, pending, cache, counters, marked, switch, parts, StepCounts(), [])
 
-    if use_cache and position.starts_cycle:
-        assert cache is not None
-        if position.state is CycleState.PHASE_OUT and len(marked):
-            # Lines 9–10: s_B moves into H_R whole; a marked value without rows is an
-            # empty entry (the negative cache).
-            kept = cache.filter(pc.invert(_in(cache.column(_KEY), marked)))
-            moved = _set(switch, EMPTY, pa.repeat(pa.scalar(False, pa.bool_()), switch.num_rows))
-            with_rows = _unique(switch.column(_KEY))
-            bare = marked.filter(pc.invert(_in(marked, with_rows)))
-            # s_B was collected a chunk per step: H_R takes it as one.
-            cache = pa.concat_tables(
-                [
-                    kept,
-                    moved.cast(cache.schema).combine_chunks(),
-                    _key_rows(bare, cache.schema, layout, True),
-                ]
-            )
-            marked = pa.array([], key_type)
-            switch = switch.slice(0, 0)
-        if position.evicts:
-            cache = _evicted(cache, counters, plan, position.eviction_cycles)
-            counters = counters.with_columns({HITS: np.zeros(counters.table.num_rows, np.int64)})
-        if position.state is CycleState.INCREMENTING:
-            counters = counters.without_s_count()
-        counters = counters.nonzero()
 
-    # Cache phase, lines 15–23.
-    outputs: list[pa.Table] = []
+def _start_cycle(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> None:
+    """A cycle's first step: s_B into H_R at a phase-out (lines 9–10), the eviction pass
+    (lines 42–49), s_count reset at an incrementing cycle."""
+    position = plan.position
+    assert b.cache is not None
+    if position.state is CycleState.PHASE_OUT and len(b.marked):
+        # Lines 9–10: s_B moves into H_R whole; a marked value without rows is an
+        # empty entry (the negative cache).
+        kept = b.cache.filter(pc.invert(_in(b.cache.column(_KEY), b.marked)))
+        moved = _set(b.switch, EMPTY, pa.repeat(pa.scalar(False, pa.bool_()), b.switch.num_rows))
+        with_rows = _unique(b.switch.column(_KEY))
+        bare = b.marked.filter(pc.invert(_in(b.marked, with_rows)))
+        # s_B was collected a chunk per step: H_R takes it as one.
+        b.cache = pa.concat_tables(
+            [
+                kept,
+                moved.cast(b.cache.schema).combine_chunks(),
+                _key_rows(bare, b.cache.schema, layout, True),
+            ]
+        )
+        b.marked = pa.array([], b.key_type)
+        b.switch = b.switch.slice(0, 0)
+    if position.evicts:
+        b.cache = _evicted(b.cache, b.counters, plan, position.eviction_cycles)
+        b.counters = b.counters.with_columns({HITS: np.zeros(b.counters.table.num_rows, np.int64)})
+    if position.state is CycleState.INCREMENTING:
+        b.counters = b.counters.without_s_count()
+    b.counters = b.counters.nonzero()
+
+
+def _cache_phase(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> None:
+    """Lines 15–23: new tuples probe H_R; a hit is answered (and counted in f_count), a
+    miss enters H_S pinned to the plan's version."""
+    key_type, new, cache, counts = b.key_type, b.new, b.cache, b.counts
     counts.tuples_in = new.num_rows
     new = new.append_column(_POS, pa.array(np.arange(new.num_rows, dtype=np.int64)))
-    if use_cache:
+    if plan.use_cache:
         assert cache is not None
-        cached_keys = cache.column(_KEY)
-        hit = _in(new.column(_KEY), cached_keys)
+        b.cached_keys = cache.column(_KEY)
+        hit = _in(new.column(_KEY), b.cached_keys)
     else:
-        cached_keys = pa.chunked_array([], key_type)
+        b.cached_keys = pa.chunked_array([], key_type)
         hit = pa.chunked_array([pa.array(np.zeros(new.num_rows, bool))])
     misses = new.filter(pc.invert(hit))
     counts.cache_hits = new.num_rows - misses.num_rows
@@ -337,109 +391,117 @@ def columnar_result(
         # entries cost 75 ms a step at SF30).
         per_key = _counts(pc.filter(new.column(_KEY), hit), key_type)
         hit_keys = per_key.column(_KEY).combine_chunks()
-        counters = counters.add(key_type, hit_keys, {HITS: _n(per_key)})
+        b.counters = b.counters.add(key_type, hit_keys, {HITS: _n(per_key)})
         with_rows = pc.and_(
             pc.invert(pc.fill_null(cache.column(EMPTY), False)),
             _in(cache.column(_KEY), hit_keys),
         )
         matched = _join(new, cache, layout, on_version=False, kept=(hit, with_rows))
-        outputs.append(_versioned(matched, _constant(version, pa.int64(), matched.num_rows)))
+        version = plan.master_version
+        b.outputs.append(_versioned(matched, _constant(version, pa.int64(), matched.num_rows)))
         if plan.left_join:
             entries = _unique(pc.filter(cache.column(_KEY), with_rows))
             empty = new.filter(pc.and_(hit, pc.invert(_in(new.column(_KEY), entries))))
             counts.cache_hits_unmatched = empty.num_rows
-            outputs.append(_out_unmatched(empty, layout))
+            b.outputs.append(_out_unmatched(empty, layout))
     entered = misses.drop_columns([_POS])
-    entered = _set(entered, ENTRY_STEP, _constant(plan.step, pa.int64(), entered.num_rows))
-    entered = _set(entered, PINNED_VERSION, _constant(version, pa.int64(), entered.num_rows))
-    entered = _set(entered, MATCHED, _constant(False, pa.bool_(), entered.num_rows))
-    pending = pa.concat_tables([pending, entered.select(pending.schema.names).cast(pending.schema)])
-    pending = pending.append_column(_POS, pa.array(np.arange(pending.num_rows, dtype=np.int64)))
+    n = entered.num_rows
+    entered = _set(entered, ENTRY_STEP, _constant(plan.step, pa.int64(), n))
+    entered = _set(entered, PINNED_VERSION, _constant(plan.master_version, pa.int64(), n))
+    entered = _set(entered, MATCHED, _constant(False, pa.bool_(), n))
+    pending = pa.concat_tables(
+        [b.pending, entered.select(b.pending.schema.names).cast(b.pending.schema)]
+    )
+    b.pending = pending.append_column(_POS, pa.array(np.arange(pending.num_rows, dtype=np.int64)))
 
-    if use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
-        assert cache is not None
-        waiting = _counts(pending.column(_KEY), key_type)
-        if tracked is not None:
-            waiting = waiting.filter(_in(waiting.column(_KEY), tracked))
-        candidates = waiting.filter(
-            pc.invert(
-                pc.or_(_in(waiting.column(_KEY), cached_keys), _in(waiting.column(_KEY), marked))
-            )
-        )
-        keys = candidates.column(_KEY).combine_chunks()
-        tuples = _n(candidates)
-        counted = _in(keys, counters.table.column(_KEY)).to_numpy(zero_copy_only=False)
-        master_rows = _lookup(keys, counters.table, MASTER_ROWS)
-        observed = _lookup(keys, counters.table, OBSERVED)
-        if plan.estimator == "extrapolated":
-            # ``estimated_master_rows``: known when some row was counted, or when every
-            # partition was seen and none was (m = 0).
-            usable = (
-                counted & (observed > 0) & ((master_rows > 0) | (observed >= position.partitions))
-            )
-            estimate = np.where(
-                usable, master_rows * position.partitions / np.maximum(observed, 1), 0.0
-            )
-        else:
-            usable = np.ones(len(keys), bool)
-            estimate = master_rows.astype(float)
-        sizes, factor = plan.sizes, plan.switch_factor
-        switch_now = (
-            usable
-            & (tuples > 0)
-            & (tuples * sizes.stream_bytes > factor * (estimate * sizes.master_bytes))
-        )
-        marked = (
-            pa.concat_arrays([marked, keys.filter(pa.array(switch_now))])
-            if switch_now.any()
-            else marked
-        )
-        # Line 33 was s_count's last reader until the next incrementing cycle: it is
-        # reset now (``joins.ssbj.algorithm``), and only values with hits keep counters.
-        counters = counters.without_s_count()
 
-    # Disk phase, lines 24–27.
+def _choose_switches(b: _Bucket, plan: StepPlan, tracked: pa.Array | None) -> None:
+    """Line 33, at a switching cycle's first step: mark each value pending in H_S (and
+    neither cached nor marked) whose tuples there outweigh its master rows."""
+    position, counters = plan.position, b.counters
+    assert b.cache is not None and b.cached_keys is not None
+    waiting = _counts(b.pending.column(_KEY), b.key_type)
+    if tracked is not None:
+        waiting = waiting.filter(_in(waiting.column(_KEY), tracked))
+    candidates = waiting.filter(
+        pc.invert(
+            pc.or_(_in(waiting.column(_KEY), b.cached_keys), _in(waiting.column(_KEY), b.marked))
+        )
+    )
+    keys = candidates.column(_KEY).combine_chunks()
+    tuples = _n(candidates)
+    counted = _in(keys, counters.table.column(_KEY)).to_numpy(zero_copy_only=False)
+    master_rows = _lookup(keys, counters.table, MASTER_ROWS)
+    observed = _lookup(keys, counters.table, OBSERVED)
+    if plan.estimator == "extrapolated":
+        # ``estimated_master_rows``: known when some row was counted, or when every
+        # partition was seen and none was (m = 0).
+        usable = counted & (observed > 0) & ((master_rows > 0) | (observed >= position.partitions))
+        estimate = np.where(
+            usable, master_rows * position.partitions / np.maximum(observed, 1), 0.0
+        )
+    else:
+        usable = np.ones(len(keys), bool)
+        estimate = master_rows.astype(float)
+    sizes, factor = plan.sizes, plan.switch_factor
+    switch_now = (
+        usable
+        & (tuples > 0)
+        & (tuples * sizes.stream_bytes > factor * (estimate * sizes.master_bytes))
+    )
+    if switch_now.any():
+        b.marked = pa.concat_arrays([b.marked, keys.filter(pa.array(switch_now))])
+    # Line 33 was s_count's last reader until the next incrementing cycle: it is
+    # reset now (``joins.ssbj.algorithm``), and only values with hits keep counters.
+    b.counters = counters.without_s_count()
+
+
+def _disk_phase(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> pa.Table:
+    """Lines 24–27: H_S meets the partition's rows on (value, pinned version); a left
+    join flags the tuples that matched. Returns H_S's tuples with a value."""
+    pending = b.pending
     live = rows_where(pending, pc.is_valid(pending.column(_KEY)))
-    met = _join(live, parts, layout, on_version=True)
-    outputs.append(_versioned(met, met.column(PINNED_VERSION)))
+    met = _join(live, b.parts, layout, on_version=True)
+    b.outputs.append(_versioned(met, met.column(PINNED_VERSION)))
     if plan.left_join:  # the flag is a left join's (``joins.ssbj.algorithm``)
         matched_now = _unique(met.column(_POS)) if met.num_rows else pa.array([], pa.int64())
         was = pc.fill_null(pending.column(MATCHED), False)
-        pending = _set(
+        b.pending = _set(
             pending, MATCHED, pc.or_(was, pc.is_in(pending.column(_POS), value_set=matched_now))
         )
+    return live
 
-    if use_cache and position.state is CycleState.INCREMENTING:
-        # Lines 28–29: s_count of every pending value over the current partition.
-        # Only the key column of the partition's rows is counted: filtering the whole
-        # partition copied every column of 1.5M rows a step at SF30 (the partition is one
-        # version, usually: then the rows are one run and nothing is copied).
-        current = rows_where(parts.select([_KEY]), pc.equal(parts.column(VERSION), version))
-        values = _unique(live.column(_KEY))
-        if tracked is not None:
-            values = values.filter(_in(values, tracked))
-        rows_per_key = _counts(current.column(_KEY), key_type)
-        counters = counters.add(
-            key_type,
-            values,
-            {
-                MASTER_ROWS: _lookup(values, rows_per_key, "n"),
-                OBSERVED: np.ones(len(values), np.int64),
-            },
-        )
-    if use_cache and position.state is CycleState.SWITCHING and plan.switch_version is not None:
-        # One mask, so that only the marked values' rows are copied, not the partition's.
-        collected = parts.filter(
-            pc.and_(
-                pc.equal(parts.column(VERSION), plan.switch_version),
-                _in(parts.column(_KEY), marked),
-            )
-        )
-        switch = pa.concat_tables(
-            [switch, collected.select(switch.schema.names).cast(switch.schema)]
-        )
 
-    # Lines 39–41: the chunk that has now met all k partitions leaves H_S.
+def _count_master_rows(
+    b: _Bucket, live: pa.Table, plan: StepPlan, tracked: pa.Array | None
+) -> None:
+    """Lines 28–29: s_count of every pending value over the current partition.
+
+    Only the key column of the partition's rows is counted: filtering the whole partition
+    copied every column of 1.5M rows a step at SF30 (the partition is one version,
+    usually: then the rows are one run and nothing is copied)."""
+    parts = b.parts
+    current = rows_where(parts.select([_KEY]), pc.equal(parts.column(VERSION), plan.master_version))
+    values = _unique(live.column(_KEY))
+    if tracked is not None:
+        values = values.filter(_in(values, tracked))
+    rows_per_key = _counts(current.column(_KEY), b.key_type)
+    b.counters = b.counters.add(
+        b.key_type,
+        values,
+        {
+            MASTER_ROWS: _lookup(values, rows_per_key, "n"),
+            OBSERVED: np.ones(len(values), np.int64),
+        },
+    )
+
+
+def _expire_and_encode(
+    b: _Bucket, layout: ColumnarLayout, plan: StepPlan, schema: pa.Schema
+) -> pa.Table:
+    """Lines 39–41: the chunk that has now met all k partitions leaves H_S (a left join
+    emits its unmatched tuples); then the step's output and state, encoded."""
+    pending, counts = b.pending, b.counts
     expiring = plan.expiring_entry_step()
     leaving = (
         pc.fill_null(pc.equal(pending.column(ENTRY_STEP), expiring), False)
@@ -450,27 +512,26 @@ def columnar_result(
     gone = rows_where(pending, leaving)
     counts.expired = gone.num_rows
     if plan.left_join:
-        outputs.append(_out_unmatched(gone.filter(pc.invert(gone.column(MATCHED))), layout))
+        b.outputs.append(_out_unmatched(gone.filter(pc.invert(gone.column(MATCHED))), layout))
     kept = rows_where(pending, pc.invert(leaving))
-
     out = (
         pa.concat_tables(
             [
                 o.select(list(_out_columns(layout))).cast(_out_schema(schema, layout))
-                for o in outputs
+                for o in b.outputs
             ]
         )
-        if outputs
+        if b.outputs
         else None
     )
     counts.output_rows = 0 if out is None else out.num_rows
     counts.pending_rows = kept.num_rows
-    counts.counter_rows = counters.table.num_rows
-    counts.switch_rows = switch.num_rows
-    if use_cache:
-        assert cache is not None
-        counts.cache_rows = cache.num_rows
-    return _encode(schema, layout, out, kept, cache, counters, marked, switch, counts)
+    counts.counter_rows = b.counters.table.num_rows
+    counts.switch_rows = b.switch.num_rows
+    if plan.use_cache:
+        assert b.cache is not None
+        counts.cache_rows = b.cache.num_rows
+    return _encode(schema, layout, out, kept, b.cache, b.counters, b.marked, b.switch, counts)
 
 
 def _constant(value: object, kind: pa.DataType, n: int) -> pa.Array:

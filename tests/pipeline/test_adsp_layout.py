@@ -152,7 +152,7 @@ def assert_layout_is_the_plans_routing(h: ThetaHarness) -> None:
     assert actual == expected
 
 
-@pytest.mark.parametrize("scheme", ["adsp", "spark", "binning"])
+@pytest.mark.parametrize("scheme", ["adsp", "spark", "binning", "full"])
 def test_a_step_counts_its_tuples_from_one_write(
     spark: SparkSession, tmp_path: Path, scheme: str
 ) -> None:

@@ -537,3 +537,79 @@ def test_rejected_file_corrected_in_place_is_loaded_under_a_new_ledger_id(
     entry = h.entry("a.json")
     assert entry.status == "loaded" and entry.id > h.entry("b.json").id
     assert_same_multiset(h.bronze(), [(1, 1, "l1"), (2, 2, "l2")])
+
+
+# ------------------------------------------------------------------ files that share a commit
+
+
+def parquet_harness(spark: SparkSession, root: Path) -> Harness:
+    """Parquet files with the id lookup on: their ids come from the footers' statistics."""
+    h = Harness(spark, root, "parquet")
+    h.source = dataclasses.replace(h.source, id_column="id")
+    return h
+
+
+def bronze_commits(h: Harness) -> int:
+    """Appends to bronze: its versions after 0, the table's creation."""
+    return h.engine.snapshot(h.source.bronze_path).version
+
+
+def test_parquet_files_of_disjoint_ids_share_one_bronze_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = parquet_harness(spark, tmp_path)
+    for name, ids in (("a", [1, 2]), ("b", [3, 4]), ("c", [5])):
+        write_parquet(h.landing / f"{name}.parquet", ids)
+    report = h.ingest()
+    assert (report.files_loaded, report.records_loaded) == (3, 5)
+    assert bronze_commits(h) == 1
+    assert sorted(h.bronze_by_file()) == [
+        ("a.parquet", 1),
+        ("a.parquet", 2),
+        ("b.parquet", 3),
+        ("b.parquet", 4),
+        ("c.parquet", 5),
+    ]
+    assert [h.entry(f"{n}.parquet").records_loaded for n in "abc"] == [2, 2, 1]
+    assert {h.entry(f"{n}.parquet").status for n in "abc"} == {"loaded"}
+
+
+def test_files_whose_ids_overlap_commit_apart_and_the_re_sent_record_is_found(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = parquet_harness(spark, tmp_path)
+    write_parquet(h.landing / "a.parquet", [1, 2])
+    write_parquet(h.landing / "b.parquet", [2, 3])  # id 2 again, the same content
+    write_parquet(h.landing / "c.parquet", [4])
+    report = h.ingest()
+    assert (report.files_loaded, report.records_loaded, report.records_resent) == (3, 4, 1)
+    assert bronze_commits(h) == 2  # a alone; b and c together
+    assert sorted(r[0] for r in h.bronze()) == [1, 2, 3, 4]
+    assert h.entry("b.parquet").records_resent == 1
+
+
+def test_a_crash_after_a_shared_commit_resumes_without_duplicates(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = parquet_harness(spark, tmp_path)
+    write_parquet(h.landing / "a.parquet", [1])
+    write_parquet(h.landing / "b.parquet", [2, 3])
+    write_parquet(h.landing / "c.parquet", [4])
+    real_update = StateStore.update_landing_file
+
+    def killed(self: StateStore, file_id: int, **fields: object) -> None:
+        if fields.get("status") == "loaded":
+            raise OSError("killed after the shared bronze commit")
+        real_update(self, file_id, **fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(StateStore, "update_landing_file", killed)
+    with pytest.raises(OSError, match="killed"):
+        h.ingest()
+    monkeypatch.undo()
+    assert bronze_commits(h) == 1
+    assert {h.entry(f"{n}.parquet").status for n in "abc"} == {"registered"}
+    report = h.ingest()
+    assert (report.files_loaded, report.records_loaded, report.files_rejected) == (3, 4, 0)
+    assert bronze_commits(h) == 1  # nothing written again
+    assert sorted(r[0] for r in h.bronze()) == [1, 2, 3, 4]
+    assert {h.entry(f"{n}.parquet").status for n in "abc"} == {"loaded"}
