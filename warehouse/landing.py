@@ -45,8 +45,11 @@ Contract:
   is not loaded again: ledger status ``duplicate``, the error names the original, a
   warning is logged, and it counts as skipped.
 - Files are loaded in ledger order, one bronze commit per file, with the app transaction
-  ``ingest.<stream>`` at the file's ledger id. A crash anywhere leaves the file
-  ``registered``; the next run resumes it and the transaction id makes the commit land once.
+  ``ingest.<stream>`` at the file's ledger id; consecutive Parquet files whose ids (from
+  their footers) do not overlap share one commit, at the last one's ledger id, so that many
+  small files cost one Spark job. A crash anywhere leaves the files ``registered``; the
+  next run resumes them and the transaction id makes the commit land once (a file of a
+  shared commit is found in bronze by its ledger id, and counted, not written again).
   Delta keeps only the highest version of an app transaction, so a file is committed only
   while no later ledger id has been: a file held back past that point (its content changed
   while in flight and later came back) is rejected with the reason, never skipped as
