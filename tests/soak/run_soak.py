@@ -1,7 +1,8 @@
 """Fault-injection soak of the whole pipeline; prints what it killed and what it checked.
 
     .venv/bin/python -m tests.soak.run_soak --trials 100 --seed 1 [--out FILE]
-        [--postgres-every 3] [--object-store-every 4] [--dir var/soak] [--resume]
+        [--postgres-every 3] [--object-store-every 4] [--stream-every 4] [--dir var/soak]
+        [--resume]
 
 Makes ``--trials`` seeded trials (see :mod:`tests.soak.trial`), runs them all through one
 worker process (:mod:`tests.soak.worker`), starting it again after every SIGKILL, then
@@ -17,9 +18,17 @@ oracle reach it through its ``AWS_*`` environment. Which trial of each run of
 ``--object-store-every`` goes there rotates, so that the trials on the store cover every
 mode x engine the seeds pick (:func:`object_store_trials`).
 
+One trial in every ``--stream-every`` (a last, shorter run of trials included, so that a
+soak of fewer trials still has one) is a stream trial: a run of its intervals goes through
+the continuous mode, ``enrich stream`` as a process of its own, which is killed in a
+micro-batch and started again (:func:`tests.soak.worker.run_stream`). Stream trials are
+local, and which trial of a run is one rotates over the seeds' mode x engine as well
+(:func:`stream_trials`).
+
 Prints the result, writes it as markdown to ``--out``, and exits 1 if any row was lost or
 duplicated, a tuple was answered from a version the contract does not allow, an
-object-store trial kept data off its bucket, or a command failed.
+object-store trial kept data off its bucket, a stream trial's intervals were not loaded by
+its stream, or a command failed.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from tests.soak.trial import (
     TrialPlan,
     check_trial,
     make_trial,
+    stream_attempts,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +63,7 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STORAGE_NAMES = {"local": "local", "s3": "object store"}
+RUN_MODES = {False: "scheduled", True: "continuous (stream)"}
 
 
 class ResumeError(ValueError):
@@ -73,6 +84,7 @@ class SoakResult:
     seconds: float = 0.0
     postgres_every: int | None = None
     object_store_every: int | None = None
+    stream_every: int | None = None
 
     @property
     def rows_checked(self) -> int:
@@ -95,6 +107,7 @@ class SoakResult:
         return Counter(
             f"{p.engine} / {p.state_store} / {STORAGE_NAMES[p.storage]} / {p.mode}"
             + (f"+late {p.late_wait}" if p.late_wait else "")
+            + (" / stream" if p.stream else "")
             for p in self.plans
         )
 
@@ -106,6 +119,34 @@ class SoakResult:
 
     def storages(self) -> Counter[str]:
         return Counter(STORAGE_NAMES[p.storage] for p in self.plans)
+
+    def run_modes(self) -> Counter[str]:
+        return Counter(RUN_MODES[p.stream] for p in self.plans)
+
+    def stream_figures(self) -> dict[str, int]:
+        """Over the stream trials: trials, kills hit (all in a stream's micro-batch),
+        ``enrich stream`` starts, streamed intervals and those delivered to a running
+        stream, micro-batches, and landing files the streams loaded."""
+        plans = [p for p in self.plans if p.stream]
+        attempts = [a for p in plans for a in stream_attempts(Path(p.root))]
+        return {
+            "trials": len(plans),
+            "kills": sum(1 for p in plans if _was_hit(p)),
+            "starts": len(attempts),
+            "intervals": sum(len(p.streamed) for p in plans),
+            "live": sum(len(a["live"]) for a in attempts),
+            "micro_batches": sum(a["batches"] for a in attempts),
+            "files": sum(c.streamed_files for c in self.checks if c.stream),
+        }
+
+    def stream_line(self) -> str:
+        f = self.stream_figures()
+        return (
+            f"continuous mode: {f['trials']} trial(s), kills hit in a stream micro-batch: "
+            f"{f['kills']}, stream starts: {f['starts']}, intervals streamed: "
+            f"{f['intervals']} ({f['live']} delivered to a running stream), clock "
+            f"micro-batches: {f['micro_batches']}, files loaded by the stream: {f['files']}"
+        )
 
     def storage_rows(self) -> list[str]:
         """Per storage: trials, kills hit (those between a commit's data files and its
@@ -129,6 +170,8 @@ class SoakResult:
             options.append(f"--postgres-every {self.postgres_every}")
         if self.object_store_every is not None:
             options.append(f"--object-store-every {self.object_store_every}")
+        if self.stream_every is not None:
+            options.append(f"--stream-every {self.stream_every}")
         return "python -m tests.soak.run_soak " + " ".join(options)
 
     def summary(self) -> str:
@@ -143,6 +186,8 @@ class SoakResult:
             "engines: " + _counts(self.engines()),
             "state stores: " + _counts(self.state_stores()),
             "storage: " + _counts(self.storages()),
+            "run modes: " + _counts(self.run_modes()),
+            self.stream_line(),
         ]
         lines += [f"  seed {c.seed}: {p}" for c in self.checks for p in c.problems]
         lines += [f"  {f}" for f in self.worker_failures]
@@ -162,6 +207,7 @@ class SoakResult:
             f"| result | {'PASS' if self.ok else 'FAIL'} |",
             f"| trials | {self.trials} |",
             f"| trials on the object store | {self.storages()['object store']} |",
+            f"| trials in the continuous mode (stream) | {self.stream_figures()['trials']} |",
             f"| kill points armed | {sum(self.armed_points.values())} |",
             f"| kill points hit (SIGKILL, then rerun) | {self.kills} |",
             f"| rows checked | {self.rows_checked} |",
@@ -186,6 +232,19 @@ class SoakResult:
             "|---|---|---|---|---|",
             *self.storage_rows(),
         ]
+        f = self.stream_figures()
+        lines += [
+            "",
+            "| continuous mode | |",
+            "|---|---|",
+            f"| stream trials | {f['trials']} |",
+            f"| kills hit in a stream micro-batch | {f['kills']} |",
+            f"| `enrich stream` starts | {f['starts']} |",
+            f"| intervals streamed (delivered to a running stream) | {f['intervals']} "
+            f"({f['live']}) |",
+            f"| clock micro-batches | {f['micro_batches']} |",
+            f"| landing files loaded by the stream | {f['files']} |",
+        ]
         problems = [f"- seed {c.seed}: {p}" for c in self.checks for p in c.problems]
         problems += [f"- {f.strip()[:2000]}" for f in self.worker_failures]
         lines += ["", "## Problems", "", *(problems or ["none"]), ""]
@@ -200,6 +259,32 @@ def _was_hit(plan: TrialPlan) -> bool:
     """Whether the trial's armed kill happened (the worker armed it and never got past it)."""
     root = Path(plan.root)
     return (root / "crash_armed").exists() and not (root / "crash_missed").exists()
+
+
+def stream_trials(seeds: Sequence[int], every: int | None, on_store: set[int]) -> set[int]:
+    """The trials (indexes into ``seeds``) that run in the continuous mode: one of every
+    ``every`` consecutive trials, a last, shorter run included (none for None or 0), never
+    one in ``on_store`` (a stream trial is local).
+
+    Each pick is the first trial of its run, or the first whose seed gives a mode x engine
+    (they repeat every :data:`~tests.soak.trial.CONFIGURATION_CYCLE` seeds) the stream
+    trials have not had yet in this round: a fixed stride that is a multiple of the cycle
+    would give the stream one configuration only."""
+    if not every or every <= 0:
+        return set()
+    picked: set[int] = set()
+    had: set[int] = set()
+    for start in range(0, len(seeds), every):
+        block = [n for n in range(start, min(start + every, len(seeds))) if n not in on_store]
+        if not block:
+            continue
+        if len(had) == CONFIGURATION_CYCLE:  # every configuration had: a new round
+            had = set()
+        fresh = [n for n in block if seeds[n] % CONFIGURATION_CYCLE not in had]
+        pick = (fresh or block)[0]
+        had.add(seeds[pick] % CONFIGURATION_CYCLE)
+        picked.add(pick)
+    return picked
 
 
 def object_store_trials(seeds: Sequence[int], every: int | None) -> set[int]:
@@ -242,6 +327,7 @@ def run_soak(
     object_store_every: int | None = 4,
     s3_server: S3Server | None = None,
     postgres_every: int | None = None,
+    stream_every: int | None = 4,
 ) -> SoakResult:
     """Run ``trials`` trials; trial n keeps its state in ``state_stores[n % len]`` (a
     SQLAlchemy URL; None: SQLite in the trial's folder). Each URL must name an empty
@@ -250,6 +336,9 @@ def run_soak(
     One trial in every ``object_store_every`` (:func:`object_store_trials`; None or 0:
     none) keeps its tables and landing zone in a bucket of its own on ``s3_server``, or on
     a SeaweedFS server started for the run and stopped at its end when that is None.
+    One trial in every ``stream_every`` (:func:`stream_trials`; None or 0: none) runs a
+    part of its intervals in the continuous mode; with the default of 4 a soak of up to 4
+    trials has exactly one (the first not on the object store).
 
     With ``resume`` the trials already under ``directory`` are continued where they stopped
     (the worker resumes each at its first unfinished command) instead of made anew; trials
@@ -270,7 +359,9 @@ def run_soak(
             )
     else:
         plans = []
-        on_store = object_store_trials([seed + n for n in range(trials)], object_store_every)
+        seeds = [seed + n for n in range(trials)]
+        on_store = object_store_trials(seeds, object_store_every)
+        streamed = stream_trials(seeds, stream_every, on_store)
     with ExitStack() as stack:
         server = s3_server
         if server is None and on_store:
@@ -296,6 +387,7 @@ def run_soak(
                         if server is not None and n in on_store
                         else None
                     ),
+                    stream=n in streamed,
                 )
                 for n in range(trials)
             ]
@@ -303,6 +395,7 @@ def run_soak(
     result.seed = seed
     result.postgres_every = postgres_every
     result.object_store_every = object_store_every
+    result.stream_every = stream_every
     result.seconds = time.monotonic() - started
     return result
 
@@ -328,7 +421,8 @@ def _run_trials(
         if (root / "failed").exists():
             result.worker_failures.append(
                 f"trial {root.name} (seed {plan.seed}, {plan.engine}, {plan.state_store}, "
-                f"{STORAGE_NAMES[plan.storage]}, {plan.mode}): "
+                f"{STORAGE_NAMES[plan.storage]}, {plan.mode}"
+                f"{', stream' if plan.stream else ''}): "
                 f"{(root / 'failed').read_text().strip()}"
             )
         elif (root / "progress").exists() and int((root / "progress").read_text()) == len(
@@ -428,6 +522,15 @@ def main(argv: list[str] | None = None) -> int:
         "(a SeaweedFS server started for the run; default 4; 0: none)",
     )
     parser.add_argument(
+        "--stream-every",
+        type=int,
+        default=4,
+        metavar="N",
+        help="one trial in every N (and one in a last, shorter run) puts a run of its "
+        "intervals through `enrich stream`, killed in a micro-batch and started again "
+        "(default 4; 0: none)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the trials already under --dir (not those on the object store, "
@@ -451,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                 intervals=args.intervals,
                 object_store_every=args.object_store_every,
                 postgres_every=args.postgres_every,
+                stream_every=args.stream_every,
             )
         except ResumeError as e:
             print(e, file=sys.stderr)

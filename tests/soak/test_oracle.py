@@ -82,3 +82,44 @@ def test_ssbj_may_answer_a_late_tuple_from_any_later_version_with_its_key_or_kee
     # live steps answer it (version 4) or it still waits.
     allowed = _allowed(plan("2h"), ssbj, arrived(0), VERSIONS, has_key)
     assert set(allowed) == {Outcome(3), Outcome(4), Outcome(None)}
+
+
+# 0 deliver, 1 run (arrival of interval 0, m@1), 2 master, 3 stream of interval 1 (m@2),
+# 4 master, 5 drain (m@3)
+STREAMED = (
+    Command("deliver"),
+    Command("run"),
+    Command("master"),
+    Command("stream", 1, ("stream",), (1,)),
+    Command("master"),
+    Command("drain", 2),
+)
+STREAMED_VERSIONS = {c: {"m": v} for c, v in enumerate((1, 1, 1, 2, 2, 3))}
+
+
+def streamed_plan(late_wait: str) -> TrialPlan:
+    return TrialPlan(
+        1, "/nowhere", 2, STREAMED, Crash(3, "x"), (), "embedded", "baseline", late_wait, "auto",
+        "sqlite", stream=True,
+    )  # fmt: skip
+
+
+def test_a_stream_steps_in_each_micro_batch_at_the_version_before_it() -> None:
+    """A tuple the stream delivers arrives there; its later micro-batches step at the same
+    version, so they cannot find a late key but may expire a short wait. A tuple waiting
+    since an earlier run is answered in the stream if its version has the key."""
+    plan = streamed_plan("1s")
+    assert plan.streamed == {1: 3}
+    delivered = StreamTuple(1, 7, "v1", 1, 3)
+    has_key = {1: False, 2: False, 3: True}
+    short = stage(True, short_wait=True)
+    assert _allowed(plan, short, delivered, STREAMED_VERSIONS, has_key) == [
+        Outcome(3),
+        Outcome(2, unmatched=True),
+    ]
+    assert _allowed(streamed_plan("2h"), stage(True), delivered, STREAMED_VERSIONS, has_key) == [
+        Outcome(3)
+    ]
+    waiting = StreamTuple(2, 7, "v2", 0, 1)
+    has_key = {1: False, 2: True, 3: True}
+    assert _allowed(plan, stage(True), waiting, STREAMED_VERSIONS, has_key) == [Outcome(2)]

@@ -18,13 +18,25 @@ The commands::
     master (append, MERGE, overwrite)   interleaved at random points, written with deltalake
     maintain --retention-hours 0        once, at a random point (compaction and vacuum)
 
+A stream trial (``stream``; the harness picks them) runs the continuous mode for a seeded
+run of consecutive intervals: one ``stream`` command stands for their ``deliver, run,
+validate``. The worker starts ``enrich stream`` as a process of its own, delivers those
+intervals into the landing zone one by one while it runs (each micro-batch ingests what
+landed, steps every stage and publishes, under the lease the scheduled commands take too),
+and the process is SIGKILLed at a crash point a micro-batch surely passes; the worker
+delivers what is left and starts it again to finish (:func:`tests.soak.worker.run_stream`).
+The intervals before and after it are scheduled as in any trial; the backfill, master
+commits and ``maintain`` fall between commands as in any trial (never during the stream:
+the masters stay at one version for all its micro-batches).
+
 Each interval delivers good files and, at random, the faults a producer causes: malformed
 records, glob-looking names beside their twins, a file that is not UTF-8, a file with an
 unexpected column, the same content under a new name, an identical re-delivery, a symlink
 to a file outside the zone, an in-progress file, and re-sent records (ids already loaded,
 in a new file: same content is a re-send, other content a conflict). One command of the
 trial is armed to SIGKILL itself at a random crash point (a named point, or the n-th Delta
-commit before or after it lands); the worker is restarted at that command. Each trial
+commit before or after it lands); the worker is restarted at that command (a stream trial
+arms its ``stream`` command, whose process is the one killed). Each trial
 picks its Delta engine (embedded or native) by seed; the harness picks its state store and
 its storage.
 
@@ -94,16 +106,34 @@ MODES = ("ssbj", "baseline", "ssbj", "auto")
 # keeps them in a late table (``auto`` picks it for such a stage), SSBJ in its state.
 LATE_MASTER_MODES = ("baseline", "auto", "ssbj")
 THETA_SCHEMES = ("auto", "adsp", "spark")
-# Exit codes a command may end with in a correct run (4: rejected files still in place).
+# Exit codes a command may end with in a correct run (4: rejected files still in place;
+# ``enrich stream`` logs a micro-batch's 4 and goes on).
 ALLOWED_EXIT = {
     "run": (0, 4),
     "validate": (0,),
     "backfill": (0,),
     "drain": (0,),
     "maintain": (0,),
+    "stream": (0,),
 }
-# The commands at which the stages make steps (and so may answer a waiting tuple).
-STEP_KINDS = ("run", "drain")
+# The commands at which the stages make steps (and so may answer a waiting tuple); a
+# ``stream`` command takes a step of every stage in each of its micro-batches.
+STEP_KINDS = ("run", "drain", "stream")
+# ``enrich stream`` as a stream trial runs it: a micro-batch a second at most (the trials'
+# freshness allows far longer), stopped once idle for a few triggers. A delivery pauses
+# less than the idle time (STREAM_DELIVERY_GAP in the worker), so the stream does not stop
+# between two of its intervals. The first start of a trial is the one armed to be killed:
+# it may run long; the start that finishes is bounded, since an SSBJ stage whose tuples
+# wait for late master rows keeps stepping (``pipeline.ssbj.state.held_back``) and so is
+# never idle while the masters stay as they are.
+STREAM_TRIGGER = "1s"
+STREAM_IDLE_SECONDS = 4
+STREAM_ARMED_MAX_SECONDS = 120
+STREAM_FINAL_MAX_SECONDS = 30
+# Run ids of the stream's micro-batches (``pipeline.stream_service``: ``stream-clock-<n>``).
+STREAM_RUN_PREFIX = "stream-"
+# The worker's record of a stream trial's ``enrich stream`` starts, a JSON object a line.
+STREAM_LOG = "stream.jsonl"
 MASTER_SCHEMAS = {
     "m": pa.schema([("mk", pa.int64()), ("name", pa.string())]),
     "p": pa.schema(
@@ -122,6 +152,13 @@ class Command:
     kind: str
     interval: int = 0
     args: tuple[str, ...] = ()
+    # A ``stream`` command: the intervals it delivers while the stream runs.
+    intervals: tuple[int, ...] = ()
+
+    def stream_args(self, max_seconds: int) -> list[str]:
+        """The ``enrich`` arguments of a ``stream`` command's start that stops by itself
+        after at most ``max_seconds``."""
+        return [*self.args, "--max-seconds", str(max_seconds)]
 
 
 @dataclass(frozen=True)
@@ -148,6 +185,7 @@ class TrialPlan:
     state_store: str  # "sqlite" or "postgres"
     storage: str = "local"  # "local", or "s3": the tables and the landing zone in ``bucket``
     bucket: str | None = None
+    stream: bool = False  # some intervals go through the continuous mode (a ``stream`` command)
 
     @property
     def warehouse(self) -> str:
@@ -170,7 +208,8 @@ class TrialPlan:
             root=raw["root"],
             intervals=raw["intervals"],
             commands=tuple(
-                Command(c["kind"], c["interval"], tuple(c["args"])) for c in raw["commands"]
+                Command(c["kind"], c["interval"], tuple(c["args"]), tuple(c.get("intervals", ())))
+                for c in raw["commands"]
             ),
             crash=Crash(**raw["crash"]),
             faults=tuple(raw["faults"]),
@@ -182,7 +221,19 @@ class TrialPlan:
             # Plans written before trials could run on the object store are local.
             storage=raw.get("storage", "local"),
             bucket=raw.get("bucket"),
+            # And before stream trials, every trial was scheduled.
+            stream=raw.get("stream", False),
         )
+
+    @property
+    def streamed(self) -> dict[int, int]:
+        """Interval -> index of the ``stream`` command that delivers it."""
+        return {
+            interval: index
+            for index, command in enumerate(self.commands)
+            if command.kind == "stream"
+            for interval in command.intervals
+        }
 
 
 def config(
@@ -273,13 +324,19 @@ def make_trial(
     intervals: int = 2,
     state_store: str | None = None,
     bucket: str | None = None,
+    stream: bool = False,
 ) -> TrialPlan:
     """Write the trial's config, masters and outbox files; return its plan.
 
     ``state_store`` is a SQLAlchemy URL (a PostgreSQL database, say); SQLite by default.
     With ``bucket`` (an existing, empty bucket of the object store the ``AWS_*``
-    environment names) the trial's tables and landing zone are in that bucket.
+    environment names) the trial's tables and landing zone are in that bucket. With
+    ``stream`` a seeded run of its intervals goes through the continuous mode, which is
+    where the trial's kill is armed; a stream trial is local (the worker follows the
+    stream's progress in its checkpoint folder).
     """
+    if stream and bucket is not None:
+        raise ValueError("a stream trial keeps its tables and landing zone on local disk")
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     mode, engine = seed_configuration(seed)
@@ -368,7 +425,66 @@ def make_trial(
                 f"i{interval}: "
                 + ("in-progress file" if bucket is None else "multipart upload never completed")
             )
-    commands = _with_master_changes(_commands(rng, intervals), masters, rng)
+    commands = _with_master_changes(_commands(rng, intervals, stream), masters, rng)
+    if stream:
+        armed = next(i for i, c in enumerate(commands) if c.kind == "stream")
+        crash = Crash(armed, _stream_crash_point(rng, mode))
+    else:
+        crash = _crash(rng, commands, mode, bucket)
+    plan = TrialPlan(
+        seed,
+        str(root),
+        intervals,
+        tuple(commands),
+        crash,
+        tuple(faults),
+        engine,
+        mode,
+        late_wait,
+        theta_scheme,
+        "postgres" if (state_store or "").startswith("postgresql") else "sqlite",
+        "local" if bucket is None else "s3",
+        bucket,
+        stream,
+    )
+    plan.save()
+    return plan
+
+
+def _stream_crash_point(rng: random.Random, mode: str) -> str:
+    """A point the armed ``enrich stream`` surely reaches, at a hit it surely reaches.
+
+    Once an interval is delivered, one micro-batch ingests its files (a bronze commit each,
+    and the quarantine's), steps the theta stage (its output commit: the stateless driver's
+    point) and the equi stage, and publishes what they staged (at least the theta output:
+    an audit and a gold commit); a plain join (``baseline``, and ``auto``, which picks it
+    for a stage that waits for late master rows) passes the stateless point as well. An
+    SSBJ stage steps in every micro-batch while tuples wait in H_S, which new ones do for
+    a whole R-cycle of k = 2 steps. The n-th hit counts the process's hits, those of the
+    micro-batches before the first delivery included."""
+    ssbj = mode == "ssbj"
+    points = [*COMMIT_POINTS] * 2 + [
+        "stage.after_output_commit",
+        "audit.before_publish",
+        "audit.after_publish",
+        *(("ssbj.after_output", "ssbj.before_complete") if ssbj else ()),
+    ]
+    point = rng.choice(points)
+    most = {
+        "delta.before_commit": 4,
+        "delta.after_commit": 4,
+        "stage.after_output_commit": 1 if ssbj else 2,  # only the theta stage's, if SSBJ
+        "audit.before_publish": 2,  # both outputs publish before the stream goes idle
+        "audit.after_publish": 2,
+        "ssbj.after_output": 2,
+        "ssbj.before_complete": 2,
+    }[point]
+    return f"{point}:{rng.randint(1, most)}"
+
+
+def _crash(rng: random.Random, commands: list[Command], mode: str, bucket: str | None) -> Crash:
+    """A scheduled trial's kill: a random command that may be killed, at a random point
+    its kind passes."""
     armable = [i for i, c in enumerate(commands) if c.kind in ALLOWED_EXIT]
     armed = rng.choice(armable)
     kind = commands[armed].kind
@@ -397,34 +513,42 @@ def make_trial(
             kind = commands[armed].kind
         most = 4
     nth = rng.randint(1, most if point in COMMIT_POINTS else 2)
-    plan = TrialPlan(
-        seed,
-        str(root),
-        intervals,
-        tuple(commands),
-        Crash(armed, f"{point}:{nth}"),
-        tuple(faults),
-        engine,
-        mode,
-        late_wait,
-        theta_scheme,
-        "postgres" if (state_store or "").startswith("postgresql") else "sqlite",
-        "local" if bucket is None else "s3",
-        bucket,
-    )
-    plan.save()
-    return plan
+    return Crash(armed, f"{point}:{nth}")
 
 
-def _commands(rng: random.Random, intervals: int) -> list[Command]:
+def _commands(rng: random.Random, intervals: int, stream: bool = False) -> list[Command]:
+    """Per interval ``deliver, run, validate`` (one ``stream`` command for the streamed
+    ones, with ``stream``), the backfill after a random interval, ``drain, validate``."""
     commands: list[Command] = []
     backfill_after = rng.randrange(intervals)
+    streamed: range = range(0)
+    if stream:  # drawn only for a stream trial: a scheduled one keeps the plan its seed had
+        first = rng.randrange(intervals)
+        streamed = range(first, rng.randrange(first, intervals) + 1)
     for interval in range(intervals):
-        commands += [
-            Command("deliver", interval),
-            Command("run", interval, ("run", "--run-id", f"i{interval}")),
-            Command("validate", interval, ("validate", "--run-id", f"i{interval}")),
-        ]
+        if interval not in streamed:
+            commands += [
+                Command("deliver", interval),
+                Command("run", interval, ("run", "--run-id", f"i{interval}")),
+                Command("validate", interval, ("validate", "--run-id", f"i{interval}")),
+            ]
+        elif interval == streamed.start:
+            commands.append(
+                Command(
+                    "stream",
+                    interval,
+                    (
+                        "stream",
+                        "--trigger",
+                        STREAM_TRIGGER,
+                        "--idle-stop",
+                        str(STREAM_IDLE_SECONDS),
+                    ),
+                    tuple(streamed),
+                )
+            )
+        # After the stream command when the interval is one of its (a backfill of a
+        # streamed interval follows the stream that delivered it).
         if interval == backfill_after:
             start = BASE_TIME + timedelta(hours=rng.randrange(interval + 1))
             end = start + timedelta(hours=1)
@@ -570,6 +694,16 @@ def record_master_versions(plan: TrialPlan, index: int) -> None:
     _write_atomically(log_path, json.dumps(log))
 
 
+def stream_attempts(root: Path) -> list[dict[str, Any]]:
+    """The ``enrich stream`` starts of the trial at ``root`` so far, as the worker recorded
+    them (:data:`STREAM_LOG`): crash armed, exit code, intervals delivered while it ran,
+    clock micro-batches."""
+    path = root / STREAM_LOG
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def deliver(plan: TrialPlan, interval: int) -> None:
     """Put an interval's outbox files into the landing zone; idempotent."""
     root = Path(plan.root)
@@ -646,6 +780,10 @@ class TrialCheck:
     storage: str = "local"
     # On the object store: the tables (below the warehouse root) whose log is in the bucket.
     tables_on_store: tuple[str, ...] = ()
+    stream: bool = False
+    # A stream trial: the landing files of its streamed intervals the stream's micro-batches
+    # loaded (all of them, or check_trial says which were not).
+    streamed_files: int = 0
 
 
 # Tables every trial writes (the quarantines, operator state and late tables only when it
@@ -723,6 +861,10 @@ def check_trial(root: Path) -> TrialCheck:
             for record, reason in _rows_of(f"{wh}/quarantine/s", ["record", "reason"])
         ),
     )
+    streamed_files = 0
+    if plan.stream:
+        streamed_files, problems = _stream_loads(plan)
+        counts.problems += problems
     versions = {int(c): v for c, v in json.loads((root / VERSIONS_FILE).read_text()).items()}
     con = duckdb.connect()
     con.register("s", pa.Table.from_pylist([asdict(t) for t in tuples], schema=_TUPLES_ARROW))
@@ -767,7 +909,57 @@ def check_trial(root: Path) -> TrialCheck:
         tuple(counts.problems),
         plan.storage,
         on_store,
+        plan.stream,
+        streamed_files,
     )
+
+
+def _stream_loads(plan: TrialPlan) -> tuple[int, list[str]]:
+    """How many files of the streamed intervals the stream's micro-batches loaded, and a
+    problem for each that a scheduled run loaded instead, or that nothing loaded.
+
+    The oracle answers a streamed interval's tuples from the version in force at the
+    ``stream`` command; that holds only if the stream loaded them (a later run may be past a
+    master commit). The landing ledger says which run registered each file. A file counts
+    by its content, as the zone loads it: of the names that carry the same bytes (the same
+    content under a new name) the one registered first is loaded, the others are
+    duplicates; whether its rows reached bronze once is the bronze check's business."""
+    from warehouse.state_store import StateStore
+
+    root = Path(plan.root)
+    url = yaml.safe_load((root / "config.yaml").read_text())["warehouse"]["state_store"]
+    store = StateStore(url)
+    try:
+        loaded = {Path(f.path).name: f.run_id for f in store.landing_files("s", "loaded")}
+    finally:
+        store.dispose()
+    names: dict[bytes, list[str]] = defaultdict(list)  # content -> its names in the zone
+    streamed: list[tuple[int, bytes]] = []  # content first delivered in a streamed interval
+    for interval in range(plan.intervals):
+        for source in sorted((root / "outbox" / str(interval)).iterdir()):
+            if _never_loaded(source.name):
+                continue
+            content = source.read_bytes()
+            if content not in names and interval in plan.streamed:
+                streamed.append((interval, content))
+            names[content].append(source.name)
+    problems = []
+    for interval, content in streamed:
+        runs = {name: loaded[name] for name in names[content] if name in loaded}
+        if len(runs) == 1 and (next(iter(runs.values())) or "").startswith(STREAM_RUN_PREFIX):
+            continue
+        problems.append(
+            f"stream: {names[content][0]} of streamed interval {interval} was loaded by "
+            f"{runs or 'no run'}, not once by a micro-batch of the stream"
+        )
+    return len(streamed) - len(problems), problems
+
+
+def _never_loaded(name: str) -> bool:
+    """An outbox file the zone never loads: an identical re-delivery (of a name already
+    delivered), a file that is not UTF-8 or has an unexpected column, a symlink, an
+    in-progress file."""
+    return name.startswith(("redeliver__", "_", "latin1_", "drift_")) or name.endswith(".symlink")
 
 
 def tables_on_store(bucket: str) -> tuple[str, ...]:
@@ -855,6 +1047,9 @@ def _allowed(
       by the first later step (run or drain) whose version has its key, from that version;
       with a short wait it may instead expire unmatched at any step before that one (its
       version recorded), or still wait at the end if no version ever had its key.
+    - A ``stream`` command is one step kind more: each of its micro-batches steps every
+      stage at the version logged before it, so a tuple it delivers arrives there, and a
+      short wait may expire in one of its later micro-batches.
     - A backfill of the tuple's interval re-joins it with the master in force at the
       backfill (``_master_as_of`` falls back to the latest version: every master commit
       is later than the trial's 2024 intervals), unless the tuple was still waiting for a
@@ -881,7 +1076,12 @@ def _allowed(
     arrival_version = versions[t.arrival][master]
     if not stage.late or has_key[arrival_version]:
         return [rejoined(t.arrival, Outcome(arrival_version))]
-    probes = [c for c in steps if c > t.arrival]
+    # The steps after the one it entered at. A stream command's later micro-batches are
+    # steps too, at the version it arrived with (the masters change only between commands):
+    # they cannot find its key, but may expire a short wait.
+    probes = [
+        c for c in steps if c > t.arrival or (c == t.arrival and plan.commands[c].kind == "stream")
+    ]
     found = next((c for c in probes if has_key[versions[c][master]]), None)
     outcomes = []
     if stage.in_state:
@@ -1057,7 +1257,10 @@ def _delivered_records(
     id is loaded from the first file carrying it; a later record with the same id is a
     re-send if every column is equal, else a conflict)."""
     root = Path(plan.root)
+    # A streamed interval arrives at its stream command (check_trial checks that the stream's
+    # micro-batches loaded its files), any other at its run.
     runs = {c.interval: i for i, c in enumerate(plan.commands) if c.kind == "run"}
+    runs.update(plan.streamed)
     good: list[StreamTuple] = []
     first: dict[int, dict[str, Any]] = {}
     malformed: list[str] = []
@@ -1066,12 +1269,8 @@ def _delivered_records(
     seen: set[bytes] = set()
     for interval in range(plan.intervals):
         for source in sorted((root / "outbox" / str(interval)).iterdir()):
-            name = source.name
-            refused = name.startswith(("redeliver__", "_", "latin1_", "drift_")) or name.endswith(
-                ".symlink"
-            )
             content = source.read_bytes()
-            if refused or content in seen:
+            if _never_loaded(source.name) or content in seen:
                 continue
             seen.add(content)
             for line in content.decode().splitlines():
