@@ -126,7 +126,8 @@ class SoakResult:
     def stream_figures(self) -> dict[str, int]:
         """Over the stream trials: trials, kills hit (all in a stream's micro-batch),
         ``enrich stream`` starts, streamed intervals and those delivered to a running
-        stream, micro-batches, and landing files the streams loaded."""
+        stream, micro-batches (the killed starts cannot say theirs), and landing files the
+        streams loaded."""
         plans = [p for p in self.plans if p.stream]
         attempts = [a for p in plans for a in stream_attempts(Path(p.root))]
         return {
@@ -135,7 +136,7 @@ class SoakResult:
             "starts": len(attempts),
             "intervals": sum(len(p.streamed) for p in plans),
             "live": sum(len(a["live"]) for a in attempts),
-            "micro_batches": sum(a["batches"] for a in attempts),
+            "micro_batches": sum(a["micro_batches"] or 0 for a in attempts),
             "files": sum(c.streamed_files for c in self.checks if c.stream),
         }
 
@@ -144,8 +145,9 @@ class SoakResult:
         return (
             f"continuous mode: {f['trials']} trial(s), kills hit in a stream micro-batch: "
             f"{f['kills']}, stream starts: {f['starts']}, intervals streamed: "
-            f"{f['intervals']} ({f['live']} delivered to a running stream), clock "
-            f"micro-batches: {f['micro_batches']}, files loaded by the stream: {f['files']}"
+            f"{f['intervals']} ({f['live']} delivered to a running stream), micro-batches "
+            f"of the starts that stopped by themselves: {f['micro_batches']}, files loaded by "
+            f"the stream: {f['files']}"
         )
 
     def storage_rows(self) -> list[str]:
@@ -242,7 +244,7 @@ class SoakResult:
             f"| `enrich stream` starts | {f['starts']} |",
             f"| intervals streamed (delivered to a running stream) | {f['intervals']} "
             f"({f['live']}) |",
-            f"| clock micro-batches | {f['micro_batches']} |",
+            f"| micro-batches of the starts that stopped by themselves | {f['micro_batches']} |",
             f"| landing files loaded by the stream | {f['files']} |",
         ]
         problems = [f"- seed {c.seed}: {p}" for c in self.checks for p in c.problems]
