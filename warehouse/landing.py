@@ -90,7 +90,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from common.errors import IngestionError, LedgerOrderError, RefusedFileError, UnreadableFileError
-from warehouse.delta import AppTransaction, DeltaEngine
+from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine
 from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.landing_parse import (
     FORMAT_NAMES,
@@ -527,12 +527,8 @@ class _StreamIngest:
             return
         frames, observed = [], []
         for row, _, parsed in group:
-            counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
-            known = self._known(row, parsed)
-            valid, _ = split_records(
-                parsed.frame, self.source.schema, self.source.required, counts, known
-            )
-            frames.append(self._stamped(valid, row))
+            frame, counts, known = self._observed_valid(row, parsed)
+            frames.append(frame)
             observed.append((counts, known))
         union = frames[0]
         for frame in frames[1:]:
@@ -561,12 +557,7 @@ class _StreamIngest:
         )
         for (row, staged, parsed), (counts, known) in zip(group, observed, strict=True):
             try:
-                if outcome.committed:
-                    got = counts.get
-                    received, bad = int(got["received"]), int(got["bad"] or 0)
-                    resent = int(got["resent"] or 0)
-                else:
-                    received, bad, resent = count_records(parsed.frame, self.source, known)
+                received, bad, resent = self._counted(outcome, counts, parsed.frame, known)
                 self._quarantine(row, parsed.frame, known, bad)
             finally:
                 staged.delete()
@@ -610,32 +601,51 @@ class _StreamIngest:
             if parsed_file is None:
                 return
             parsed = parsed_file.frame
-            counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
-            known = self._known(row, parsed_file)
-            valid, _ = split_records(
-                parsed, self.source.schema, self.source.required, counts, known
-            )
+            valid, counts, known = self._observed_valid(row, parsed_file)
             try:
                 outcome = self.engine.append(
-                    self.source.bronze_path,
-                    self._stamped(valid, row),
-                    AppTransaction(self._app, row.id),
+                    self.source.bronze_path, valid, AppTransaction(self._app, row.id)
                 )
             except Py4JJavaError as e:
                 self._reject(row, str(unreadable(e, self.source, path)))
                 return
-            if outcome.committed:
-                observed = counts.get
-                received, bad = int(observed["received"]), int(observed["bad"] or 0)
-                resent = int(observed["resent"] or 0)
-            else:
-                # Bronze already held this file (a crash after its commit): no write job ran,
-                # nothing was observed, so the file is counted again.
-                received, bad, resent = count_records(parsed, self.source, known)
+            received, bad, resent = self._counted(outcome, counts, parsed, known)
             self._quarantine(row, parsed, known, bad)
         finally:
             staged.delete()
         self._finish(row, received, bad, resent)
+
+    def _observed_valid(
+        self, row: LandingFile, parsed: ParsedFile
+    ) -> tuple[DataFrame, Observation, KnownRecords | None]:
+        """A file's valid records stamped with its path and ledger id, for its bronze write;
+        the observation that counts its records as that write passes them; and what bronze
+        already holds under its ids."""
+        counts = Observation(f"ingest.{self.source.name}.{row.id}.{uuid.uuid4().hex[:8]}")
+        known = self._known(row, parsed)
+        valid, _ = split_records(
+            parsed.frame, self.source.schema, self.source.required, counts, known
+        )
+        return self._stamped(valid, row), counts, known
+
+    def _counted(
+        self,
+        outcome: CommitOutcome,
+        counts: Observation,
+        parsed: DataFrame,
+        known: KnownRecords | None,
+    ) -> tuple[int, int, int]:
+        """(records, records not loaded, re-sent records) of a file after its bronze write:
+        observed by the write, or, when bronze already held it (a crash after its commit:
+        no write job ran, nothing was observed), counted again."""
+        if not outcome.committed:
+            return count_records(parsed, self.source, known)
+        observed = counts.get
+        return (
+            int(observed["received"]),
+            int(observed["bad"] or 0),
+            int(observed["resent"] or 0),
+        )
 
     def _quarantine(
         self, row: LandingFile, parsed: DataFrame, known: KnownRecords | None, bad: int
