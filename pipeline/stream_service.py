@@ -203,7 +203,11 @@ class StreamService:
                     break
                 idle = self.settings.idle_stop_seconds
                 quiet = now - self.stats.last_activity
-                if idle is not None and not self._busy and quiet >= idle:
+                # Idle only once the first tick, which always runs, has run: before it the
+                # queries are still starting, and files that landed while the stream was
+                # down wait for it (a stream stopped at 4 s with none run, in the soak).
+                started_up = self.stats.micro_batches > 0
+                if idle is not None and started_up and not self._busy and quiet >= idle:
                     logger.info("stream: idle for %.0fs, stopping", quiet)
                     break
                 self._stopping.wait(0.2)
