@@ -31,10 +31,11 @@ from pyspark.sql import types as T
 
 from benchmarks.revision import has_uncommitted_changes, short_commit
 from joins.ssbj.algorithm import StepPlan
-from joins.ssbj.buckets import NEW, PARTITION, PENDING, BucketDeltas, WideLayout, bucket_step
+from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
+from joins.ssbj.buckets import bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
-from joins.ssbj.roles import ROLE, master_field, stream_field
+from joins.ssbj.roles import NEW, PARTITION, PENDING, ROLE, master_field, stream_field
 from joins.ssbj.step import JoinSpec, WideTable
 from warehouse.delta.schema import spark_to_arrow
 

@@ -23,7 +23,8 @@ import logging
 from datetime import datetime
 
 from common.errors import ConfigError
-from pipeline.audit import AuditPublisher, TableAudit
+from pipeline.audit import AuditPublisher
+from pipeline.audit_batch import TableAudit
 from pipeline.runner import PipelineRunner
 from pipeline.stage_driver import StageReport
 

@@ -43,7 +43,8 @@ from pipeline.freshness import FreshnessBound
 from pipeline.late_table import LATE_SINCE
 from pipeline.pins import completeness_holder
 from pipeline.stage_config import EquiStage, ThetaStage
-from warehouse.state_store import IntervalRecord, StateStore
+from warehouse.state_completeness import IntervalRecord
+from warehouse.state_store import StateStore
 
 if TYPE_CHECKING:
     from pipeline.drivers import StageDrivers

@@ -20,14 +20,8 @@ from pipeline.late_table import LATE_SINCE, late_table
 from pipeline.layout import WarehouseLayout
 from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.object_store import storage_options
-from warehouse.state_store import (
-    DUPLICATE,
-    LOADED,
-    MISSING,
-    REGISTERED,
-    REJECTED,
-    StateStore,
-)
+from warehouse.state_store import StateStore
+from warehouse.state_tables import DUPLICATE, LOADED, MISSING, REGISTERED, REJECTED
 
 
 def table_version(path: str) -> int | None:

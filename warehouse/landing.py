@@ -103,16 +103,9 @@ from warehouse.landing_parse import (
 )
 from warehouse.landing_zone import FileRead, LandingEntry, LandingZone, StagedCopy, refused
 from warehouse.record_identity import IdRange, KnownRecords, id_range, known_records
-from warehouse.state_store import (
-    DUPLICATE,
-    LOADED,
-    MISSING,
-    REGISTERED,
-    REJECTED,
-    LandingFile,
-    StateStore,
-    rejected_files_in_place,
-)
+from warehouse.state_landing import rejected_files_in_place
+from warehouse.state_store import StateStore
+from warehouse.state_tables import DUPLICATE, LOADED, MISSING, REGISTERED, REJECTED, LandingFile
 
 # Exported as before; rejected_files_in_place answers for a local zone only (ingestion asks
 # its zone: landing_location.rejected_in_place).

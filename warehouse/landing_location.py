@@ -14,7 +14,8 @@ from warehouse.landing_local import LocalZone
 from warehouse.landing_s3 import ObjectStoreZone
 from warehouse.landing_zone import LandingZone
 from warehouse.object_store import SCHEMES, ObjectStore, is_object_store
-from warehouse.state_store import REJECTED, LandingFile, StateStore
+from warehouse.state_store import StateStore
+from warehouse.state_tables import REJECTED, LandingFile
 
 
 def zone_for(

@@ -35,7 +35,8 @@ from sqlalchemy import BigInteger, String, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from common.errors import DuplicateRecordError, LeaseHeldError, LeaseLostError
-from warehouse.state_store import Base, DateTime, StateStore
+from warehouse.state_store import StateStore
+from warehouse.state_tables import Base, DateTime
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,10 @@ from joins.skew.greedyfit import KeyLoad
 from joins.skew.key_routing import BucketLoad, KeyRouting, task_labels
 from joins.ssbj import spark_hash
 from joins.ssbj.algorithm import StepPlan
-from joins.ssbj.buckets import (
+from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
+from joins.ssbj.buckets import BucketStep, bucket_function
+from joins.ssbj.late import LATE, LATE_SINCE, WAITING_SINCE, LateRule
+from joins.ssbj.roles import (
     ADDED,
     ASKING_ROLES,
     BUCKET,
@@ -75,14 +78,9 @@ from joins.ssbj.buckets import (
     SWITCH_CHANGE,
     VALUE,
     VERSION,
-    BucketDeltas,
-    BucketStep,
-    WideLayout,
-    bucket_function,
     master_field,
     stream_field,
 )
-from joins.ssbj.late import LATE, LATE_SINCE, WAITING_SINCE, LateRule
 from joins.ssbj.segments import SEGMENT, SHARED_SEGMENTS
 from warehouse.delta.api import ADDED_CHANGES, REMOVED_CHANGES
 from warehouse.delta.schema import spark_to_arrow

@@ -33,7 +33,7 @@ from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState, SavedPlan
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import AppTransaction, CommitOutcome, Snapshot
-from warehouse.state_store import StepMetricValues
+from warehouse.state_metrics import StepMetricValues
 
 
 def commit_step(

@@ -27,7 +27,7 @@ from pipeline.ssbj.scan_copy import scan_versions
 from pipeline.ssbj.state import STATE_LAYOUT, ControllerState, SavedPlan, held_back
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
-from warehouse.state_store import StageOffset
+from warehouse.state_tables import StageOffset
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,11 @@ from common.errors import NotAppendOnlyError
 from joins.columns import INTERVAL_START
 from joins.skew.key_routing import KeyRouting
 from joins.ssbj.algorithm import Schedule
-from joins.ssbj.buckets import PENDING, ROLE, BucketDeltas, stream_field
+from joins.ssbj.bucket_decode import BucketDeltas
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.late import LATE_SINCE
+from joins.ssbj.roles import PENDING, ROLE, stream_field
 from joins.ssbj.step import INPUT_VERSION, WideTable
 from pipeline.row_bytes import measured_row_bytes
 from pipeline.ssbj.report import SsbjStepReport

@@ -64,7 +64,8 @@ from pipeline.ssbj.warm import WarmCache
 from pipeline.ssbj.wiring import SsbjWiring
 from pipeline.stage_config import EquiStage, SsbjParams
 from warehouse.delta import DeltaEngine
-from warehouse.state_store import StateStore, StepMetricValues
+from warehouse.state_metrics import StepMetricValues
+from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 

@@ -35,15 +35,11 @@ from joins.columns import INTERVAL_START
 from joins.skew.asketch import ASketch
 from joins.skew.key_routing import BucketLoad, KeyRouting
 from joins.ssbj.algorithm import Schedule, StepPlan, schedule
-from joins.ssbj.buckets import (
-    KEY_LOAD,
-    KEY_SKETCH,
-    LATE_MIN_METRICS,
-    METRIC_ROLE,
-    BucketDeltas,
-    BucketStep,
-)
+from joins.ssbj.bucket_decode import BucketDeltas
+from joins.ssbj.bucket_encode import LATE_MIN_METRICS
+from joins.ssbj.buckets import BucketStep
 from joins.ssbj.cache.rcycle import StepPosition
+from joins.ssbj.roles import KEY_LOAD, KEY_SKETCH, METRIC_ROLE
 from joins.ssbj.segments import SEGMENT, changed_segments, prints_of, with_segments
 from joins.ssbj.step import (
     WideTable,

@@ -25,7 +25,8 @@ from tests.conftest import REPO_ROOT
 from tests.helpers import tiny_pipeline
 from tests.pipeline.ssbj_harness import config_for
 from warehouse.lease import LeaseSettings, PipelineLease
-from warehouse.state_store import REJECTED, StateStore
+from warehouse.state_store import StateStore
+from warehouse.state_tables import REJECTED
 
 
 def test_bad_arguments_and_config_exit_with_code_2(

@@ -34,7 +34,8 @@ from tests.helpers import tiny_pipeline
 from tests.pipeline.late_harness import LateHarness
 from tests.pipeline.ssbj_harness import MASTER_SCHEMA, SsbjHarness
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
-from warehouse.state_store import IntervalRecord, StateStore
+from warehouse.state_completeness import IntervalRecord
+from warehouse.state_store import StateStore
 
 HOUR = dt.timedelta(hours=1)
 I0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)  # SsbjHarness.arrive's event times fall in it

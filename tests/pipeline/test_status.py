@@ -19,7 +19,8 @@ from pipeline.status import pipeline_status
 from tests.helpers import tiny_pipeline
 from tests.pipeline.ssbj_harness import config_for
 from warehouse.delta.embedded import EmbeddedDeltaEngine
-from warehouse.state_store import IntervalRecord, StateStore
+from warehouse.state_completeness import IntervalRecord
+from warehouse.state_store import StateStore
 
 
 def test_status_lists_rejected_files_still_in_place(spark: SparkSession, tmp_path: Path) -> None:

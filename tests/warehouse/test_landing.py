@@ -27,7 +27,8 @@ from warehouse.landing import (
     ingest_stream,
     rejected_files_in_place,
 )
-from warehouse.state_store import LandingFile, StateStore
+from warehouse.state_store import StateStore
+from warehouse.state_tables import LandingFile
 
 COLUMNS = [
     ColumnSpec(name="id", type="bigint", nullable=False),

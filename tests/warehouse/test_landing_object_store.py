@@ -43,7 +43,8 @@ from warehouse.landing_s3 import ObjectStoreZone
 from warehouse.landing_zone import LandingZone
 from warehouse.object_store import ObjectLocation, ObjectStore, is_object_store
 from warehouse.spark import SparkSettings, build_session, use_object_store
-from warehouse.state_store import LandingFile, StateStore
+from warehouse.state_store import StateStore
+from warehouse.state_tables import LandingFile
 
 Format = Literal["json", "csv", "parquet"]
 

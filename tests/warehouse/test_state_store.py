@@ -18,7 +18,10 @@ from sqlalchemy import text
 
 from common.errors import DuplicateRecordError, StateStoreError
 from tests.postgres import PostgresServer
-from warehouse.state_store import SCHEMA_VERSION, IntervalRecord, StateStore, StepMetricValues
+from warehouse.state_completeness import IntervalRecord
+from warehouse.state_metrics import StepMetricValues
+from warehouse.state_schema import SCHEMA_VERSION
+from warehouse.state_store import StateStore
 
 
 @pytest.fixture

@@ -32,7 +32,11 @@ from joins.ssbj.algorithm import (
     run_step,
     schedule,
 )
-from joins.ssbj.buckets import (
+from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
+from joins.ssbj.buckets import bucket_step
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.cache.rcycle import CycleState, StepPosition
+from joins.ssbj.roles import (
     ADDED,
     BUCKET,
     CACHE,
@@ -62,14 +66,9 @@ from joins.ssbj.buckets import (
     SWITCH,
     VALUE,
     VERSION,
-    BucketDeltas,
-    WideLayout,
-    bucket_step,
     master_field,
     stream_field,
 )
-from joins.ssbj.cache.inequality import TupleSizes
-from joins.ssbj.cache.rcycle import CycleState, StepPosition
 
 Row = tuple[Any, ...]
 KEY_TYPE = pa.int64()

@@ -16,7 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joins.skew.asketch import SketchShape
-from joins.ssbj.buckets import (
+from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
+from joins.ssbj.buckets import BucketStep
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.roles import (
     BUCKET,
     KEY_HASH,
     KEY_LOAD,
@@ -27,11 +30,7 @@ from joins.ssbj.buckets import (
     ROLE,
     STATE_ROLES,
     VERSION,
-    BucketDeltas,
-    BucketStep,
-    WideLayout,
 )
-from joins.ssbj.cache.inequality import TupleSizes
 from tests.joins.ssbj.test_algorithm import MASTER, STREAM, plan_for, role_rows
 from tests.joins.ssbj.test_columnar import _pending_versions, rows_of
 

@@ -17,12 +17,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joins.ssbj.algorithm import run_step
-from joins.ssbj.buckets import (
+from joins.ssbj.bucket_decode import (
+    BucketDeltas,
+    BucketRoles,
+    WideLayout,
+    decode_state,
+    master_delta,
+    partition_rows,
+)
+from joins.ssbj.bucket_encode import encode_result
+from joins.ssbj.buckets import bucket_step
+from joins.ssbj.cache.inequality import TupleSizes
+from joins.ssbj.cache.rcycle import CycleState
+from joins.ssbj.columnar import ColumnarLayout, columnar_result
+from joins.ssbj.roles import (
     ADDED,
     CACHE,
     CACHE_CHANGE,
     CHANGE,
     EMPTY,
+    MARKED,
     NEW,
     PARTITION,
     PENDING,
@@ -31,23 +45,9 @@ from joins.ssbj.buckets import (
     STATE_ROLES,
     SWITCH_CHANGE,
     VERSION,
-    BucketDeltas,
-    WideLayout,
-    _delta,
-    _partition_rows,
-    _Roles,
-    bucket_step,
-    decode_state,
-    encode_result,
     stream_field,
 )
-from joins.ssbj.buckets import (
-    PINNED_VERSION as PINNED,
-)
-from joins.ssbj.cache.inequality import TupleSizes
-from joins.ssbj.cache.rcycle import CycleState
-from joins.ssbj.columnar import ColumnarLayout, columnar_result
-from joins.ssbj.roles import MARKED
+from joins.ssbj.roles import PINNED_VERSION as PINNED
 from tests.joins.ssbj.test_algorithm import (
     MASTER,
     STREAM,
@@ -263,19 +263,19 @@ def reference_step(
     """The reference model's step with only ``tracked`` values instrumented (what
     ``bucket_step`` runs for a table whose rows carry key hashes)."""
     deltas = deltas or BucketDeltas()
-    roles = _Roles(table)
+    roles = BucketRoles(table)
     state = decode_state(roles, LAYOUT, plan)
     new, _ = roles.stream_tuples(NEW, LAYOUT)
     wanted = {t.key for t in state.pending} | {plan.stream_key_of(row) for row in new}
     wanted |= set(state.switch_buffer)
-    parts = _partition_rows(roles, LAYOUT, wanted)
+    parts = partition_rows(roles, LAYOUT, wanted)
     result = run_step(
         plan,
         state,
         new,
         parts,
-        _delta(roles, CACHE_CHANGE, deltas.cache, LAYOUT),
-        _delta(roles, SWITCH_CHANGE, deltas.switch, LAYOUT),
+        master_delta(roles, CACHE_CHANGE, deltas.cache, LAYOUT),
+        master_delta(roles, SWITCH_CHANGE, deltas.switch, LAYOUT),
         tracked=tracked,
     )
     return encode_result(result, LAYOUT, plan, table, table.schema)

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from joins.skew.key_routing import KeyRouting
-from joins.ssbj.buckets import CACHE, ENTRY_STEP, PENDING, ROLE, master_field, stream_field
+from joins.ssbj.roles import CACHE, ENTRY_STEP, PENDING, ROLE, master_field, stream_field
 from joins.ssbj.step import INPUT_VERSION, JoinSpec, WideTable
 from tests.helpers import assert_same_multiset
 

@@ -19,8 +19,8 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from common.errors import JoinError
 from joins.skew.asketch import ASketch, SketchShape
-from joins.ssbj.buckets import BUCKET
 from joins.ssbj.cache.inequality import should_switch_into_cache
+from joins.ssbj.roles import BUCKET
 from joins.ssbj.segments import SEGMENT
 from joins.ssbj.step import SCAN_PART, JoinSpec, WideTable, scan_rows
 from pipeline.runner import PipelineRunner

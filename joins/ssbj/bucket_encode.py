@@ -1,0 +1,221 @@
+"""One bucket's step result encoded as Arrow: the output rows, the new state, the counters.
+
+The result has the wide table's columns (``joins.ssbj.bucket_decode.WideLayout``): the
+enriched rows (role ``out``), the bucket's new state (roles in
+:data:`joins.ssbj.roles.STATE_ROLES`) and its counters (role ``metric``). Stream tuples
+carry their position in the bucket's input table, so their columns are gathered from it
+in Arrow; with late rows (``joins.ssbj.late``) the unmatched tuples wait or expire here.
+pyarrow only, no Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+
+from joins.ssbj.algorithm import Row, StepCounts, StepPlan, StepResult
+from joins.ssbj.bucket_decode import WideLayout
+from joins.ssbj.late import LateRule, SortedLateRows, settle_unmatched
+from joins.ssbj.roles import (
+    CACHE,
+    COUNTER,
+    EMPTY,
+    ENTRY_STEP,
+    HITS,
+    LATE,
+    LATE_SINCE,
+    MARKED,
+    MASTER_ROWS,
+    MATCHED,
+    METRIC,
+    METRIC_ROLE,
+    OBSERVED,
+    OUT,
+    PENDING,
+    PINNED_VERSION,
+    ROLE,
+    SWITCH,
+    VALUE,
+    VERSION,
+    master_field,
+)
+
+
+def _key_columns(layout: WideLayout, keys: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """Key-only master rows as columns: the join values, every other master column null."""
+    return {master_field(c): [key[i] for key in keys] for i, c in enumerate(layout.master_keys)}
+
+
+class Encoder:
+    """Rows of several roles into one table with the wide schema (absent columns null)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.parts: list[pa.Table] = []
+
+    def add(self, role: str, n: int, columns: dict[str, Any]) -> None:
+        """``columns``: Python lists, or Arrow columns already of the schema's types."""
+        if n == 0:
+            return
+        arrays: list[Any] = []
+        for f in self.schema:
+            value = columns.get(f.name)
+            if f.name == ROLE:
+                arrays.append(pa.repeat(pa.scalar(role, f.type), n))
+            elif value is None:
+                arrays.append(pa.nulls(n, f.type))
+            elif isinstance(value, pa.ChunkedArray | pa.Array):
+                arrays.append(value.cast(f.type))
+            else:
+                arrays.append(pa.array(value, f.type))
+        self.parts.append(pa.Table.from_arrays(arrays, schema=self.schema).combine_chunks())
+
+    def table(self) -> pa.Table:
+        if not self.parts:
+            return self.schema.empty_table()
+        return pa.concat_tables(self.parts)
+
+
+def _columns(names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Any]]:
+    if not rows:
+        return {n: [] for n in names}
+    return dict(zip(names, (list(c) for c in zip(*rows, strict=True)), strict=True))
+
+
+def _gathered(source: pa.Table, layout: WideLayout, rows: Sequence[Row]) -> dict[str, Any]:
+    """The stream columns of decoded stream tuples, taken by position from ``source``,
+    with when each first met no master row (``joins.ssbj.late``: null for most)."""
+    positions = pa.array([row[-1] for row in rows], pa.int64())
+    carried = [*layout.stream_fields, LATE_SINCE]
+    taken = source.select(carried).take(positions)
+    return {name: taken.column(name) for name in carried}
+
+
+@dataclass(frozen=True)
+class LateRows:
+    """A bucket's late rows sorted out for the step (``joins.ssbj.late``), and whether the
+    rule its step settles them by."""
+
+    rule: LateRule
+    sorted: SortedLateRows
+
+
+# Metrics of the late rows whose buckets' values the driver takes the least of, not the sum.
+LATE_MIN_METRICS = ("late_oldest_us", "late_min_version")
+
+
+def _settle(
+    result: StepResult, source: pa.Table, late: LateRows, layout: WideLayout, enc: Encoder
+) -> tuple[list[tuple[Row, Row | None, int | None]], list[tuple[str, int]]]:
+    """The output rows a step with late rows emits, its new late rows (added to ``enc``)
+    and their metrics. ``output_rows`` becomes what is emitted."""
+    rule, out = late.rule, result.output
+    settled = settle_unmatched(out, source, rule)
+    unmatched_kept = set(settled.emitted)
+    emitted = [row for i, row in enumerate(out) if row[1] is not None or i in unmatched_kept]
+    gathered = _gathered(source, layout, [out[i][0] for i in settled.waiting])
+    gathered[LATE_SINCE] = pa.array(settled.since, pa.int64())
+    enc.add(LATE, len(settled.waiting), gathered | {PINNED_VERSION: settled.pinned})
+    kept = late.sorted.waiting
+    enc.add(LATE, kept.num_rows, {c: kept.column(c) for c in kept.column_names if c != ROLE})
+    expired = late.sorted.expired
+    if rule.left_join:
+        enc.add(OUT, expired.num_rows, {f: expired.column(f) for f in layout.stream_fields})
+    # Tuples that waited before carry a since: which of them were answered, which wait on.
+    since = source.column(LATE_SINCE)
+    carried = since.to_pylist() if since.null_count < len(since) else [None] * len(since)
+    answered = {s[-1] for s, m, _ in out if m is not None and carried[s[-1]] is not None}
+    pending_since = [carried[t.row[-1]] for t in result.state.pending]
+    waits_since = [
+        *settled.since,
+        *kept.column(LATE_SINCE).to_pylist(),
+        *(v for v in pending_since if v is not None),
+    ]
+    pinned = [*settled.pinned, *kept.column(PINNED_VERSION).to_pylist()]
+    result.counts.output_rows = len(emitted) + (expired.num_rows if rule.left_join else 0)
+    metrics = [
+        ("late_entered", sum(1 for i in settled.waiting if carried[out[i][0][-1]] is None)),
+        ("late_answered", len(answered)),
+        ("late_expired", settled.expired_waiters + expired.num_rows),
+        ("late_rows", len(settled.waiting) + kept.num_rows),
+        ("late_waiting", len(waits_since)),
+    ]
+    if waits_since:
+        metrics.append(("late_oldest_us", min(int(v) for v in waits_since if v is not None)))
+    if pinned:
+        metrics.append(("late_min_version", min(int(v) for v in pinned if v is not None)))
+    return emitted, metrics
+
+
+def encode_result(
+    result: StepResult,
+    layout: WideLayout,
+    plan: StepPlan,
+    source: pa.Table,
+    schema: pa.Schema,
+    late: LateRows | None = None,
+) -> pa.Table:
+    """The step's output rows, the bucket's new state and its counters, as one table.
+
+    ``source`` is the bucket's input table, which decoded stream tuples point into. With
+    ``late`` the unmatched tuples of the output wait or expire (``joins.ssbj.late``), and
+    the bucket's late rows are sorted out of ``source`` already."""
+    enc = Encoder(schema)
+    width = len(layout.master_columns)
+    nothing: Row = (None,) * width
+    out = result.output
+    late_metrics: list[tuple[str, int]] = []
+    if late is not None:
+        out, late_metrics = _settle(result, source, late, layout, enc)
+    enc.add(
+        OUT,
+        len(out),
+        _gathered(source, layout, [s for s, _, _ in out])
+        | _columns(layout.master_fields, [m if m is not None else nothing for _, m, _ in out])
+        | {VERSION: [v for _, _, v in out]},
+    )
+    state = result.state
+    enc.add(
+        PENDING,
+        len(state.pending),
+        _gathered(source, layout, [t.row for t in state.pending])
+        | {
+            ENTRY_STEP: [t.entry_step for t in state.pending],
+            PINNED_VERSION: [t.pinned_version for t in state.pending],
+            MATCHED: [t.matched for t in state.pending],
+        },
+    )
+    cache_rows = [row for rows in state.cache.values() for row in rows]
+    enc.add(
+        CACHE,
+        len(cache_rows),
+        _columns(layout.master_fields, cache_rows) | {EMPTY: [False] * len(cache_rows)},
+    )
+    empty = [key for key, rows in state.cache.items() if not rows]
+    enc.add(CACHE, len(empty), _key_columns(layout, empty) | {EMPTY: [True] * len(empty)})
+    counters = list(state.counters.items())
+    enc.add(
+        COUNTER,
+        len(counters),
+        _key_columns(layout, [k for k, _ in counters])
+        | {
+            HITS: [c.hits for _, c in counters],
+            MASTER_ROWS: [c.master_rows for _, c in counters],
+            OBSERVED: [c.observed for _, c in counters],
+        },
+    )
+    marked = list(state.switch_buffer)
+    enc.add(MARKED, len(marked), _key_columns(layout, marked))
+    collected = [row for rows in state.switch_buffer.values() for row in rows]
+    enc.add(SWITCH, len(collected), _columns(layout.master_fields, collected))
+    metrics = [(f.name, int(getattr(result.counts, f.name))) for f in fields(StepCounts)]
+    metrics += late_metrics
+    enc.add(
+        METRIC_ROLE,
+        len(metrics),
+        {METRIC: [name for name, _ in metrics], VALUE: [value for _, value in metrics]},
+    )
+    return enc.table()

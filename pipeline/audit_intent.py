@@ -1,0 +1,170 @@
+"""One batch's audit as an intent: validate, save the decision, commit it, record it.
+
+Between the decision and its commit the audit saves its **intent** in the state store (the
+batch bounds, the decision with its failures, the state it will record). Whatever runs
+next for the table first finishes an open intent (:meth:`AuditIntents.finish`): it
+re-reads exactly the batch, repeats the commit (skipped by its app transaction if it
+landed) and records the state, so a batch is published at most once, and exactly once
+when the audit completes.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from common.faults import crash_point
+from common.phase_clock import optional_phase
+from pipeline.audit_batch import AuditViews, StagedBatch, TableAudit, interval_batch, live_batch
+from pipeline.audit_publish import commit_decision
+from pipeline.audit_state import record_intent, save_state
+from pipeline.audit_validation import AuditValidation
+from pipeline.config import PipelineConfig
+from pipeline.layout import WarehouseLayout
+from quality.batch_engine import choose_batch_engine, queries_views
+from warehouse.delta import DeltaEngine
+from warehouse.state_store import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class AuditIntents:
+    """Decides and commits an output table's batch through an intent, and finishes an
+    intent a crash left open."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        spark: SparkSession,
+        engine: DeltaEngine,
+        store: StateStore,
+        layout: WarehouseLayout,
+        validation: AuditValidation,
+    ) -> None:
+        self.config = config
+        self.spark = spark
+        self.engine = engine
+        self.store = store
+        self.layout = layout
+        self.validation = validation
+
+    def decide_and_commit(
+        self,
+        table: str,
+        run_id: str,
+        staged: StagedBatch,
+        batch: tuple[int, int],
+        views: AuditViews,
+        failures: list[str],
+        state: dict[str, Any],
+        record: dict[str, Any],
+        interval: tuple[datetime, datetime] | None = None,
+        rows: int | None = None,
+    ) -> TableAudit:
+        """Validate, write the intent, commit the decision, record the audit state.
+
+        ``rows``: the batch's rows where the Delta log already says (else it is counted).
+
+        Where a suite holds SQL expectations, the staged batch and the accounting views are
+        cached for the duration: GX computes each SQL expectation twice (its rows and their
+        count), and every view joins Delta reads that would otherwise be planned and scanned
+        again each time (column metrics alone read the batch's files, projected, faster
+        than caching them: :mod:`quality.batch_engine`). A small batch with
+        engine-independent expectations is collected once and validated in memory instead
+        (:mod:`quality.batch_engine`). Without suites nothing reads the batch: its rows come
+        from the log and its files are added to gold as they are (``append_rows_added``).
+        """
+        quality = self.config.quality.get(table)
+        suites = self.validation.suites(table, quality)
+        expectations = [
+            (e.expectation_type, e.configuration.kwargs) for s in suites for e in s.expectations
+        ]
+        engine = choose_batch_engine(
+            expectations, rows, quality.in_memory_max_rows if quality is not None else 0
+        )
+        if suites:
+            logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
+        # Views are built only when a suite reads them: cached on Spark, or in the driver's
+        # memory for an in-memory batch (the Spark frames collected where that cannot be).
+        frames: dict[str, DataFrame] = {}
+        collected: dict[str, pa.Table] | None = None
+        if queries_views(expectations):
+            if engine.name == "spark":
+                staged.cache()
+                frames = {name: view.cache() for name, view in views.spark().items()}
+            else:
+                if views.arrow is not None:
+                    with optional_phase(self.engine.clock, "validate"):
+                        collected = self.validation.arrow_views(table, views.arrow)
+                if collected is None:
+                    frames = views.spark()
+        try:
+            audit = self.validation.decide(
+                table,
+                run_id,
+                staged,
+                batch,
+                frames,
+                collected,
+                failures,
+                rows,
+                suites,
+                engine,
+                interval,
+            )
+            state["intent"] = {
+                "run_id": run_id,
+                "batch": list(batch),
+                "action": audit.action,
+                "rows": audit.rows,
+                "failures": audit.failures,
+                "interval": [t.isoformat() for t in interval] if interval else None,
+                "record": record,
+                "expectations_evaluated": sum(len(o.expectations) for o in audit.outcomes),
+                "expectations_failed": sum(len(o.failures) for o in audit.outcomes),
+            }
+            save_state(self.store, self.layout, table, state)
+            crash_point("audit.before_publish")
+            commit_decision(self.engine, self.layout, table, audit, staged, interval)
+            crash_point("audit.after_publish")
+        finally:
+            staged.unpersist()
+            for view in frames.values():
+                view.unpersist()
+        record_intent(self.store, self.layout, table, state)
+        return audit
+
+    def finish(self, table: str, state: dict[str, Any]) -> TableAudit | None:
+        """Complete an audit whose decision was recorded but whose state was not."""
+        intent = state.get("intent")
+        if not intent:
+            return None
+        batch = (int(intent["batch"][0]), int(intent["batch"][1]))
+        interval: tuple[datetime, datetime] | None = None
+        silver = self.layout.staged(table)
+        if intent.get("interval"):
+            interval = (
+                datetime.fromisoformat(intent["interval"][0]),
+                datetime.fromisoformat(intent["interval"][1]),
+            )
+            staged = interval_batch(self.spark, self.engine, silver, batch[1], interval)
+        else:
+            staged = live_batch(self.spark, self.engine, silver, *batch)
+        audit = TableAudit(
+            table, intent["run_id"], batch, intent["action"], intent["rows"], intent["failures"]
+        )
+        logger.warning(
+            "audit %s: finishing the interrupted audit of run %s, batch v%d..v%d (%s)",
+            table,
+            audit.run_id,
+            batch[0] + 1,
+            batch[1],
+            audit.action,
+        )
+        commit_decision(self.engine, self.layout, table, audit, staged, interval)
+        record_intent(self.store, self.layout, table, state)
+        return audit

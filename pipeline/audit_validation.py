@@ -1,0 +1,220 @@
+"""Validating a staged batch against its table's Great Expectations suites.
+
+The suites a table names (or its config checks) run as a GX Checkpoint, on Spark or on
+the batch collected into the driver's memory (:mod:`quality.batch_engine` chooses); the
+outcome decides publish, quarantine or warn, and one row per expectation is appended to
+``_quality/results``. Data Docs are rendered once per command from the stored results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from common.phase_clock import optional_phase
+from pipeline.audit_batch import PUBLISHED, QUARANTINED, UNCHECKED, WARNED, StagedBatch, TableAudit
+from pipeline.config import PipelineConfig
+from pipeline.layout import WarehouseLayout
+from quality.batch_engine import BatchEngine, InMemoryBatch
+from quality.config import QualityConfig
+from quality.docs_queue import DocsQueue
+from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
+from warehouse.delta import AppTransaction, DeltaEngine
+from warehouse.delta.api import live_rows_added_arrow
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+logger = logging.getLogger(__name__)
+
+
+class AuditValidation:
+    """Runs an output table's suites over a staged batch and writes their results."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        engine: DeltaEngine,
+        layout: WarehouseLayout,
+        gate: Any = None,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.layout = layout
+        self._gate = gate
+
+    @property
+    def gate(self) -> Any:
+        if self._gate is None:
+            from quality.gate import QualityGate  # GX loads only when a suite runs
+
+            assets = self.config.docs_assets_dir
+            self._gate = QualityGate.of(self.layout.gx_project(), Path(assets) if assets else None)
+        return self._gate
+
+    def update_docs(self) -> None:
+        """Render this command's validation results into Data Docs: one site build.
+
+        Data Docs are a view of results already stored (GX's store and ``_quality/results``):
+        a rendering error is logged, never allowed to replace the audit's own outcome.
+        """
+        if self._gate is None:
+            return
+        queue = DocsQueue(self.layout.gx_project()) if self.config.data_docs == "report" else None
+        with optional_phase(self.engine.clock, "validate"):
+            try:
+                self._gate.update_docs(queue)
+            except Exception as e:  # noqa: BLE001 - GX raises many unrelated types
+                logger.error("could not render Data Docs for this run's results: %s", e)
+
+    def render_queued_docs(self) -> int:
+        """Render the Data Docs pages ``validate`` queued (``data_docs: report``); how many.
+        GX is imported only when the queue holds pages."""
+        queue = DocsQueue(self.layout.gx_project())
+        if not queue.pending():
+            return 0
+        rendered = int(self.gate.render_queued(queue))
+        logger.info("Data Docs: rendered %d queued page(s)", rendered)
+        return rendered
+
+    @staticmethod
+    def arrow_views(
+        table: str, build: Callable[[], dict[str, pa.Table]]
+    ) -> dict[str, pa.Table] | None:
+        """The audit views built in the driver, or None when that failed (memory, say):
+        the Spark views are then built and collected instead."""
+        try:
+            return build()
+        except (pa.ArrowException, duckdb.Error, MemoryError) as e:
+            logger.warning(
+                "audit %s: building the audit views in memory failed (%s); Spark builds them",
+                table,
+                str(e).splitlines()[0][:300],
+            )
+            return None
+
+    def decide(
+        self,
+        table: str,
+        run_id: str,
+        staged: StagedBatch,
+        batch: tuple[int, int],
+        views: dict[str, DataFrame],
+        collected: dict[str, pa.Table] | None,
+        failures: list[str],
+        rows: int | None,
+        suites: list[ExpectationSuite],
+        engine: BatchEngine,
+        interval: tuple[datetime, datetime] | None,
+    ) -> TableAudit:
+        """Run the suites over the staged batch on ``engine`` and write their results;
+        ``rows`` is the batch's row count if the log gave it; ``views`` the audit views as
+        Spark frames, or ``collected`` already in the driver's memory."""
+        if rows is None:
+            rows = staged.frame().count()
+        quality = self.config.quality.get(table)
+        in_memory = None
+        if engine.name == "pandas":
+            in_memory = self._collect(table, staged, batch, views, collected, interval)
+        outcomes = self._run_suites(table, run_id, staged, views, suites, in_memory)
+        failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
+        warn_only = quality is not None and quality.warn_only
+        if failures:
+            action = WARNED if warn_only else QUARANTINED
+        else:
+            action = PUBLISHED if suites else UNCHECKED
+        audit = TableAudit(table, run_id, batch, action, rows, failures, outcomes)
+        self._write_results(audit)
+        log = logger.error if action == QUARANTINED else logger.info
+        log(
+            "audit %s batch v%d..v%d: %d row(s) %s%s",
+            table,
+            batch[0] + 1,
+            batch[1],
+            rows,
+            action,
+            f"; failed: {'; '.join(failures)}" if failures else "",
+        )
+        if action == UNCHECKED:
+            logger.warning("%s has no quality checks configured; published unchecked", table)
+        return audit
+
+    def suites(self, table: str, quality: QualityConfig | None) -> list[ExpectationSuite]:
+        """The suites that check ``table``: those it names, or else its config checks."""
+        if quality is None or not quality.checked:
+            return []
+        from quality.suites import config_suite, load_suite
+
+        directory = Path(self.config.expectations_dir)
+        with optional_phase(self.engine.clock, "validate"):  # GX's import included
+            return [load_suite(directory, name, quality) for name in quality.suites] or [
+                config_suite(table, quality)
+            ]
+
+    def _collect(
+        self,
+        table: str,
+        staged: StagedBatch,
+        batch: tuple[int, int],
+        views: dict[str, DataFrame],
+        collected: dict[str, pa.Table] | None,
+        interval: tuple[datetime, datetime] | None,
+    ) -> InMemoryBatch:
+        """The batch in the driver, and the audit views its suites query: ``collected``
+        when they were built in memory, else ``views`` collected (either holds only the
+        views a suite reads: ``AuditIntents.decide_and_commit``)."""
+        with optional_phase(self.engine.clock, "validate"):
+            # A live batch is whole files of silver: read them in the driver, no Spark job.
+            rows = (
+                staged.frame().toPandas()
+                if interval is not None
+                else live_rows_added_arrow(
+                    self.engine, self.layout.staged(table), *batch
+                ).to_pandas()
+            )
+            if collected is None:
+                collected = {name: view.toArrow() for name, view in views.items()}
+        return InMemoryBatch(rows, staged.schema_frame(), collected)
+
+    def _run_suites(
+        self,
+        table: str,
+        run_id: str,
+        staged: StagedBatch,
+        views: dict[str, DataFrame],
+        suites: list[ExpectationSuite],
+        in_memory: InMemoryBatch | None,
+    ) -> list[SuiteOutcome]:
+        """Validate the batch against ``suites``: ``in_memory`` (GX's pandas engine, DuckDB
+        for SQL) when the batch was collected, else ``staged`` on Spark."""
+        if not suites:
+            return []
+        with optional_phase(self.engine.clock, "validate"):
+            batch = staged.frame() if in_memory is None else in_memory
+            return [
+                self.gate.validate(table, suite, batch, run_id, views=views) for suite in suites
+            ]
+
+    def _write_results(self, audit: TableAudit) -> None:
+        rows = result_rows(
+            audit.run_id,
+            audit.table,
+            audit.outcomes,
+            audit.batch,
+            audit.action,
+            datetime.now(UTC).replace(tzinfo=None),
+        )
+        if not rows:
+            return
+        path = self.layout.quality_results()
+        self.engine.create_table(path, RESULTS_SCHEMA)
+        self.engine.append_rows(
+            path, rows, RESULTS_SCHEMA, AppTransaction(f"quality.{audit.table}", audit.batch[1])
+        )

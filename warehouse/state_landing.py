@@ -1,0 +1,146 @@
+"""The landing-file ledger: one row per landing-zone file, with its size and SHA-256.
+
+Ingestion registers each file once by (stream, path), records what loading it gave, and
+finds earlier files with the same content; a file whose content changed before it loaded
+gets a new row with a fresh id (Delta skips app-transaction versions it has seen).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from common.errors import StateStoreError
+from warehouse.state_sessions import StoreSessions
+from warehouse.state_tables import REJECTED, LandingFile, utcnow
+
+
+class LandingLedger(StoreSessions):
+    """The store's ``landing_files`` table."""
+
+    def landing_file(self, stream: str, path: str) -> LandingFile | None:
+        with self._session() as session:
+            return session.scalar(
+                select(LandingFile).where(LandingFile.stream == stream, LandingFile.path == path)
+            )
+
+    def register_landing_file(
+        self,
+        stream: str,
+        path: str,
+        size_bytes: int,
+        sha256: str,
+        run_id: str,
+        *,
+        status: str = "registered",
+        error: str | None = None,
+        etag: str | None = None,
+    ) -> LandingFile:
+        """Add a file to the ledger; a file that is never to load is recorded final at once.
+        ``etag``: an object's ETag, of the very bytes whose ``sha256`` this is."""
+        with self._session() as session:
+            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error, etag)
+            session.add(row)
+            session.flush()
+            return row
+
+    def reregister_landing_file(
+        self,
+        file_id: int,
+        size_bytes: int,
+        sha256: str,
+        run_id: str,
+        *,
+        status: str = "registered",
+        error: str | None = None,
+        etag: str | None = None,
+    ) -> LandingFile:
+        """Replace a never-loaded ledger row by a new row for the file's new content (and
+        ``etag``, as :meth:`register_landing_file`).
+
+        The new row gets a fresh id, greater than every id used so far: ingestion commits
+        under the id as a Delta app-transaction version, and Delta skips a version at or
+        below the last one it recorded. The old row's path is moved aside before the insert
+        (the (stream, path) key must stay unique) so that SQLite, which numbers a new row
+        max(id) + 1, cannot hand the old id out again; then the old row is deleted. All in
+        one transaction, so the moved-aside path is never seen.
+        """
+        with self._session() as session:
+            old = session.get(LandingFile, file_id)
+            if old is None:
+                raise StateStoreError(f"no landing file with id {file_id}")
+            stream, path = old.stream, old.path
+            old.path = f"{path} (ledger id {old.id}, being replaced)"
+            session.flush()
+            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error, etag)
+            session.add(row)
+            session.flush()
+            session.delete(old)
+            session.flush()
+            return row
+
+    def landing_file_with_digest(
+        self, stream: str, sha256: str, statuses: Sequence[str]
+    ) -> LandingFile | None:
+        """The earliest file of ``stream`` with this SHA-256 whose status is in ``statuses``."""
+        with self._session() as session:
+            return session.scalar(
+                select(LandingFile)
+                .where(
+                    LandingFile.stream == stream,
+                    LandingFile.sha256 == sha256,
+                    LandingFile.status.in_(list(statuses)),
+                )
+                .order_by(LandingFile.id)
+                .limit(1)
+            )
+
+    def update_landing_file(self, file_id: int, **fields: Any) -> None:
+        with self._session() as session:
+            row = session.get(LandingFile, file_id)
+            if row is None:
+                raise StateStoreError(f"no landing file with id {file_id}")
+            for key, value in fields.items():
+                setattr(row, key, value)
+
+    def landing_files(self, stream: str, status: str | None = None) -> list[LandingFile]:
+        with self._session() as session:
+            query = select(LandingFile).where(LandingFile.stream == stream)
+            if status is not None:
+                query = query.where(LandingFile.status == status)
+            return list(session.scalars(query.order_by(LandingFile.id)))
+
+
+def _landing_row(
+    stream: str,
+    path: str,
+    size_bytes: int,
+    sha256: str,
+    run_id: str,
+    status: str,
+    error: str | None,
+    etag: str | None = None,
+) -> LandingFile:
+    """A new ledger row; a file that is never to load is recorded as finished at once."""
+    return LandingFile(
+        stream=stream,
+        path=path,
+        size_bytes=size_bytes,
+        sha256=sha256,
+        etag=etag,
+        run_id=run_id,
+        status=status,
+        error=error,
+        finished_at=None if status == "registered" else utcnow(),
+    )
+
+
+def rejected_files_in_place(store: LandingLedger, stream: str) -> list[LandingFile]:
+    """Rejected files of a stream that are still in its landing directory.
+
+    Here, beside the ledger, so that ``enrich status`` answers without importing Spark.
+    """
+    return [row for row in store.landing_files(stream, REJECTED) if os.path.lexists(row.path)]
