@@ -98,6 +98,7 @@ from warehouse.landing_parse import (
     StreamSource,
     count_records,
     parse_staged,
+    read_parquet,
     split_records,
     unreadable,
 )
@@ -115,6 +116,7 @@ logger = logging.getLogger(__name__)
 
 SOURCE_FILE = "_source_file"
 BATCH_ID = "_batch_id"
+STAGED_NAME = "_staged_name"  # a group scan's column: the staged copy a row was read from
 TEXT_FORMATS = frozenset({"csv", "json"})
 GROUP_FILES = 256
 """Files at most in one bronze commit (:meth:`_StreamIngest._load_group`)."""
@@ -185,6 +187,14 @@ def _disjoint(parsed: ParsedFile, group: list[tuple[LandingFile, StagedCopy, Par
         if other.ids is not None and not (ids.high < other.ids.low or ids.low > other.ids.high):
             return False
     return True
+
+
+def _staged_names(
+    group: list[tuple[LandingFile, StagedCopy, ParsedFile]],
+) -> dict[str, LandingFile]:
+    """The group's ledger rows by their staged copy's file name (what a scan's
+    ``_metadata.file_name`` gives; a name twice would keep one row)."""
+    return {staged.url.rstrip("/").rsplit("/", 1)[-1]: row for row, staged, _ in group}
 
 
 def _now() -> datetime:
@@ -508,28 +518,25 @@ class _StreamIngest:
         )
 
     def _load_group(self, group: list[tuple[LandingFile, StagedCopy, ParsedFile]]) -> None:
-        """Load files of disjoint ids in one Spark job and one bronze commit, under the app
-        transaction of the group's last ledger id: the commit lands all of them or none,
-        and a rerun after it finds each file's rows in bronze (:meth:`_in_bronze`). Each
-        file keeps its own observation, ledger row and quarantine append. A group whose
-        write fails on a file Spark cannot read is loaded file by file, so that only that
-        file is rejected."""
-        if len(group) <= 1:
+        """Load files of disjoint ids in one scan, one Spark job and one bronze commit,
+        under the app transaction of the group's last ledger id: the commit lands all of
+        them or none, and a rerun after it finds each file's rows in bronze
+        (:meth:`_in_bronze`). Each file keeps its own ledger row and quarantine append. Its
+        counts come from its footer when the group's observation found no record to hold
+        back (the usual case), else from a count of its own. A group whose write fails on a
+        file Spark cannot read is loaded file by file, so that only that file is rejected."""
+        if len(group) <= 1 or len(_staged_names(group)) < len(group):
             for row, staged, parsed in group:
                 self._load(row, staged, parsed)
             return
-        frames, observed = [], []
-        for row, _, parsed in group:
-            frame, counts, known = self._observed_valid(row, parsed)
-            frames.append(frame)
-            observed.append((counts, known))
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
+        counts = Observation(f"ingest.{self.source.name}.{group[0][0].id}-{uuid.uuid4().hex[:8]}")
+        known = self._group_known(group)
         last = group[-1][0]
         try:
             outcome = self.engine.append(
-                self.source.bronze_path, union, AppTransaction(self._app, last.id)
+                self.source.bronze_path,
+                self._group_valid(group, counts, known),
+                AppTransaction(self._app, last.id),
             )
         except Py4JJavaError as e:
             logger.warning(
@@ -548,13 +555,70 @@ class _StreamIngest:
             group[0][0].id,
             last.id,
         )
-        for (row, staged, parsed), (counts, known) in zip(group, observed, strict=True):
+        observed = counts.get if outcome.committed else {}
+        footers = sum(parsed.rows or 0 for _, _, parsed in group)
+        clean = (
+            not observed.get("bad")
+            and observed.get("received") == footers
+            and all(parsed.rows is not None for _, _, parsed in group)
+        )
+        for row, staged, parsed in group:
             try:
-                received, bad, resent = self._counted(outcome, counts, parsed.frame, known)
-                self._quarantine(row, parsed.frame, known, bad)
+                if clean:
+                    received, bad, resent = int(parsed.rows or 0), 0, 0
+                else:  # records held back somewhere in the group: each file counts its own
+                    received, bad, resent = count_records(parsed.frame, self.source, known)
+                    self._quarantine(row, parsed.frame, known, bad)
             finally:
                 staged.delete()
             self._finish(row, received, bad, resent)
+
+    def _group_valid(
+        self,
+        group: list[tuple[LandingFile, StagedCopy, ParsedFile]],
+        counts: Observation,
+        known: KnownRecords | None,
+    ) -> DataFrame:
+        """The group's valid records, read in one scan, each stamped with its landing file's
+        path and ledger id (found by its staged copy's name, unique per file); ``counts``
+        observes the whole group as the write passes it."""
+        by_name = _staged_names(group)
+        urls = [staged.url for _, staged, _ in group]
+        frame = read_parquet(self.spark, self.source, urls).withColumn(
+            STAGED_NAME, F.col("_metadata.file_name")
+        )
+        valid, _ = split_records(
+            frame, self.source.schema, self.source.required, counts, known, keep=(STAGED_NAME,)
+        )
+        paths = F.create_map(*[F.lit(x) for n, r in by_name.items() for x in (n, r.path)])
+        ids = F.create_map(*[F.lit(x) for n, r in by_name.items() for x in (n, r.id)])
+        name = F.col(STAGED_NAME)
+        return valid.select(
+            *self.source.schema.fieldNames(),
+            F.element_at(paths, name).alias(SOURCE_FILE),
+            F.element_at(ids, name).cast(T.LongType()).alias(BATCH_ID),
+        )
+
+    def _group_known(
+        self, group: list[tuple[LandingFile, StagedCopy, ParsedFile]]
+    ) -> KnownRecords | None:
+        """What bronze held before the group under any id of its files (their footers'
+        ranges; the files hold no id in common, so none re-sends another's records)."""
+        id_column = self.source.id_column
+        if id_column is None or self.committed == 0:
+            return None
+        ranges = [parsed.ids for _, _, parsed in group if parsed.ids is not None]
+        if not ranges:
+            return None
+        return known_records(
+            self.engine,
+            self.source.bronze_path,
+            id_column,
+            BATCH_ID,
+            SOURCE_FILE,
+            group[0][0].id,
+            lambda: IdRange(min(r.low for r in ranges), max(r.high for r in ranges)),
+        )
 
     def _in_bronze(self, row: LandingFile) -> bool:
         """Does bronze hold rows of ``row``'s ledger id? Asked of a file registered below

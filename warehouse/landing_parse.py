@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,6 +76,7 @@ def split_records(
     required: tuple[str, ...],
     counts: Observation | None = None,
     known: KnownRecords | None = None,
+    keep: Sequence[str] = (),
 ) -> tuple[DataFrame, DataFrame]:
     """Split parsed rows into valid rows and (record, reason) rows for quarantine.
 
@@ -81,6 +84,8 @@ def split_records(
     them is a re-send or a conflict (:mod:`warehouse.record_identity`), not valid.
     With ``counts``, every row is counted as it passes (``received``; ``bad``: those
     given a reason; ``resent``: the re-sends among them), whichever frame is computed.
+    ``keep``: columns of ``parsed`` beyond the declared ones that both frames carry along
+    (the file a row came from, when several files are read at once).
     """
     columns = schema.fieldNames()
     corrupt = F.col(CORRUPT).isNotNull()
@@ -103,59 +108,86 @@ def split_records(
             F.sum(F.col("reason").isNotNull().cast(T.LongType())).alias("bad"),
             F.sum(F.col("reason").startswith(RESENT).cast(T.LongType())).alias("resent"),
         )
-    valid = tagged.where(F.col("reason").isNull()).select(*columns)
+    valid = tagged.where(F.col("reason").isNull()).select(*columns, *keep)
     malformed = tagged.where(F.col("reason").isNotNull()).select(
-        F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*columns))).alias("record"), "reason"
+        F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*columns))).alias("record"), "reason", *keep
     )
     return valid, malformed
 
 
 @dataclass(frozen=True)
 class ParsedFile:
-    """A staged file, read lazily, and its id range when its checks already found it."""
+    """A checked staged file, read lazily: Spark plans its read (a listing and a schema
+    resolution, about 0.1 s) only when :attr:`frame` is asked for, which a file loaded with
+    others in one scan (:func:`read_parquet`) never is. Its id range when its checks found
+    it; its row count when its format states one (a Parquet footer)."""
 
-    frame: DataFrame
+    read: Callable[[], DataFrame]
     ids: IdRange | None = None
     ids_checked: bool = False  # True: ``ids`` is the file's id range (None: no ids)
+    rows: int | None = None
+
+    @cached_property
+    def frame(self) -> DataFrame:
+        return self.read()
+
+
+def read_parquet(spark: SparkSession, source: StreamSource, urls: Sequence[str]) -> DataFrame:
+    """One scan of checked Parquet files (their staged copies' URLs), in the shape
+    :func:`split_records` takes: the declared columns and a null corrupt-record column
+    (Parquet's types were checked against the footer, so no record is unparsed)."""
+    return (
+        spark.read.schema(source.schema)
+        .parquet(*urls)
+        .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
+    )
 
 
 def parse_staged(
     spark: SparkSession, source: StreamSource, staged: StagedCopy, path: str
 ) -> ParsedFile:
-    """Read the staged copy ``staged`` of landing file ``path`` (named in messages)."""
+    """Check the staged copy ``staged`` of landing file ``path`` (named in messages); its
+    read is planned when first asked for."""
     with_corrupt = T.StructType(
         [*source.schema.fields, T.StructField(CORRUPT, T.StringType(), True)]
     )
     if source.format == "json":
         checked = _check_json_keys(spark, source, staged, path)
-        frame = (
-            spark.read.schema(with_corrupt)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .json(staged.url)
+        return ParsedFile(
+            lambda: (
+                spark.read.schema(with_corrupt)
+                .option("mode", "PERMISSIVE")
+                .option("columnNameOfCorruptRecord", CORRUPT)
+                .json(staged.url)
+            ),
+            checked.ids,
+            checked.ids_checked,
         )
-        return ParsedFile(frame, checked.ids, checked.ids_checked)
     if source.format == "csv":
         _check_csv_header(source, staged, path)
         return ParsedFile(
-            spark.read.schema(with_corrupt)
-            .option("header", source.csv_header)
-            .option("sep", source.csv_delimiter)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .csv(staged.url)
+            lambda: (
+                spark.read.schema(with_corrupt)
+                .option("header", source.csv_header)
+                .option("sep", source.csv_delimiter)
+                .option("mode", "PERMISSIVE")
+                .option("columnNameOfCorruptRecord", CORRUPT)
+                .csv(staged.url)
+            )
         )
     footer = _check_parquet_schema(source, staged, path)
-    frame = (
-        spark.read.schema(source.schema)
-        .parquet(staged.url)
-        .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
-    )
+    url = staged.url
+    rows = footer.num_rows
     # The footer's statistics state the id range when every row group has them.
     stats = column_stats(footer).get(source.id_column) if source.id_column else None
     if stats is None or stats.min is None or stats.max is None:
-        return ParsedFile(frame)
-    return ParsedFile(frame, IdRange(stats.min, stats.max), ids_checked=True)
+        return ParsedFile(lambda: read_parquet(spark, source, [url]), rows=rows)
+    return ParsedFile(
+        lambda: read_parquet(spark, source, [url]),
+        IdRange(stats.min, stats.max),
+        ids_checked=True,
+        rows=rows,
+    )
 
 
 def count_records(

@@ -614,3 +614,45 @@ def test_a_crash_after_a_shared_commit_resumes_without_duplicates(
     assert bronze_commits(h) == 1  # nothing written again
     assert sorted(r[0] for r in h.bronze()) == [1, 2, 3, 4]
     assert {h.entry(f"{n}.parquet").status for n in "abc"} == {"loaded"}
+
+
+def test_a_shared_commit_counts_and_quarantines_each_file_of_its_own(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """One scan for the group, yet each file keeps its own counts and quarantine rows: a
+    re-sent record in one, a null required value in another, a clean third."""
+    h = parquet_harness(spark, tmp_path)
+    write_parquet(h.landing / "a.parquet", [1, 2])
+    assert h.ingest().files_loaded == 1
+    write_parquet(h.landing / "b.parquet", [2, 3])  # id 2 re-sent with the same content
+    with_null = pa.table(
+        {
+            "id": pa.array([4, 5], pa.int64()),
+            "k": pa.array([1, 2], pa.int64()),
+            "label": pa.array(["l4", "l5"], pa.string()),
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), None], pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
+    pq.write_table(with_null, h.landing / "c.parquet")
+    write_parquet(h.landing / "d.parquet", [6])
+    report = h.ingest()
+    assert (report.files_loaded, report.records_received, report.records_loaded) == (3, 5, 3)
+    assert (report.records_quarantined, report.records_resent) == (1, 1)
+    assert bronze_commits(h) == 2  # a's, then b, c and d in one
+    assert sorted(h.bronze_by_file()) == [
+        ("a.parquet", 1),
+        ("a.parquet", 2),
+        ("b.parquet", 3),
+        ("c.parquet", 4),
+        ("d.parquet", 6),
+    ]
+    counts = {
+        n: (e.records_received, e.records_loaded, e.records_quarantined, e.records_resent)
+        for n in "bcd"
+        for e in [h.entry(f"{n}.parquet")]
+    }
+    assert counts == {"b": (2, 1, 0, 1), "c": (2, 1, 1, 0), "d": (1, 1, 0, 0)}
+    reasons = sorted((Path(f).name, r.split(":")[0]) for f, r, _ in h.quarantine())
+    assert reasons == [("b.parquet", "re-sent"), ("c.parquet", "null in required column(s)")]
