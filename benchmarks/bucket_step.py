@@ -36,7 +36,8 @@ from joins.ssbj.buckets import bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.roles import NEW, PARTITION, PENDING, ROLE, master_field, stream_field
-from joins.ssbj.step import JoinSpec, WideTable
+from joins.ssbj.step import JoinSpec
+from joins.ssbj.wide_table import WideTable
 from warehouse.delta.schema import spark_to_arrow
 
 logger = logging.getLogger(__name__)

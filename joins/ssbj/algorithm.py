@@ -276,10 +276,13 @@ class StepCounts:
     returned_hits_unmatched: int = 0
 
 
+Output = tuple[Row, Row | None, int | None]
+"""(stream row, master row, master version); (stream row, None, None) for unmatched rows."""
+
+
 @dataclass
 class StepResult:
-    # (stream row, master row, master version); (stream row, None, None) for unmatched rows
-    output: list[tuple[Row, Row | None, int | None]]
+    output: list[Output]
     state: BucketState
     counts: StepCounts
 
@@ -368,12 +371,8 @@ def run_step(
     ``joins.ssbj.late``): each is a new tuple of this step, probing H_R then entering H_S
     for a cycle at the plan's version, and is counted in the ``returned*`` counts too.
     """
-    position = plan.position
     counts = StepCounts()
-    output: list[tuple[Row, Row | None, int | None]] = []
-    cache = brought_forward(state.cache, cache_delta, plan) if plan.use_cache else {}
-    counters = state.counters
-    buffer = state.switch_buffer
+    output: list[Output] = []
     pending = state.pending
     for tup in pending:
         if tup.pinned_version not in plan.partition_versions:
@@ -382,34 +381,75 @@ def run_step(
                 f"{tup.pinned_version}, whose partition the plan does not hold "
                 f"({sorted(plan.partition_versions)})"
             )
+    cache, counters, buffer = _start_cycle(plan, state, cache_delta, switch_delta)
+    _cache_phase(plan, cache, counters, pending, returning, new_tuples, output, counts)
+    position = plan.position
+    if plan.use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
+        counters = _choose_switches(plan, cache, counters, buffer, pending, tracked, spread)
+    index = {v: by_key(partitions.get(v, ()), plan) for v in plan.partition_versions}
+    _disk_phase(plan, index, counters, buffer, pending, tracked, output)
+    kept = _expire(plan, pending, output, counts)
+    counts.output_rows = len(output)
+    counts.pending_rows = len(kept)
+    counts.cache_rows = sum(max(1, len(rows)) for rows in cache.values())
+    counts.counter_rows = len(counters)
+    counts.switch_rows = sum(len(rows) for rows in buffer.values())
+    return StepResult(output, BucketState(kept, cache, counters, buffer), counts)
 
-    if plan.use_cache and position.starts_cycle:
-        if position.state is CycleState.PHASE_OUT and buffer:
-            # Lines 9–10: s_B holds every row of each marked value (the switching cycle met
-            # all k partitions); it moves into H_R whole, at the plan's version.
-            cache.update(brought_forward(buffer, switch_delta, plan))
-            buffer = {}
-        if position.evicts:
-            # Lines 42–49: m_cache = |H_R(j)|·v_R against m_disk = f_count/E·v_S.
-            for key in [k for k in cache]:
-                hits = counters[key].hits if key in counters else 0
-                if should_evict(
-                    len(cache[key]),
-                    hits,
-                    plan.sizes,
-                    plan.switch_factor,
-                    position.eviction_cycles,
-                ):
-                    del cache[key]
-            for c in counters.values():
-                c.hits = 0
-        if position.state is CycleState.INCREMENTING:
-            # Line 12: s_count restarts with the cycle (zero already since line 33 reset
-            # it, unless the state was saved before that reset moved there).
-            _reset_s_count(counters)
-        counters = _nonzero(counters)
 
-    # Cache phase, lines 15–23.
+def _start_cycle(
+    plan: StepPlan,
+    state: BucketState,
+    cache_delta: MasterDelta | None,
+    switch_delta: MasterDelta | None,
+) -> tuple[dict[Key, list[Row]], dict[Key, KeyCounters], dict[Key, list[Row]]]:
+    """H_R brought to the plan's version, and at a cycle's start lines 9–12: s_B moved into
+    H_R (phase-out), the eviction test (lines 42–49), s_count restarted (incrementing).
+    Returns (H_R, the counters, s_B)."""
+    position = plan.position
+    cache = brought_forward(state.cache, cache_delta, plan) if plan.use_cache else {}
+    counters = state.counters
+    buffer = state.switch_buffer
+    if not (plan.use_cache and position.starts_cycle):
+        return cache, counters, buffer
+    if position.state is CycleState.PHASE_OUT and buffer:
+        # Lines 9–10: s_B holds every row of each marked value (the switching cycle met
+        # all k partitions); it moves into H_R whole, at the plan's version.
+        cache.update(brought_forward(buffer, switch_delta, plan))
+        buffer = {}
+    if position.evicts:
+        # Lines 42–49: m_cache = |H_R(j)|·v_R against m_disk = f_count/E·v_S.
+        for key in [k for k in cache]:
+            hits = counters[key].hits if key in counters else 0
+            if should_evict(
+                len(cache[key]),
+                hits,
+                plan.sizes,
+                plan.switch_factor,
+                position.eviction_cycles,
+            ):
+                del cache[key]
+        for c in counters.values():
+            c.hits = 0
+    if position.state is CycleState.INCREMENTING:
+        # Line 12: s_count restarts with the cycle (zero already since line 33 reset
+        # it, unless the state was saved before that reset moved there).
+        _reset_s_count(counters)
+    return cache, _nonzero(counters), buffer
+
+
+def _cache_phase(
+    plan: StepPlan,
+    cache: Mapping[Key, list[Row]],
+    counters: dict[Key, KeyCounters],
+    pending: list[PendingTuple],
+    returning: Sequence[Row],
+    new_tuples: Sequence[Row],
+    output: list[Output],
+    counts: StepCounts,
+) -> None:
+    """Lines 15–23: each tuple (the returning ones first) probes H_R; a hit is answered at
+    once (line 18) and counted (line 19), a miss enters H_S (line 21)."""
     version = plan.master_version
     returned = len(returning)
     for n, row in enumerate(chain(returning, new_tuples)):
@@ -432,34 +472,56 @@ def run_step(
             counts.returned_hits_unmatched += 0 if entry or not plan.left_join else 1
     counts.returned = returned
 
-    if plan.use_cache and position.starts_cycle and position.state is CycleState.SWITCHING:
-        # Line 33, once per value at the start of the switching cycle, over H_S with this
-        # step's chunk: switch j when |H_S(j)|·v_S > s_f·s_count(j)·v_R.
-        waiting = Counter(t.key for t in pending if not has_null(t.key))
-        for key, tuples in waiting.items():
-            if key in cache or key in buffer or (tracked is not None and key not in tracked):
-                continue
-            counted = counters.get(key)
-            if plan.estimator == "extrapolated":
-                if counted is None:
-                    continue  # never counted: its master rows are not known yet
-                estimate = estimated_master_rows(
-                    counted.master_rows, counted.observed, position.partitions
-                )
-                if estimate is None:
-                    continue  # no row counted over part of the cycle: it stays in H_S
-            else:
-                estimate = counted.master_rows if counted is not None else 0
-            whole = tuples * spread.get(key, 1) if spread else tuples
-            if should_switch_into_cache(whole, estimate, plan.sizes, plan.switch_factor):
-                buffer[key] = []
-        # Line 33 was s_count's last reader until the next incrementing cycle counts it
-        # afresh: it is reset here, and only values with hits keep their counters.
-        _reset_s_count(counters)
-        counters = _nonzero(counters)
 
-    # Disk phase, lines 24–27: each pending tuple meets this partition of its version.
-    index = {v: by_key(partitions.get(v, ()), plan) for v in plan.partition_versions}
+def _choose_switches(
+    plan: StepPlan,
+    cache: Mapping[Key, list[Row]],
+    counters: dict[Key, KeyCounters],
+    buffer: dict[Key, list[Row]],
+    pending: Sequence[PendingTuple],
+    tracked: frozenset[Key] | None,
+    spread: Mapping[Key, int] | None,
+) -> dict[Key, KeyCounters]:
+    """Line 33, once per value at the start of the switching cycle, over H_S with this
+    step's chunk: mark j for s_B when |H_S(j)|·v_S > s_f·s_count(j)·v_R. Returns the
+    counters left: s_count reset, only values with hits kept."""
+    position = plan.position
+    waiting = Counter(t.key for t in pending if not has_null(t.key))
+    for key, tuples in waiting.items():
+        if key in cache or key in buffer or (tracked is not None and key not in tracked):
+            continue
+        counted = counters.get(key)
+        if plan.estimator == "extrapolated":
+            if counted is None:
+                continue  # never counted: its master rows are not known yet
+            estimate = estimated_master_rows(
+                counted.master_rows, counted.observed, position.partitions
+            )
+            if estimate is None:
+                continue  # no row counted over part of the cycle: it stays in H_S
+        else:
+            estimate = counted.master_rows if counted is not None else 0
+        whole = tuples * spread.get(key, 1) if spread else tuples
+        if should_switch_into_cache(whole, estimate, plan.sizes, plan.switch_factor):
+            buffer[key] = []
+    # Line 33 was s_count's last reader until the next incrementing cycle counts it
+    # afresh: it is reset here, and only values with hits keep their counters.
+    _reset_s_count(counters)
+    return _nonzero(counters)
+
+
+def _disk_phase(
+    plan: StepPlan,
+    index: Mapping[int, Mapping[Key, list[Row]]],
+    counters: dict[Key, KeyCounters],
+    buffer: dict[Key, list[Row]],
+    pending: Sequence[PendingTuple],
+    tracked: frozenset[Key] | None,
+    output: list[Output],
+) -> None:
+    """Lines 24–27: each pending tuple meets this partition of its version; lines 28–29
+    count s_count (incrementing); line 34 fills s_B with the marked values' rows
+    (switching)."""
     for tup in pending:
         if has_null(tup.key):
             continue
@@ -469,27 +531,28 @@ def run_step(
             # Only a left join reads the flag; an inner join's H_S rows stay as they
             # entered, so a chunk the step did not change is not rewritten.
             tup.matched = tup.matched or plan.left_join
-
-    if plan.use_cache and position.state is CycleState.INCREMENTING:
-        # Lines 28–29: s_count of every pending value over the current partition.
-        current = index[version]
+    if not plan.use_cache:
+        return
+    state = plan.position.state
+    if state is CycleState.INCREMENTING:
+        current = index[plan.master_version]
         for key in {t.key for t in pending if not has_null(t.key)}:
             if tracked is not None and key not in tracked:
                 continue
             c = counters.setdefault(key, KeyCounters())
             c.master_rows += len(current.get(key, ()))
             c.observed += 1
-    if (
-        plan.use_cache
-        and position.state is CycleState.SWITCHING
-        and plan.switch_version is not None
-    ):
-        # Line 34: the marked values' rows of this partition go to s_B.
+    if state is CycleState.SWITCHING and plan.switch_version is not None:
         source = index[plan.switch_version]
         for key, rows in buffer.items():
             rows.extend(source.get(key, ()))
 
-    # Lines 39–41: the chunk that has now met all k partitions leaves H_S.
+
+def _expire(
+    plan: StepPlan, pending: Sequence[PendingTuple], output: list[Output], counts: StepCounts
+) -> list[PendingTuple]:
+    """Lines 39–41: the chunk that has now met all k partitions leaves H_S (a left join
+    answers its unmatched tuples with nulls). Returns H_S after the step."""
     expiring = plan.expiring_entry_step()
     kept: list[PendingTuple] = []
     for tup in pending:
@@ -499,10 +562,4 @@ def run_step(
                 output.append((tup.row, None, None))
         else:
             kept.append(tup)
-
-    counts.output_rows = len(output)
-    counts.pending_rows = len(kept)
-    counts.cache_rows = sum(max(1, len(rows)) for rows in cache.values())
-    counts.counter_rows = len(counters)
-    counts.switch_rows = sum(len(rows) for rows in buffer.values())
-    return StepResult(output, BucketState(kept, cache, counters, buffer), counts)
+    return kept

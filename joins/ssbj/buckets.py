@@ -40,7 +40,8 @@ from joins.ssbj.bucket_keys import (
     sketch_rows,
     unasked_partition_rows_dropped,
 )
-from joins.ssbj.columnar import ColumnarLayout, columnar_result, supports
+from joins.ssbj.columnar import columnar_result
+from joins.ssbj.columnar_tables import ColumnarLayout, supports
 from joins.ssbj.key_loads import key_loads, key_loads_by_bucket
 from joins.ssbj.late import LateRule, sort_late_rows
 from joins.ssbj.roles import (

@@ -30,6 +30,22 @@ import pyarrow.compute as pc
 from common.arrow_rows import rows_where
 from joins.ssbj.algorithm import StepCounts, StepPlan
 from joins.ssbj.cache.rcycle import CycleState
+from joins.ssbj.columnar_tables import (
+    KEY,
+    ColumnarLayout,
+    Counters,
+    constant,
+    counts_of,
+    distinct,
+    lookup,
+    member_of,
+    role_rows,
+    row_numbers,
+    supports,
+    value_counts,
+    with_column,
+    with_key,
+)
 from joins.ssbj.roles import (
     CACHE,
     COUNTER,
@@ -52,167 +68,9 @@ from joins.ssbj.roles import (
     SWITCH,
     VALUE,
     VERSION,
-    master_field,
-    stream_field,
 )
 
-_KEY = "__key"  # the join value, as the master's type, on every role table here
 _POS = "__pos"  # a stream tuple's row in its role table
-
-
-@dataclass(frozen=True)
-class ColumnarLayout:
-    """The bucket table's columns this module reads and writes."""
-
-    stream_fields: tuple[str, ...]  # s__<column>, every stream column
-    master_fields: tuple[str, ...]  # r__<column>, every projected master column
-    stream_key: str  # the stream's join column (its s__ field)
-    master_key: str  # the master's join column (its r__ field)
-
-    @classmethod
-    def of(
-        cls,
-        stream_columns: tuple[str, ...],
-        master_columns: tuple[str, ...],
-        stream_keys: tuple[str, ...],
-        master_keys: tuple[str, ...],
-    ) -> ColumnarLayout | None:
-        """None when the join has more than one column (the reference model runs it)."""
-        if len(stream_keys) != 1 or len(master_keys) != 1:
-            return None
-        return cls(
-            tuple(stream_field(c) for c in stream_columns),
-            tuple(master_field(c) for c in master_columns),
-            stream_field(stream_keys[0]),
-            master_field(master_keys[0]),
-        )
-
-
-def supports(table: pa.Table, layout: ColumnarLayout) -> bool:
-    """Whether the join column's type compares in Arrow as the join compares it."""
-    key = table.schema.field(layout.master_key).type
-    stream = table.schema.field(layout.stream_key).type
-    if pa.types.is_string(key):
-        return pa.types.is_string(stream)
-    # A stream key is cast to the master's type: only one that widens to it casts safely
-    # (a wider value the master type cannot hold would fail, where it just matches nothing).
-    return (
-        pa.types.is_signed_integer(key)
-        and pa.types.is_signed_integer(stream)
-        and stream.bit_width <= key.bit_width
-    )
-
-
-def _role(table: pa.Table, role: str) -> pa.Table:
-    # A role's rows are one run of the step's rows (``common.arrow_rows``): a slice.
-    return rows_where(table, pc.equal(table.column(ROLE), role))
-
-
-def _with_key(rows: pa.Table, column: str, key_type: pa.DataType) -> pa.Table:
-    return rows.append_column(_KEY, rows.column(column).cast(key_type))
-
-
-def _in(values: pa.ChunkedArray | pa.Array, keys: pa.Array) -> pa.ChunkedArray:
-    """Membership (a null is in nothing: null join values match no row)."""
-    return pc.fill_null(pc.is_in(values, value_set=keys, skip_nulls=True), False)
-
-
-def _unique(values: pa.ChunkedArray | pa.Array) -> pa.Array:
-    found = pc.unique(values)
-    if isinstance(found, pa.ChunkedArray):
-        found = found.combine_chunks()
-    return found.drop_null()
-
-
-def _counts(values: pa.ChunkedArray | pa.Array, key_type: pa.DataType) -> pa.Table:
-    """(key, n) per distinct non-null value."""
-    table = pa.table({_KEY: values})
-    table = rows_where(table, pc.is_valid(table.column(_KEY)))
-    if table.num_rows == 0:
-        return pa.table({_KEY: pa.array([], key_type), "n": pa.array([], pa.int64())})
-    counted = table.group_by(_KEY).aggregate([(_KEY, "count")])
-    return counted.select([_KEY, f"{_KEY}_count"]).rename_columns([_KEY, "n"])
-
-
-def _lookup(keys: pa.Array | pa.ChunkedArray, table: pa.Table, column: str) -> np.ndarray:
-    """``column`` of ``table`` (one row per key) for each of ``keys``; 0 where absent."""
-    if table.num_rows == 0 or len(keys) == 0:
-        return np.zeros(len(keys), dtype=np.int64)
-    index = pc.index_in(keys, value_set=table.column(_KEY))
-    values = np.asarray(table.column(column).to_numpy(zero_copy_only=False), dtype=np.int64)
-    found = index.to_numpy(zero_copy_only=False)
-    missing = np.isnan(found) if found.dtype.kind == "f" else np.zeros(len(found), bool)
-    where = np.where(missing, 0, np.nan_to_num(found)).astype(np.int64)
-    result = values[where] if len(values) else np.zeros(len(keys), dtype=np.int64)
-    result[missing] = 0
-    return result
-
-
-@dataclass
-class _Counters:
-    """f_count, s_count and the partitions observed, one row per value (key column)."""
-
-    table: pa.Table
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def column(self, name: str) -> np.ndarray:
-        return np.array(self.table.column(name).to_numpy(zero_copy_only=False), np.int64)
-
-    def with_columns(self, columns: dict[str, np.ndarray]) -> _Counters:
-        table = self.table
-        for name, values in columns.items():
-            index = table.schema.get_field_index(name)
-            table = table.set_column(index, name, pa.array(values, pa.int64()))
-        return _Counters(table)
-
-    def without_s_count(self) -> _Counters:
-        """s_count and its partitions reset (line 12), and the values left with no
-        counter at all dropped."""
-        zeros = np.zeros(len(self), np.int64)
-        return self.with_columns({MASTER_ROWS: zeros, OBSERVED: zeros}).nonzero()
-
-    def nonzero(self) -> _Counters:
-        """The values with some counter above zero (``KeyCounters.is_zero``)."""
-        table = self.table
-        kept = pc.or_(
-            pc.or_(pc.not_equal(table.column(HITS), 0), pc.not_equal(table.column(MASTER_ROWS), 0)),
-            pc.not_equal(table.column(OBSERVED), 0),
-        )
-        return _Counters(table.filter(kept))
-
-    def add(
-        self, key_type: pa.DataType, keys: pa.Array, increments: dict[str, np.ndarray]
-    ) -> _Counters:
-        """Counters of ``keys`` (distinct values; created at zero) incremented by
-        ``increments``: the counters in their order, then the values that had none, in
-        the order of ``keys``."""
-        # One hash look-up of the keys among the counters: where each is, or null.
-        at = pc.index_in(keys, value_set=self.table.column(_KEY)).to_numpy(zero_copy_only=False)
-        found = ~np.isnan(at) if at.dtype.kind == "f" else np.ones(len(at), bool)
-        rows = np.nan_to_num(at[found]).astype(np.int64)
-        absent = keys.filter(pa.array(~found))
-        updated = {}
-        for name in (HITS, MASTER_ROWS, OBSERVED):
-            column = self.column(name)
-            by = increments.get(name)
-            added = np.zeros(len(absent), np.int64)
-            if by is not None:
-                by = np.asarray(by, np.int64)
-                column[rows] += by[found]
-                added += by[~found]
-            updated[name] = np.concatenate([column, added])
-        # One chunk: appended to step after step, the key column would gain a chunk each.
-        known = self.table.column(_KEY).chunks
-        return _Counters(
-            pa.table(
-                {
-                    _KEY: pa.concat_arrays([*known, absent.cast(key_type)]),
-                    **{name: pa.array(values, pa.int64()) for name, values in updated.items()},
-                }
-            )
-        )
 
 
 @dataclass
@@ -224,7 +82,7 @@ class _Bucket:
     new: pa.Table
     pending: pa.Table
     cache: pa.Table | None
-    counters: _Counters
+    counters: Counters
     marked: pa.Array
     switch: pa.Table
     parts: pa.Table
@@ -269,7 +127,7 @@ def columnar_result(
         collected = b.parts.filter(
             pc.and_(
                 pc.equal(b.parts.column(VERSION), plan.switch_version),
-                _in(b.parts.column(_KEY), b.marked),
+                member_of(b.parts.column(KEY), b.marked),
             )
         )
         b.switch = pa.concat_tables(
@@ -281,10 +139,10 @@ def columnar_result(
 def _decode(
     table: pa.Table, layout: ColumnarLayout, plan: StepPlan, key_type: pa.DataType
 ) -> _Bucket:
-    """The bucket's role tables, each with the join value as ``_KEY``: H_R without the
+    """The bucket's role tables, each with the join value as ``KEY``: H_R without the
     empty-entry markers its rows make moot, one counter row and one mark per value."""
-    new = _with_key(_role(table, NEW), layout.stream_key, key_type)
-    pending = _with_key(_role(table, PENDING), layout.stream_key, key_type)
+    new = with_key(role_rows(table, NEW), layout.stream_key, key_type)
+    pending = with_key(role_rows(table, PENDING), layout.stream_key, key_type)
     pinned = pending.column(PINNED_VERSION)
     if (
         pending.num_rows
@@ -296,7 +154,9 @@ def _decode(
             f"step {plan.step}: a pending tuple is pinned to a master version whose "
             f"partition the plan does not hold ({sorted(plan.partition_versions)})"
         )
-    cache = _with_key(_role(table, CACHE), layout.master_key, key_type) if plan.use_cache else None
+    cache = (
+        with_key(role_rows(table, CACHE), layout.master_key, key_type) if plan.use_cache else None
+    )
     if cache is not None and cache.num_rows:
         # A value's rows make its entry; an empty-entry marker beside them means nothing.
         # H_R is large (at SF30 most of the step's memory): only its key column is
@@ -304,13 +164,15 @@ def _decode(
         # steps hold no empty entry at all, and skip the filter.
         empty = pc.fill_null(cache.column(EMPTY), False)
         if pc.any(empty).as_py():
-            stored = _unique(pc.filter(cache.column(_KEY), pc.invert(empty)))
-            cache = rows_where(cache, pc.invert(pc.and_(empty, _in(cache.column(_KEY), stored))))
-    counter_rows = _role(table, COUNTER)
-    counters = _Counters(
+            stored = distinct(pc.filter(cache.column(KEY), pc.invert(empty)))
+            cache = rows_where(
+                cache, pc.invert(pc.and_(empty, member_of(cache.column(KEY), stored)))
+            )
+    counter_rows = role_rows(table, COUNTER)
+    counters = Counters(
         pa.table(
             {
-                _KEY: counter_rows.column(layout.master_key).cast(key_type),
+                KEY: counter_rows.column(layout.master_key).cast(key_type),
                 HITS: counter_rows.column(HITS).cast(pa.int64()),
                 MASTER_ROWS: counter_rows.column(MASTER_ROWS).cast(pa.int64()),
                 OBSERVED: counter_rows.column(OBSERVED).cast(pa.int64()),
@@ -318,23 +180,23 @@ def _decode(
         )
     )
     if not plan.one_row_per_value and pc.count_distinct(
-        counters.table.column(_KEY), mode="all"
+        counters.table.column(KEY), mode="all"
     ).as_py() < len(counters):
         # One row per value: a split key's replicas handed their counters to its owner
         # (hits add up, master rows were counted over the same partitions), as
         # ``decode_state`` does. The counters this pass wrote are one per value already.
-        counters = _Counters(
-            counters.table.group_by(_KEY)
+        counters = Counters(
+            counters.table.group_by(KEY)
             .aggregate([(HITS, "sum"), (MASTER_ROWS, "max"), (OBSERVED, "max")])
-            .select([_KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
-            .rename_columns([_KEY, HITS, MASTER_ROWS, OBSERVED])
+            .select([KEY, f"{HITS}_sum", f"{MASTER_ROWS}_max", f"{OBSERVED}_max"])
+            .rename_columns([KEY, HITS, MASTER_ROWS, OBSERVED])
         )
-    marked = _role(table, MARKED).column(layout.master_key).cast(key_type).combine_chunks()
+    marked = role_rows(table, MARKED).column(layout.master_key).cast(key_type).combine_chunks()
     if not plan.one_row_per_value:
-        marked = _unique(marked)
-    switch = _with_key(_role(table, SWITCH), layout.master_key, key_type)
-    parts = _with_key(_role(table, PARTITION), layout.master_key, key_type)
-    parts = rows_where(parts, pc.is_valid(parts.column(_KEY)))
+        marked = distinct(marked)
+    switch = with_key(role_rows(table, SWITCH), layout.master_key, key_type)
+    parts = with_key(role_rows(table, PARTITION), layout.master_key, key_type)
+    parts = rows_where(parts, pc.is_valid(parts.column(KEY)))
     return _Bucket(key_type, new, pending, cache, counters, marked, switch, parts, StepCounts(), [])
 
 
@@ -346,10 +208,12 @@ def _start_cycle(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> None:
     if position.state is CycleState.PHASE_OUT and len(b.marked):
         # Lines 9–10: s_B moves into H_R whole; a marked value without rows is an
         # empty entry (the negative cache).
-        kept = b.cache.filter(pc.invert(_in(b.cache.column(_KEY), b.marked)))
-        moved = _set(b.switch, EMPTY, pa.repeat(pa.scalar(False, pa.bool_()), b.switch.num_rows))
-        with_rows = _unique(b.switch.column(_KEY))
-        bare = b.marked.filter(pc.invert(_in(b.marked, with_rows)))
+        kept = b.cache.filter(pc.invert(member_of(b.cache.column(KEY), b.marked)))
+        moved = with_column(
+            b.switch, EMPTY, pa.repeat(pa.scalar(False, pa.bool_()), b.switch.num_rows)
+        )
+        with_rows = distinct(b.switch.column(KEY))
+        bare = b.marked.filter(pc.invert(member_of(b.marked, with_rows)))
         # s_B was collected a chunk per step: H_R takes it as one.
         b.cache = pa.concat_tables(
             [
@@ -376,8 +240,8 @@ def _cache_phase(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> None:
     new = new.append_column(_POS, pa.array(np.arange(new.num_rows, dtype=np.int64)))
     if plan.use_cache:
         assert cache is not None
-        b.cached_keys = cache.column(_KEY)
-        hit = _in(new.column(_KEY), b.cached_keys)
+        b.cached_keys = cache.column(KEY)
+        hit = member_of(new.column(KEY), b.cached_keys)
     else:
         b.cached_keys = pa.chunked_array([], key_type)
         hit = pa.chunked_array([pa.array(np.zeros(new.num_rows, bool))])
@@ -389,26 +253,26 @@ def _cache_phase(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> None:
         # Only the hits' keys are copied: the join takes their rows from ``new`` by
         # position, and the entries' rows from H_R (copying all of H_R to drop its empty
         # entries cost 75 ms a step at SF30).
-        per_key = _counts(pc.filter(new.column(_KEY), hit), key_type)
-        hit_keys = per_key.column(_KEY).combine_chunks()
-        b.counters = b.counters.add(key_type, hit_keys, {HITS: _n(per_key)})
+        per_key = value_counts(pc.filter(new.column(KEY), hit), key_type)
+        hit_keys = per_key.column(KEY).combine_chunks()
+        b.counters = b.counters.add(key_type, hit_keys, {HITS: counts_of(per_key)})
         with_rows = pc.and_(
             pc.invert(pc.fill_null(cache.column(EMPTY), False)),
-            _in(cache.column(_KEY), hit_keys),
+            member_of(cache.column(KEY), hit_keys),
         )
         matched = _join(new, cache, layout, on_version=False, kept=(hit, with_rows))
         version = plan.master_version
-        b.outputs.append(_versioned(matched, _constant(version, pa.int64(), matched.num_rows)))
+        b.outputs.append(_versioned(matched, constant(version, pa.int64(), matched.num_rows)))
         if plan.left_join:
-            entries = _unique(pc.filter(cache.column(_KEY), with_rows))
-            empty = new.filter(pc.and_(hit, pc.invert(_in(new.column(_KEY), entries))))
+            entries = distinct(pc.filter(cache.column(KEY), with_rows))
+            empty = new.filter(pc.and_(hit, pc.invert(member_of(new.column(KEY), entries))))
             counts.cache_hits_unmatched = empty.num_rows
             b.outputs.append(_out_unmatched(empty, layout))
     entered = misses.drop_columns([_POS])
     n = entered.num_rows
-    entered = _set(entered, ENTRY_STEP, _constant(plan.step, pa.int64(), n))
-    entered = _set(entered, PINNED_VERSION, _constant(plan.master_version, pa.int64(), n))
-    entered = _set(entered, MATCHED, _constant(False, pa.bool_(), n))
+    entered = with_column(entered, ENTRY_STEP, constant(plan.step, pa.int64(), n))
+    entered = with_column(entered, PINNED_VERSION, constant(plan.master_version, pa.int64(), n))
+    entered = with_column(entered, MATCHED, constant(False, pa.bool_(), n))
     pending = pa.concat_tables(
         [b.pending, entered.select(b.pending.schema.names).cast(b.pending.schema)]
     )
@@ -420,19 +284,22 @@ def _choose_switches(b: _Bucket, plan: StepPlan, tracked: pa.Array | None) -> No
     neither cached nor marked) whose tuples there outweigh its master rows."""
     position, counters = plan.position, b.counters
     assert b.cache is not None and b.cached_keys is not None
-    waiting = _counts(b.pending.column(_KEY), b.key_type)
+    waiting = value_counts(b.pending.column(KEY), b.key_type)
     if tracked is not None:
-        waiting = waiting.filter(_in(waiting.column(_KEY), tracked))
+        waiting = waiting.filter(member_of(waiting.column(KEY), tracked))
     candidates = waiting.filter(
         pc.invert(
-            pc.or_(_in(waiting.column(_KEY), b.cached_keys), _in(waiting.column(_KEY), b.marked))
+            pc.or_(
+                member_of(waiting.column(KEY), b.cached_keys),
+                member_of(waiting.column(KEY), b.marked),
+            )
         )
     )
-    keys = candidates.column(_KEY).combine_chunks()
-    tuples = _n(candidates)
-    counted = _in(keys, counters.table.column(_KEY)).to_numpy(zero_copy_only=False)
-    master_rows = _lookup(keys, counters.table, MASTER_ROWS)
-    observed = _lookup(keys, counters.table, OBSERVED)
+    keys = candidates.column(KEY).combine_chunks()
+    tuples = counts_of(candidates)
+    counted = member_of(keys, counters.table.column(KEY)).to_numpy(zero_copy_only=False)
+    master_rows = lookup(keys, counters.table, MASTER_ROWS)
+    observed = lookup(keys, counters.table, OBSERVED)
     if plan.estimator == "extrapolated":
         # ``estimated_master_rows``: known when some row was counted, or when every
         # partition was seen and none was (m = 0).
@@ -460,13 +327,13 @@ def _disk_phase(b: _Bucket, layout: ColumnarLayout, plan: StepPlan) -> pa.Table:
     """Lines 24–27: H_S meets the partition's rows on (value, pinned version); a left
     join flags the tuples that matched. Returns H_S's tuples with a value."""
     pending = b.pending
-    live = rows_where(pending, pc.is_valid(pending.column(_KEY)))
+    live = rows_where(pending, pc.is_valid(pending.column(KEY)))
     met = _join(live, b.parts, layout, on_version=True)
     b.outputs.append(_versioned(met, met.column(PINNED_VERSION)))
     if plan.left_join:  # the flag is a left join's (``joins.ssbj.algorithm``)
-        matched_now = _unique(met.column(_POS)) if met.num_rows else pa.array([], pa.int64())
+        matched_now = distinct(met.column(_POS)) if met.num_rows else pa.array([], pa.int64())
         was = pc.fill_null(pending.column(MATCHED), False)
-        b.pending = _set(
+        b.pending = with_column(
             pending, MATCHED, pc.or_(was, pc.is_in(pending.column(_POS), value_set=matched_now))
         )
     return live
@@ -481,16 +348,16 @@ def _count_master_rows(
     copied every column of 1.5M rows a step at SF30 (the partition is one version,
     usually: then the rows are one run and nothing is copied)."""
     parts = b.parts
-    current = rows_where(parts.select([_KEY]), pc.equal(parts.column(VERSION), plan.master_version))
-    values = _unique(live.column(_KEY))
+    current = rows_where(parts.select([KEY]), pc.equal(parts.column(VERSION), plan.master_version))
+    values = distinct(live.column(KEY))
     if tracked is not None:
-        values = values.filter(_in(values, tracked))
-    rows_per_key = _counts(current.column(_KEY), b.key_type)
+        values = values.filter(member_of(values, tracked))
+    rows_per_key = value_counts(current.column(KEY), b.key_type)
     b.counters = b.counters.add(
         b.key_type,
         values,
         {
-            MASTER_ROWS: _lookup(values, rows_per_key, "n"),
+            MASTER_ROWS: lookup(values, rows_per_key, "n"),
             OBSERVED: np.ones(len(values), np.int64),
         },
     )
@@ -534,20 +401,6 @@ def _expire_and_encode(
     return _encode(schema, layout, out, kept, b.cache, b.counters, b.marked, b.switch, counts)
 
 
-def _constant(value: object, kind: pa.DataType, n: int) -> pa.Array:
-    """``n`` times ``value`` (pa.repeat: a Python list of n values costs ~1 µs a row)."""
-    return pa.repeat(pa.scalar(value, kind), n)
-
-
-def _n(table: pa.Table) -> np.ndarray:
-    return np.asarray(table.column("n").to_numpy(zero_copy_only=False), np.int64)
-
-
-def _set(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
-    index = table.schema.get_field_index(name)
-    return table.set_column(index, table.schema.field(name).with_type(values.type), values)
-
-
 def _join(
     tuples: pa.Table,
     master: pa.Table,
@@ -561,11 +414,11 @@ def _join(
     take part (the others' rows are not copied)."""
     # Only the keys and row numbers go through the hash join (Arrow's join cannot carry
     # nested columns, and need not copy any): the rows are taken by number after it.
-    keys = [_KEY, PINNED_VERSION] if on_version else [_KEY]
+    keys = [KEY, PINNED_VERSION] if on_version else [KEY]
     versions = [VERSION] if on_version else []
-    left = tuples.select(keys).append_column("__left", _row_numbers(tuples.num_rows))
-    right = master.select([_KEY, *versions]).rename_columns(["__rkey", *versions])
-    right = right.append_column("__right", _row_numbers(master.num_rows))
+    left = tuples.select(keys).append_column("__left", row_numbers(tuples.num_rows))
+    right = master.select([KEY, *versions]).rename_columns(["__rkey", *versions])
+    right = right.append_column("__right", row_numbers(master.num_rows))
     if kept is not None:
         left, right = left.filter(kept[0]), right.filter(kept[1])
     if left.num_rows and right.num_rows:
@@ -578,10 +431,6 @@ def _join(
     for name in layout.master_fields:
         carried = carried.append_column(name, rows.column(name))
     return carried
-
-
-def _row_numbers(n: int) -> pa.Array:
-    return pa.array(np.arange(n, dtype=np.int64))
 
 
 def _out_columns(layout: ColumnarLayout) -> tuple[str, ...]:
@@ -612,7 +461,7 @@ def _out_unmatched(tuples: pa.Table, layout: ColumnarLayout) -> pa.Table:
 def _key_rows(keys: pa.Array, schema: pa.Schema, layout: ColumnarLayout, empty: bool) -> pa.Table:
     columns = {}
     for f in schema:
-        if f.name in (layout.master_key, _KEY):
+        if f.name in (layout.master_key, KEY):
             columns[f.name] = keys.cast(f.type)
         elif f.name == EMPTY:
             columns[f.name] = pa.repeat(pa.scalar(empty, pa.bool_()), len(keys))
@@ -623,25 +472,25 @@ def _key_rows(keys: pa.Array, schema: pa.Schema, layout: ColumnarLayout, empty: 
     return pa.table(columns, schema=schema)
 
 
-def _evicted(cache: pa.Table, counters: _Counters, plan: StepPlan, cycles: int) -> pa.Table:
+def _evicted(cache: pa.Table, counters: Counters, plan: StepPlan, cycles: int) -> pa.Table:
     """Lines 42–49: drop every value with |H_R(j)|·v_R >= s_f·f_count(j)/E·v_S."""
     if cache.num_rows == 0:
         return cache
     stored = pc.cast(pc.invert(pc.fill_null(cache.column(EMPTY), False)), pa.int64())
     per_key = (
-        pa.table({_KEY: cache.column(_KEY), "n": stored})
-        .group_by(_KEY)
+        pa.table({KEY: cache.column(KEY), "n": stored})
+        .group_by(KEY)
         .aggregate([("n", "sum")])
-        .select([_KEY, "n_sum"])
-        .rename_columns([_KEY, "n"])
+        .select([KEY, "n_sum"])
+        .rename_columns([KEY, "n"])
     )
-    keys = per_key.column(_KEY).combine_chunks()
-    rows = _n(per_key)
-    hits = _lookup(keys, counters.table, HITS)
+    keys = per_key.column(KEY).combine_chunks()
+    rows = counts_of(per_key)
+    hits = lookup(keys, counters.table, HITS)
     sizes = plan.sizes
     evict = rows * sizes.master_bytes >= plan.switch_factor * (hits / cycles * sizes.stream_bytes)
     dropped = keys.filter(pa.array(evict))
-    return cache.filter(pc.invert(_in(cache.column(_KEY), dropped)))
+    return cache.filter(pc.invert(member_of(cache.column(KEY), dropped)))
 
 
 def _encode(
@@ -650,7 +499,7 @@ def _encode(
     out: pa.Table | None,
     kept: pa.Table,
     cache: pa.Table | None,
-    counters: _Counters,
+    counters: Counters,
     marked: pa.Array,
     switch: pa.Table,
     counts: StepCounts,
@@ -711,7 +560,7 @@ def _encode(
         COUNTER,
         ct.num_rows,
         {
-            layout.master_key: ct.column(_KEY),
+            layout.master_key: ct.column(KEY),
             HITS: ct.column(HITS),
             MASTER_ROWS: ct.column(MASTER_ROWS),
             OBSERVED: ct.column(OBSERVED),

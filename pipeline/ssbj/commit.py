@@ -26,7 +26,7 @@ from joins.ssbj.algorithm import Schedule
 from joins.ssbj.cache.intake import OperatorMemory
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.segments import SEGMENT
-from joins.ssbj.step import WideTable
+from joins.ssbj.wide_table import WideTable
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.ssbj.reading import file_rows
 from pipeline.ssbj.report import SsbjStepReport

@@ -32,7 +32,8 @@ from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.late import LATE_SINCE
 from joins.ssbj.roles import PENDING, ROLE, stream_field
-from joins.ssbj.step import INPUT_VERSION, WideTable
+from joins.ssbj.step import INPUT_VERSION
+from joins.ssbj.wide_table import WideTable
 from pipeline.row_bytes import measured_row_bytes
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.scan_copy import partition

@@ -42,13 +42,13 @@ from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.roles import KEY_LOAD, KEY_SKETCH, METRIC_ROLE
 from joins.ssbj.segments import SEGMENT, changed_segments, prints_of, with_segments
 from joins.ssbj.step import (
-    WideTable,
     bucket_loads,
     state_of,
     state_of_arrow,
     summary_of,
     summary_rows_arrow,
 )
+from joins.ssbj.wide_table import WideTable
 from pipeline.ssbj import hot_keys, planning, reading
 from pipeline.ssbj.commit import commit_step, state_segmented
 from pipeline.ssbj.report import SsbjStepReport

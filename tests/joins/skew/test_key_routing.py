@@ -19,8 +19,8 @@ from joins.skew.key_routing import (
     spread_loads,
     task_labels,
 )
+from joins.ssbj.bucket_routing import bucket_label, bucket_labels
 from joins.ssbj.roles import CACHE, COUNTER, MARKED, NEW, PARTITION, PENDING, SWITCH
-from joins.ssbj.step import bucket_label, bucket_labels
 
 INTS = [0, 1, -1, 7, 42, 2**31 - 1, -(2**31), 123_456_789, -987_654]
 

@@ -29,7 +29,8 @@ from joins.ssbj.bucket_encode import encode_result
 from joins.ssbj.buckets import bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import CycleState
-from joins.ssbj.columnar import ColumnarLayout, columnar_result
+from joins.ssbj.columnar import columnar_result
+from joins.ssbj.columnar_tables import ColumnarLayout
 from joins.ssbj.roles import (
     ADDED,
     CACHE,

@@ -13,7 +13,8 @@ from pyspark.sql import types as T
 
 from joins.skew.key_routing import KeyRouting
 from joins.ssbj.roles import CACHE, ENTRY_STEP, PENDING, ROLE, master_field, stream_field
-from joins.ssbj.step import INPUT_VERSION, JoinSpec, WideTable
+from joins.ssbj.step import INPUT_VERSION, JoinSpec
+from joins.ssbj.wide_table import WideTable
 from tests.helpers import assert_same_multiset
 
 UTC = dt.UTC

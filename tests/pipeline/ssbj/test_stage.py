@@ -22,7 +22,8 @@ from joins.skew.asketch import ASketch, SketchShape
 from joins.ssbj.cache.inequality import should_switch_into_cache
 from joins.ssbj.roles import BUCKET
 from joins.ssbj.segments import SEGMENT
-from joins.ssbj.step import SCAN_PART, JoinSpec, WideTable, scan_rows
+from joins.ssbj.step import SCAN_PART, JoinSpec, scan_rows
+from joins.ssbj.wide_table import WideTable
 from pipeline.runner import PipelineRunner
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness
