@@ -126,6 +126,8 @@ class ParsedFile:
     ids: IdRange | None = None
     ids_checked: bool = False  # True: ``ids`` is the file's id range (None: no ids)
     rows: int | None = None
+    required_nulls: int | None = None
+    """Nulls in the declared required columns, by the footer's statistics (None: unknown)."""
 
     @cached_property
     def frame(self) -> DataFrame:
@@ -177,17 +179,36 @@ def parse_staged(
         )
     footer = _check_parquet_schema(source, staged, path)
     url = staged.url
-    rows = footer.num_rows
+    rows, nulls = footer.num_rows, _required_nulls(footer, source.required)
     # The footer's statistics state the id range when every row group has them.
     stats = column_stats(footer).get(source.id_column) if source.id_column else None
     if stats is None or stats.min is None or stats.max is None:
-        return ParsedFile(lambda: read_parquet(spark, source, [url]), rows=rows)
+        return ParsedFile(
+            lambda: read_parquet(spark, source, [url]), rows=rows, required_nulls=nulls
+        )
     return ParsedFile(
         lambda: read_parquet(spark, source, [url]),
         IdRange(stats.min, stats.max),
         ids_checked=True,
         rows=rows,
+        required_nulls=nulls,
     )
+
+
+def _required_nulls(footer: pq.FileMetaData, required: Sequence[str]) -> int | None:
+    """The nulls of ``required`` columns in a Parquet file, summed over its row groups from
+    their statistics; None when a row group does not state a count."""
+    index = {footer.schema.column(i).path: i for i in range(footer.num_columns)}
+    total = 0
+    for group in range(footer.num_row_groups):
+        for name in required:
+            if name not in index:
+                return None
+            stats = footer.row_group(group).column(index[name]).statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            total += stats.null_count
+    return total
 
 
 def count_records(

@@ -17,6 +17,9 @@ from common.errors import StateStoreError
 from warehouse.state_sessions import StoreSessions
 from warehouse.state_tables import REJECTED, LandingFile, utcnow
 
+PATHS_PER_QUERY = 500
+"""Paths in one ``IN`` list: well within SQLite's and PostgreSQL's limits on parameters."""
+
 
 class LandingLedger(StoreSessions):
     """The store's ``landing_files`` table."""
@@ -26,6 +29,22 @@ class LandingLedger(StoreSessions):
             return session.scalar(
                 select(LandingFile).where(LandingFile.stream == stream, LandingFile.path == path)
             )
+
+    def landing_files_at(self, stream: str, paths: Sequence[str]) -> dict[str, LandingFile]:
+        """The ledger rows of ``paths`` (those it has), by path: one query per
+        :data:`PATHS_PER_QUERY` paths, where asking path by path cost a round trip each
+        (an ingest lists every file still in its landing zone, the loaded ones too)."""
+        found: dict[str, LandingFile] = {}
+        with self._session() as session:
+            for start in range(0, len(paths), PATHS_PER_QUERY):
+                chunk = list(paths[start : start + PATHS_PER_QUERY])
+                rows = session.scalars(
+                    select(LandingFile).where(
+                        LandingFile.stream == stream, LandingFile.path.in_(chunk)
+                    )
+                )
+                found.update((row.path, row) for row in rows)
+        return found
 
     def register_landing_file(
         self,

@@ -20,7 +20,7 @@ from common.errors import ConfigError
 from pipeline.config import ColumnSpec, StreamConfig
 from pipeline.runner import stream_source
 from tests.helpers import assert_same_multiset
-from warehouse import landing_local
+from warehouse import bronze_load, landing_local
 from warehouse.delta.embedded import EmbeddedDeltaEngine
 from warehouse.landing import (
     IngestReport,
@@ -656,3 +656,53 @@ def test_a_shared_commit_counts_and_quarantines_each_file_of_its_own(
     assert counts == {"b": (2, 1, 0, 1), "c": (2, 1, 1, 0), "d": (1, 1, 0, 0)}
     reasons = sorted((Path(f).name, r.split(":")[0]) for f, r, _ in h.quarantine())
     assert reasons == [("b.parquet", "re-sent"), ("c.parquet", "null in required column(s)")]
+
+
+@pytest.mark.parametrize("route", ["driver", "spark"])
+def test_a_clean_group_loads_the_same_rows_whichever_reads_it(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    route: str,
+) -> None:
+    """A group with nothing to split is read by pyarrow in the driver; too big a group, by
+    Spark. Either way bronze holds each file's records as the file has them (timestamps
+    with and without a zone, a null in a column that may be null), stamped with the file."""
+    if route == "spark":
+        monkeypatch.setattr(bronze_load, "DRIVER_GROUP_BYTES", 0)
+    h = parquet_harness(spark, tmp_path)
+    naive = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "k": pa.array([None, 7], pa.int64()),
+            "label": pa.array(["a", None], pa.string()),
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, 5), dt.datetime(2024, 3, 31, 23, 59, 59, 123456)],
+                pa.timestamp("us"),
+            ),
+        }
+    )
+    pq.write_table(naive, h.landing / "a.parquet")
+    write_parquet(h.landing / "b.parquet", [3, 4])
+    with caplog.at_level(logging.INFO, logger="warehouse.landing"):
+        report = h.ingest()
+    assert ("(read in the driver)" in caplog.text) == (route == "driver")
+    assert (report.files_loaded, report.records_loaded, report.records_quarantined) == (2, 4, 0)
+    assert bronze_commits(h) == 1
+
+    def utc(ts: dt.datetime) -> dt.datetime:
+        return ts if ts.tzinfo is None else ts.astimezone(dt.UTC).replace(tzinfo=None)
+
+    found = sorted(
+        (Path(r._source_file).name, r._batch_id, r.id, r.k, r.label, utc(r.ts))
+        for r in h.engine.read(h.source.bronze_path).collect()
+    )
+    a, b = h.entry("a.parquet").id, h.entry("b.parquet").id
+    assert found == [
+        ("a.parquet", a, 1, None, "a", dt.datetime(2024, 1, 1, 5)),
+        ("a.parquet", a, 2, 7, None, dt.datetime(2024, 3, 31, 23, 59, 59, 123456)),
+        ("b.parquet", b, 3, 0, "l3", dt.datetime(2024, 1, 1)),
+        ("b.parquet", b, 4, 1, "l4", dt.datetime(2024, 1, 1)),
+    ]
+    assert [h.entry(f"{n}.parquet").records_received for n in "ab"] == [2, 2]

@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from common.errors import DuplicateRecordError, StateStoreError
 from tests.postgres import PostgresServer
+from warehouse import state_landing
 from warehouse.state_completeness import IntervalRecord
 from warehouse.state_metrics import StepMetricValues
 from warehouse.state_schema import SCHEMA_VERSION
@@ -51,6 +52,19 @@ def test_landing_file_is_registered_once(store: StateStore) -> None:
         store.register_landing_file("orders", "/l/a.json", 10, "ab" * 32, "r1")
     found = store.landing_file("orders", "/l/a.json")
     assert found is not None and (found.status, found.records_loaded) == ("loaded", 3)
+
+
+@pytest.mark.parametrize("per_query", [1, 500])
+def test_landing_files_at_finds_the_ledger_rows_of_listed_paths(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch, per_query: int
+) -> None:
+    monkeypatch.setattr(state_landing, "PATHS_PER_QUERY", per_query)
+    store.start_run("r1", "ingest")
+    ids = {p: store.register_landing_file("s", p, 1, p * 8, "r1").id for p in ("/a", "/b", "/c")}
+    store.register_landing_file("other", "/a", 1, "x" * 8, "r1")  # another stream's
+    found = store.landing_files_at("s", ["/a", "/c", "/gone"])
+    assert {p: row.id for p, row in found.items()} == {"/a": ids["/a"], "/c": ids["/c"]}
+    assert store.landing_files_at("s", []) == {}
 
 
 def test_landing_file_of_a_run_without_its_own_ledger_row(store: StateStore) -> None:
