@@ -127,10 +127,10 @@ class BronzeLoad:
         )
 
     def _load_group(self, group: list[tuple[LandingFile, StagedCopy, ParsedFile]]) -> None:
-        """Load files of disjoint ids in one bronze commit, under the app transaction of the
-        group's last ledger id: the commit lands all of them or none, and a rerun after it
-        finds each file's rows in bronze (:meth:`_in_bronze`). Each file keeps its own
-        ledger row and quarantine append.
+        """Load files of disjoint ids (one or more) in one bronze commit, under the app
+        transaction of the group's last ledger id: the commit lands all of them or none,
+        and a rerun after it finds each file's rows in bronze (:meth:`_in_bronze`). Each
+        file keeps its own ledger row and quarantine append.
 
         A group whose every record is valid on its footers' word (no null in a required
         column, no id bronze may hold: nothing to split) is read by pyarrow in the driver
@@ -139,7 +139,9 @@ class BronzeLoad:
         counts come from its footer when nothing was held back, else from a count of its
         own. A group whose Spark write fails on a file Spark cannot read is loaded file by
         file, so that only that file is rejected."""
-        if len(group) <= 1 or len(_staged_names(group)) < len(group):
+        if not group:
+            return
+        if len(_staged_names(group)) < len(group):
             for row, staged, parsed in group:
                 self._load(row, staged, parsed)
             return
@@ -165,7 +167,7 @@ class BronzeLoad:
                 self._load(row, staged, parsed)
             return
         logger.info(
-            "ingest %s: %d files (ledger ids %d-%d) in one bronze commit%s",
+            "ingest %s: %d file(s) (ledger ids %d-%d) in one bronze commit%s",
             self.source.name,
             len(group),
             group[0][0].id,
@@ -213,8 +215,16 @@ class BronzeLoad:
         declared = spark_to_arrow(self.source.schema)
         tables = []
         for row, staged, _ in group:
-            with staged.open() as handle:
-                table = pq.read_table(handle, columns=names).select(names).cast(declared)
+            try:
+                with staged.open() as handle:
+                    table = pq.read_table(handle, columns=names).select(names).cast(declared)
+            except (pa.ArrowException, OSError) as e:
+                # A footer that reads over pages that do not: Spark's load finds the file
+                # and rejects it alone (``_load_group``'s fallback).
+                logger.info(
+                    "ingest %s: %s does not read in the driver (%s)", self.source.name, row.path, e
+                )
+                return None
             n = table.num_rows
             table = table.append_column(SOURCE_FILE, pa.repeat(pa.scalar(row.path), n))
             tables.append(
