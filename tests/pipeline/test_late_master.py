@@ -174,9 +174,8 @@ def uninterrupted(
     [
         # step 2: answers appended, the late table not rewritten
         ("baseline", "late.after_output:2"),
-        # step 2: both written, the step not recorded done
-        ("baseline", "stage.after_output_commit:2"),
-        # step 4, no new input: it emptied the late table, and is not recorded done
+        # step 4, no new input: it emptied the late table, and is not recorded done (both
+        # written, the step not recorded: the case of every step, here with the most undone)
         ("baseline", "stage.after_output_commit:4"),
         # SSBJ step 2 (the second run): output appended, the state with its late rows not
         ("ssbj", "ssbj.after_output:2"),

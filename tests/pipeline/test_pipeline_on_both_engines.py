@@ -213,24 +213,31 @@ def run_pipeline(
     return found
 
 
-def executors_import_the_shipped_zip(master: str, folder: Path) -> bool:
-    """Where the cluster's executors import the project from: the zip the driver shipped
-    (the project is also installed here, editable, so only the zip's path proves it)."""
+def executors_import_the_zip_and_see_none_of(master: str, folder: Path, hidden: list[Path]) -> bool:
+    """Whether the cluster's executors import the project from the zip the driver shipped
+    (the project is also installed here, editable, so only the zip's path proves it) and
+    find none of the driver's folders ``hidden`` (they exist here). One application asks
+    both: a driver and its executors take some 20 s to start on this cluster."""
+    assert all(path.is_dir() for path in hidden)
     script = (
+        "import json, os\n"
         "from warehouse.spark import SparkSettings, build_session\n"
         f"spark = build_session(SparkSettings(master={master!r}))\n"
-        "paths = spark.sparkContext.parallelize(range(4), 4).map(\n"
-        "    lambda _: __import__('joins.theta.key_sample').theta.key_sample.__file__).collect()\n"
-        "print('\\n'.join(paths))\n"
+        f"hidden = {[str(p) for p in hidden]!r}\n"
+        "def probe(_):\n"
+        "    module = __import__('joins.theta.key_sample').theta.key_sample.__file__\n"
+        "    return [module, [os.listdir(p) for p in hidden]]\n"
+        "print(json.dumps(spark.sparkContext.parallelize(range(4), 4).map(probe).collect()))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=folder, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    paths = done.stdout.split()
-    assert len(paths) == 4 and all(re.search(r"enrich-code-\w+\.zip/joins/", p) for p in paths), (
-        done.stdout
-    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 4, done.stdout
+    for module, listings in found:
+        assert re.search(r"enrich-code-\w+\.zip/joins/", module), done.stdout
+        assert listings == [[], []], done.stdout
     return True
 
 
@@ -270,26 +277,6 @@ def spark_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
                 server.wait()
 
 
-def executors_see_none_of(master: str, folder: Path, hidden: list[Path]) -> bool:
-    """Whether no executor of the cluster finds the driver's folders (they exist here)."""
-    assert all(path.is_dir() for path in hidden)
-    script = (
-        "import os\n"
-        "from warehouse.spark import SparkSettings, build_session\n"
-        f"spark = build_session(SparkSettings(master={master!r}))\n"
-        f"hidden = {[str(p) for p in hidden]!r}\n"
-        "seen = spark.sparkContext.parallelize(range(4), 4).map(\n"
-        "    lambda _: [os.listdir(p) for p in hidden]).collect()\n"
-        "print(seen)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=folder, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == str([[[], []]] * 4), done.stdout
-    return True
-
-
 def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_on_a_cluster(
     spark: SparkSession,
     tmp_path: Path,
@@ -323,8 +310,7 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
         )
         finished = [a for a in cluster.status().get("completedapps", []) if isinstance(a, dict)]
         assert len(finished) == 1, cluster.status()  # `run` was an application of the cluster
-        assert executors_import_the_shipped_zip(cluster.url, tmp_path)
-        assert executors_see_none_of(cluster.url, tmp_path, hidden)
+        assert executors_import_the_zip_and_see_none_of(cluster.url, tmp_path, hidden)
     embedded = results["embedded"]
 
     for name in ("bronze orders", "gold orders_customer", "gold orders_enriched"):

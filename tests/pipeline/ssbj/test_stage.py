@@ -84,7 +84,9 @@ def test_stage_equals_oracle_on_the_native_engine(spark: SparkSession, tmp_path:
     h.load_master([(k, s, float(10 * k + s)) for k in range(1, 9) for s in range(k % 3 + 1)], 2)
     domain = [*range(1, 9), 900]
     next_id = 0
-    for run in range(4):
+    # Two runs (the second after the merge) and the drain: each delta-spark commit costs
+    # about a second here, and the embedded oracle test above covers longer histories.
+    for run in range(2):
         keys = zipf_keys(rng, domain, 1.0, 6)
         h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
         next_id += len(keys)
