@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -146,8 +147,8 @@ class BronzeLoad:
                 self._load(row, staged, parsed)
             return
         known = self._group_known(group)
-        counts = Observation(f"ingest.{self.source.name}.{group[0][0].id}-{uuid.uuid4().hex[:8]}")
         rows = self._group_rows(group) if known is None else None
+        counts = Observation(f"ingest.{self.source.name}.{group[0][0].id}-{uuid.uuid4().hex[:8]}")
         last = group[-1][0]
         txn = AppTransaction(self._app, last.id)
         try:
@@ -269,14 +270,18 @@ class BronzeLoad:
         ranges = [parsed.ids for _, _, parsed in group if parsed.ids is not None]
         if not ranges:
             return None
-        return known_records(
-            self.engine,
-            self.source.bronze_path,
+        return self._bronze_known(
             id_column,
-            BATCH_ID,
-            SOURCE_FILE,
             group[0][0].id,
             lambda: IdRange(min(r.low for r in ranges), max(r.high for r in ranges)),
+        )
+
+    def _bronze_known(
+        self, id_column: str, batch: int, ids: Callable[[], IdRange | None]
+    ) -> KnownRecords | None:
+        """Bronze's records from batches before ``batch`` under the ids ``ids`` gives."""
+        return known_records(
+            self.engine, self.source.bronze_path, id_column, BATCH_ID, SOURCE_FILE, batch, ids
         )
 
     def _in_bronze(self, row: LandingFile) -> bool:
@@ -424,15 +429,7 @@ class BronzeLoad:
                 return parsed.ids
             return id_range(parsed.frame, id_column)
 
-        return known_records(
-            self.engine,
-            self.source.bronze_path,
-            id_column,
-            BATCH_ID,
-            SOURCE_FILE,
-            row.id,
-            ids,
-        )
+        return self._bronze_known(id_column, row.id, ids)
 
     def _stamped(self, valid: DataFrame, row: LandingFile) -> DataFrame:
         return valid.withColumn(SOURCE_FILE, F.lit(row.path)).withColumn(
