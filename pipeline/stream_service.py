@@ -50,6 +50,13 @@ from pipeline.stage_config import EquiStage
 logger = logging.getLogger(__name__)
 
 CLOCK = "_clock"
+TICK_SECONDS = 1.0
+"""How often the stream's main thread looks at its stop conditions."""
+WATCH_SECONDS = 5.0
+"""How often it asks Spark whether a query failed: each ask is a call into the JVM per
+query, and asking five times a second cost the idle stream as much CPU as its JVM's own
+housekeeping (BENCHMARKS.md section 1). Spark's own wait for a query's end
+(``awaitAnyTermination``) wakes every 10 ms inside the JVM: dearer still."""
 
 
 STREAM_MEMORY_BYTES = 1 << 30
@@ -160,6 +167,7 @@ class StreamService:
         spark = self.pipeline.spark
         layout = self.pipeline.layout
         trigger = f"{self.settings.trigger_seconds:g} seconds"
+        spark.streams.resetTerminated()  # an earlier stream's queries in this session ended
         for name, stream in self.pipeline.config.streams.items():
             reader = spark.readStream.schema(declared_schema(stream.columns))
             if stream.format == "csv":
@@ -192,11 +200,13 @@ class StreamService:
     def run(self) -> StreamStats:
         """Start, then wait until a stop condition holds or a query fails; stop the queries."""
         self.start()
-        started = time.monotonic()
+        started = watched = time.monotonic()
         try:
             while not self._stopping.is_set():
-                self._raise_if_failed()
                 now = time.monotonic()
+                if now - watched >= WATCH_SECONDS:
+                    self._raise_if_failed()
+                    watched = now
                 limit = self.settings.max_seconds
                 if limit is not None and now - started >= limit:
                     logger.info("stream: ran %.0fs, stopping", now - started)
@@ -210,7 +220,7 @@ class StreamService:
                 if idle is not None and started_up and not self._busy and quiet >= idle:
                     logger.info("stream: idle for %.0fs, stopping", quiet)
                     break
-                self._stopping.wait(0.2)
+                self._stopping.wait(TICK_SECONDS)
         finally:
             self.stop()
         self._raise_if_failed()
