@@ -135,6 +135,13 @@ class StageDriver(PendingAccount, Protocol):
         """Join everything that arrived; nothing stays pending afterwards."""
         ...
 
+    def work_due(self) -> bool:
+        """Whether a step now, with nothing new landed, would advance what this driver
+        holds: tuples waiting for their partition, a half-done step, input a memory
+        budget left, late tuples whose master moved or whose wait is over. The
+        continuous mode steps on a quiet tick only when some stage's is true."""
+        ...
+
     def backfill(self, start: datetime, end: datetime, run_id: str) -> StageReport:
         """Re-join the input rows of [start, end) against the master as of ``end`` and
         replace that interval of the output in one commit; live state is not disturbed."""

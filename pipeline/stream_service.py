@@ -44,7 +44,6 @@ from pipeline.config import PipelineConfig
 from pipeline.context import PipelineContext
 from pipeline.freshness import StreamNeed, stream_need, stream_trigger
 from pipeline.schemas import declared_schema
-from pipeline.ssbj.state import held_back
 from pipeline.stage_config import EquiStage
 
 logger = logging.getLogger(__name__)
@@ -272,14 +271,15 @@ class StreamService:
         return handle
 
     def _work_pending(self) -> bool:
-        """A stage holds tuples a step must advance (SSBJ's H_S, a half-done step); or this
-        is the process's first tick, which ingests what the file queries will not show
-        again (a file whose micro-batch was skipped while the last stream stopped)."""
+        """A stage's step is due without new files (``StageDriver.work_due``: SSBJ's H_S,
+        a half-done step, late tuples whose master moved); or this is the process's first
+        tick, which ingests what the file queries will not show again (a file whose
+        micro-batch was skipped while the last stream stopped)."""
         if self._first_tick:
             self._first_tick = False
             return True
-        pipeline = self.pipeline
-        return any(held_back(pipeline.store.operator_state(s.name)) for s in pipeline.config.stages)
+        drivers = self.pipeline.runner.drivers
+        return any(drivers.driver(stage).work_due() for stage in self.pipeline.config.stages)
 
     def micro_step(self, run_id: str) -> None:
         """Ingest, one step of every stage without closing, validate: one ledger run."""

@@ -289,7 +289,7 @@ class WideTable:
         return keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
 
     # The same layout in the driver's memory, for a step that runs there on an engine
-    # whose reads need no Spark (``pipeline.ssbj.step_pass``): the rows :meth:`keyed_rows`
+    # whose reads need no Spark (``pipeline.ssbj.placement``): the rows :meth:`keyed_rows`
     # would give for the same inputs, with the same key hashes (``joins.ssbj.spark_hash``).
 
     def _fill_arrow(self, rows: pa.Table, role: str, given: dict[str, pa.Array]) -> pa.Table:

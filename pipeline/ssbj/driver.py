@@ -98,6 +98,9 @@ class SsbjDriver:
             return None
         return pending_tuples(state).where(F.col(WAITING_SINCE).isNotNull())
 
+    def work_due(self) -> bool:
+        return not self.operator.idle(take_input=True)
+
     def consumed_version(self) -> int:
         return self.store.offset(self._stage.name).input_version
 

@@ -50,7 +50,7 @@ class SsbjWiring:
     # (after_version, to_version) -> new input rows with _input_version and _interval_start
     input_rows: Callable[[int, int], DataFrame]
     # The same rows in the driver's memory, for a step that runs there
-    # (``pipeline.ssbj.step_pass.runs_in_driver``).
+    # (``pipeline.ssbj.placement.reads_in_driver``).
     input_rows_arrow: Callable[[int, int], pa.Table] | None
     # What this process's steps hand to the next (``pipeline.ssbj.warm``).
     warm: WarmCache = field(default_factory=WarmCache, compare=False, repr=False)

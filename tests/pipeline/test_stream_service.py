@@ -165,3 +165,44 @@ def test_the_continuous_mode_holds_a_memory_budget_unless_a_stage_sets_one() -> 
     assert budgets == {"e": STREAM_MEMORY_BYTES, "own": 5_000_000}
     # The scheduled config is untouched.
     assert config.stages[0].operator.memory_bytes is None  # type: ignore[union-attr]
+
+
+def _run_until_idle(h: SsbjHarness) -> StreamStats:
+    stats = StreamService(h.context, StreamSettings(trigger_seconds=0.5, idle_stop_seconds=3)).run()
+    assert isinstance(stats, StreamStats)
+    return stats
+
+
+def test_tuples_waiting_for_late_master_rows_let_the_stream_go_idle_until_the_master_moves(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A late tuple needs a step only when the master moves (or its wait ends): an idle
+    stream must not step for it every tick, and must step once the master has moved."""
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", operator={"late_master": {"wait": "1h"}})
+    h.load_master(MASTER, files=2)
+    land(Path(h.config.streams["s"].landing), "b0.json", [(0, 1), (1, 99)])
+    done: list[StreamStats | BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(_run_until_idle(h))
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            done.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "a late tuple kept the stream stepping: it never went idle"
+    assert isinstance(done[0], StreamStats), done[0]
+    state = h.store.operator_state("enrich")
+    assert state is not None and int(state["late_rows"]) == 1
+    driver = h.runner.driver(h.config.stage("enrich"))
+    assert not driver.work_due()
+    assert sorted((r[0], r[2]) for r in published(h)) == [(0, 1), (0, 1)]
+
+    h.update_master([(99, 0, 9.9)], [])
+    assert driver.work_due()  # the master moved: the late tuple returns at the next step
+    _run_until_idle(h)
+    answers = sorted((r[0], r[2], r[4]) for r in published(h))
+    assert answers == [(0, 1, 10.0), (0, 1, 11.0), (1, 99, 9.9)]
+    assert not h.runner.driver(h.config.stage("enrich")).work_due()

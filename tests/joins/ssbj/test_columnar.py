@@ -100,7 +100,7 @@ def run_against_reference(case: Case) -> Compared:
     """Steps of one bucket; each step without master changes to apply runs the columnar
     step and the reference model on the same table and compares them. A step that must
     bring H_R or s_B to a newer master version runs the reference model alone, as the
-    pipeline does (``pipeline.ssbj.step_pass.runs_in_driver``), and the steps after it go
+    pipeline does (``pipeline.ssbj.placement.reads_in_driver``), and the steps after it go
     on comparing with H_R at the new version and older tuples pinned to the old one."""
     seed, k, period, use_cache, left = case.seed, case.k, case.period, case.use_cache, case.left
     estimator, steps, strings, tracked = case.estimator, case.steps, case.strings, case.tracked

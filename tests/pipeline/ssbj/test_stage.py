@@ -148,7 +148,7 @@ def test_floating_join_values_meet_as_in_spark_and_duckdb(
     through the bucket hash, the partition rows no tuple asks for dropped (by the semi-join
     before the shuffle, or in each bucket), the disk phase and the cache (the disk phase is
     MESHJOIN's, so this covers that mode too); null meets nothing."""
-    monkeypatch.setattr("pipeline.ssbj.step_pass.SEMI_JOIN_ROWS_PER_TUPLE", rows_per_tuple)
+    monkeypatch.setattr("pipeline.ssbj.placement.SEMI_JOIN_ROWS_PER_TUPLE", rows_per_tuple)
     nan = float("nan")
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", key_type="double")
     h.load_master(
