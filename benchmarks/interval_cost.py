@@ -1093,11 +1093,13 @@ def run_tasks(prepared: Prepared) -> ModeResult:
 
 
 # What a task process of the warm worker's clients pays before it sends its command: its
-# imports and the logging set-up `enrich` does first.
+# imports, the reading of its global options (``jobs.worker_request``) and the logging
+# set-up `enrich` does first.
 CLIENT_START = (
-    "import jobs.enrich, jobs.worker, rich_argparse\n"
+    "import jobs.enrich, jobs.worker\n"
+    "request = jobs.enrich.worker_request(['--config', 'p.yaml', '--worker', 'run'])\n"
     "from common.command_logging import configure_command_logging\n"
-    "configure_command_logging('INFO', jobs.enrich.PACKAGE_LOGGERS)"
+    "configure_command_logging(request.log_level, jobs.enrich.PACKAGE_LOGGERS)"
 )
 
 PROCESS_START = """

@@ -11,8 +11,8 @@ from importlib import metadata
 from pathlib import Path
 
 from common.errors import ConfigError
+from jobs.worker_request import DEFAULT_CONFIG, LOG_LEVELS
 
-DEFAULT_CONFIG = "configs/demo.yaml"
 DISTRIBUTION = "stream-enrichment"
 
 
@@ -83,8 +83,6 @@ failed; 4 done, but some landing files were rejected or changed (they stay in pl
 5 another run holds the pipeline lease.
 
 `enrich COMMAND --help` describes one command."""
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _version() -> str:

@@ -50,9 +50,10 @@ from common.errors import (
     EnrichmentError,
     ValidationFailedError,
 )
-from jobs.cli import JobArgs, parse_args
+from jobs.worker_request import WorkerRequest, worker_request
 
 if TYPE_CHECKING:
+    from jobs.cli import JobArgs
     from pipeline.config import PipelineConfig
     from pipeline.context import PipelineContext
     from warehouse.state_store import StateStore
@@ -75,8 +76,14 @@ READ_ONLY_COMMANDS = ("report",)  # status reads without Spark, before any of th
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    request = worker_request(raw)
+    if request is not None:  # a task of the DAG: the worker parses it
+        return _guarded(lambda: _send_to_worker(request))
+    from jobs.cli import parse_args
+
     try:
-        args, level = parse_args(sys.argv[1:] if argv is None else argv)
+        args, level = parse_args(raw)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -86,14 +93,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Inside Airflow the root handler filters at Airflow's own level: lowered to ours.
     configure_command_logging(level, PACKAGE_LOGGERS)
-    try:
-        if args.via_worker:
-            from jobs.worker import run_in_worker
+    if args.via_worker:  # in a form the request reader leaves to the parser
+        from jobs.worker import run_in_worker
 
-            raw = list(sys.argv[1:] if argv is None else argv)
-            raw.remove("--worker")
-            return run_in_worker(raw, args.config, args.master)
-        return _dispatch(args)
+        raw.remove("--worker")
+        return _guarded(lambda: run_in_worker(raw, args.config, args.master))
+    return _guarded(lambda: _dispatch(args))
+
+
+def _send_to_worker(request: WorkerRequest) -> int:
+    """A DAG task's command line, read by :func:`jobs.worker_request.worker_request`, run
+    in the worker, which parses it and reports its errors."""
+    from common.command_logging import configure_command_logging
+    from jobs.worker import run_in_worker
+
+    # Inside Airflow the root handler filters at Airflow's own level: lowered to ours.
+    configure_command_logging(request.log_level, PACKAGE_LOGGERS)
+    return run_in_worker(request.argv, request.config, request.master)
+
+
+def _guarded(command: Callable[[], int]) -> int:
+    """``command``'s exit code, the domain errors it raises logged and mapped to theirs."""
+    try:
+        return command()
     except ValidationFailedError as e:
         logger.error("%s", e)
         return EXIT_VALIDATION

@@ -72,6 +72,10 @@ def test_commands_run_in_one_warm_worker_with_their_own_environment(
     bad = enrich(config, "--worker", "stage", "no_such_stage")
     assert bad.returncode == EXIT_CONFIG
     assert "no stage named 'no_such_stage'" in bad.stderr
+    # The client reads only the global options; the worker parses the rest and says why.
+    typo = enrich(config, "--worker", "ingest", "--run-idd", "r9")
+    assert typo.returncode == 2, typo.stderr[-3000:]
+    assert "unrecognized arguments: --run-idd" in typo.stderr
     assert len(worker_pids(config)) == 1, "every command should have reused the worker"
 
     # A command that kills the worker fails like a task process that died; the next
@@ -139,11 +143,23 @@ def test_a_config_the_worker_cannot_load_is_a_config_error(tmp_path: Path) -> No
 
 def test_a_worker_client_imports_nothing_heavy() -> None:
     """A DAG task's process only relays its command to the worker: it imports neither
-    Spark, GX, Delta nor SQLAlchemy (0.3 s of every task's start, through logging set-up)."""
+    Spark, GX, Delta nor SQLAlchemy (0.3 s of every task's start, through logging set-up),
+    nor the CLI's parser (the worker parses the command)."""
     assert_imports_none_of(
         "import jobs.enrich, jobs.worker\n"
+        "from jobs.worker_request import worker_request\n"
+        "request = worker_request(['--config', 'c.yaml', '--worker', 'stage', 's'])\n"
+        "assert request is not None\n"
         "from common.command_logging import configure_command_logging\n"
-        "configure_command_logging('INFO', jobs.enrich.PACKAGE_LOGGERS)",
-        ("pyspark", "great_expectations", "deltalake", "sqlalchemy", "duckdb"),
+        "configure_command_logging(request.log_level, jobs.enrich.PACKAGE_LOGGERS)",
+        (
+            "pyspark",
+            "great_expectations",
+            "deltalake",
+            "sqlalchemy",
+            "duckdb",
+            "jobs.cli",
+            "rich_argparse",
+        ),
         REPO_ROOT,
     )

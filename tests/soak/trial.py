@@ -122,15 +122,14 @@ STEP_KINDS = ("run", "drain", "stream")
 # ``enrich stream`` as a stream trial runs it: a micro-batch a second at most (the trials'
 # freshness allows far longer), stopped once idle for a few triggers. A delivery pauses
 # less than the idle time (STREAM_DELIVERY_GAP in the worker), so the stream does not stop
-# between two of its intervals. The idle time also covers the queries' start: the stream's
-# idle clock runs from before they start (measured 2.8 s on delta-spark, then its first
-# micro-batch's planning), and with 4 s a native stream stopped before its first
-# micro-batch, which must run (check_trial). The first start of a trial is the one armed
-# to be killed: it may run long; the start that finishes is bounded, since an SSBJ stage
-# whose tuples wait for late master rows keeps stepping (``pipeline.ssbj.state.held_back``)
-# and so is never idle while the masters stay as they are.
+# between two of its intervals. The idle clock starts once the stream's first tick has
+# run (``pipeline.stream_service``), so the queries' start (2.8 s on delta-spark) does not
+# count. The first start of a trial is the one armed to be killed: it may run long; the
+# start that finishes is bounded, as a quiet tick steps only for work due without input
+# (``StageDriver.work_due``: tuples waiting for late master rows are not, while the
+# masters stay as they are).
 STREAM_TRIGGER = "1s"
-STREAM_IDLE_SECONDS = 8
+STREAM_IDLE_SECONDS = 4
 STREAM_ARMED_MAX_SECONDS = 120
 STREAM_FINAL_MAX_SECONDS = 30
 # Run ids of the stream's micro-batches (``pipeline.stream_service``: ``stream-clock-<n>``).
