@@ -7,7 +7,8 @@ and its imports (pyspark, Great Expectations: 2-5 s), a Spark session (5-6 s wit
 class-data archive) and cold first jobs: an equi20k interval (``benchmarks/interval_cost.py``)
 cost 88 s as four task processes and 22 s over a warm Spark Connect server (whose clients
 still import GX and pay their own Python), against 3.9 s for the same commands in one warm
-process. A client of this worker imports neither Spark nor GX.
+process. A client of this worker imports neither Spark nor GX, nor the CLI's parser: it
+reads its global options alone (``jobs.worker_request``) and the worker parses the rest.
 
 Protocol: one Unix socket per worker, one connection per command, JSON lines.
 
