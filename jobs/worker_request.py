@@ -19,8 +19,8 @@ from pathlib import Path
 DEFAULT_CONFIG = "configs/demo.yaml"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # The commands a client may send to the worker: every one but those that run on their
-# own (``worker``, ``spark-server``, ``stream``); tests/jobs/test_cli.py holds it to the
-# parser's.
+# own (``worker``, ``spark-server``, ``stream``); tests/jobs/test_worker_request.py holds
+# it to the parser's.
 WORKER_COMMANDS = frozenset(
     {
         "ingest",

@@ -131,7 +131,6 @@ class StepPass:
     buckets apply (none in the driver, which reads no changes), ``run`` takes the
     buckets' function, runs it over the rows and commits the step."""
 
-    where: Where
     deltas: BucketDeltas
     run: Callable[[BucketStep], PassOutcome]
 
@@ -164,7 +163,6 @@ def open_pass(
         else:
             # Read in the driver, the partitions hold only the rows a tuple asks for.
             return StepPass(
-                where,
                 BucketDeltas(),
                 lambda function: _write_in_driver(
                     step, wide.step_in_driver(keyed_rows, function, partitions_asked=True)
@@ -179,8 +177,8 @@ def open_pass(
     semi_join = where is Where.TASKS and report.master_rows_read > SEMI_JOIN_ROWS_PER_TUPLE * asking
     keyed = wide.keyed_rows(inputs, partitions, routing, semi_join)
     if where is Where.COLLECT:
-        return StepPass(where, deltas, lambda function: _collect_and_run(step, keyed, function))
-    return StepPass(where, deltas, lambda function: _run_in_tasks(step, keyed, function))
+        return StepPass(deltas, lambda function: _collect_and_run(step, keyed, function))
+    return StepPass(deltas, lambda function: _run_in_tasks(step, keyed, function))
 
 
 def _collect_and_run(step: StepContext, keyed: DataFrame, function: BucketStep) -> PassOutcome:
