@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import narwhals.stable.v2 as nw
+from pyspark.sql import DataFrame
 
 from common.errors import JoinError
+from common.rows import Frame, Rows, with_epoch_micros, with_timestamp_of_micros
 
 INTERVAL_START = "_interval_start"
 MATCHED = "_matched"
@@ -22,33 +20,24 @@ def version_column(master: str) -> str:
     return f"_version_{master}"
 
 
-def with_interval_start(frame: DataFrame, event_time: str, interval_seconds: int) -> DataFrame:
-    """Add the start of the scheduling interval that each row's event time falls in."""
-    if INTERVAL_START in frame.columns:
+def with_interval_start(rows: Rows, event_time: str, interval_seconds: int) -> Rows:
+    """``rows`` with the start of the scheduling interval each row's event time falls in:
+    the event time floored to a multiple of the interval since the epoch (below zero too),
+    a null time giving a null start, as a UTC timestamp. Rows that have it keep theirs."""
+    return Rows.apply(_with_interval_start, rows, event_time=event_time, step=interval_seconds)
+
+
+def _with_interval_start(frame: Frame, event_time: str, step: int) -> Frame:
+    if INTERVAL_START in frame.collect_schema():
         return frame
-    seconds = F.unix_seconds(F.col(event_time))
-    start: Column = F.timestamp_seconds(F.floor(seconds / interval_seconds) * interval_seconds)
-    return frame.withColumn(INTERVAL_START, start)
-
-
-def epoch_micros(times: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamps as microseconds since the epoch (UTC) for integer arithmetic in numpy,
-    with a mask of the non-null ones (a null reads as 0 there)."""
-    micros = pc.cast(times, pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    return micros.fill_null(0).to_numpy(), pc.is_valid(micros).to_numpy(zero_copy_only=False)
-
-
-def with_interval_start_arrow(table: pa.Table, event_time: str, interval_seconds: int) -> pa.Table:
-    """:func:`with_interval_start` of rows in the driver's memory: the same floor of the
-    event time's Unix seconds to a multiple of the interval (a null time gives a null
-    start), as ``timestamp[us, UTC]``."""
-    if INTERVAL_START in table.column_names:
-        return table
-    values, valid = epoch_micros(table.column(event_time))
-    step = interval_seconds * 1_000_000
-    starts = np.floor_divide(values, step) * step  # floors below zero too, as Spark's floor
-    column = pa.array(starts, pa.int64(), mask=~valid).cast(pa.timestamp("us", tz="UTC"))
-    return table.append_column(INTERVAL_START, column)
+    step_us = step * 1_000_000
+    event = with_epoch_micros(frame, event_time, "_event_us")
+    start = event.with_columns(
+        ((nw.col("_event_us") // step_us).cast(nw.Int64()) * step_us).alias("_start_us")
+    )
+    return with_timestamp_of_micros(start, "_start_us", INTERVAL_START).drop(
+        "_event_us", "_start_us"
+    )
 
 
 def require_disjoint(stream: DataFrame, master: DataFrame, stage: str) -> None:

@@ -56,11 +56,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from common.errors import ConfigError, ValidationFailedError
+from common.rows import Rows
 from joins.columns import INTERVAL_START
 from pipeline.audit_batch import (
     NOTHING_NEW,
@@ -89,7 +89,6 @@ from quality.audit_views import (
     PENDING_VIEW,
     PUBLISHED_VIEW,
     no_pending,
-    no_pending_arrow,
     no_published,
 )
 from warehouse.delta import AppTransaction, DeltaEngine
@@ -198,31 +197,14 @@ class AuditPublisher:
         id_column = self._id_column(table)
         input_from = marks.input_version
 
-        def spark_views() -> dict[str, DataFrame]:
-            input_rows = self.inputs.new_rows(stage, input_from, consumed)
+        def views() -> dict[str, Rows]:
+            tuples = self.inputs.new_rows(stage, input_from, consumed)
             waiting = driver.pending_at(pending_before) if pending_before is not None else None
             pending = driver.pending_ages(id_column)
             return {
-                INPUT_VIEW: driver.input_accounting(input_rows, waiting, id_column),
-                PENDING_VIEW: (
-                    pending
-                    if pending is not None
-                    else no_pending(self.spark, self._id_type(table, input_rows))
-                ),
-                PUBLISHED_VIEW: self.published.view(table, id_column, input_rows, waiting),
-            }
-
-        def arrow_views() -> dict[str, pa.Table]:
-            tuples = self.inputs.new_rows_arrow(stage, input_from, consumed)
-            waiting = (
-                driver.pending_at_arrow(pending_before) if pending_before is not None else None
-            )
-            pending = driver.pending_ages_arrow(id_column)
-            id_type = tuples.schema.field(id_column).type
-            return {
-                INPUT_VIEW: driver.input_accounting_arrow(tuples, waiting, id_column),
-                PENDING_VIEW: pending if pending is not None else no_pending_arrow(id_type),
-                PUBLISHED_VIEW: self.published.view_arrow(table, id_column, tuples, waiting),
+                INPUT_VIEW: driver.input_accounting(tuples, waiting, id_column),
+                PENDING_VIEW: pending if pending is not None else no_pending(tuples, id_column),
+                PUBLISHED_VIEW: self.published.view(table, id_column, tuples, waiting),
             }
 
         pending_now = driver.pending_version()
@@ -231,7 +213,7 @@ class AuditPublisher:
             run_id,
             staged,
             (audited, latest),
-            AuditViews(spark_views, arrow_views if self.engine.arrow_in_driver else None),
+            AuditViews(views, in_driver=self.engine.arrow_in_driver),
             failures,
             state,
             record={
@@ -291,20 +273,17 @@ class AuditPublisher:
             latest = self.engine.snapshot(silver).version
             staged = interval_batch(self.spark, self.engine, silver, latest, (start, end))
             input_table = self.layout.input_table(self.config, stage.input)
-            input_rows = self.inputs.with_interval(stage, self.engine.read(input_table)).where(
-                in_interval
-            )
-            id_type = self._id_type(table, input_rows)
-            accounting = self.drivers.driver(stage).input_accounting(
-                input_rows, None, self._id_column(table)
-            )
+            input_rows = self.inputs.with_interval(stage, Rows.of(self.engine.read(input_table)))
+            tuples = Rows.of(input_rows.to_spark().where(in_interval))
+            id_column = self._id_column(table)
+            accounting = self.drivers.driver(stage).input_accounting(tuples, None, id_column)
             views = AuditViews(
                 functools.partial(
                     dict,
                     {
                         INPUT_VIEW: accounting,
-                        PENDING_VIEW: no_pending(self.spark, id_type),
-                        PUBLISHED_VIEW: no_published(self.spark, id_type),
+                        PENDING_VIEW: no_pending(tuples, id_column),
+                        PUBLISHED_VIEW: no_published(tuples, id_column),
                     },
                 )
             )
@@ -396,9 +375,6 @@ class AuditPublisher:
 
     def _id_column(self, table: str) -> str:
         return self.config.streams[self.config.root_stream(table)].id_column
-
-    def _id_type(self, table: str, input_rows: DataFrame) -> T.DataType:
-        return input_rows.schema[self._id_column(table)].dataType
 
     @staticmethod
     def _raise_for(run_id: str, audits: list[TableAudit]) -> None:

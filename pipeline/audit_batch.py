@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from common.rows import Rows
 from joins.columns import INTERVAL_START
 from quality.results import SuiteOutcome
 from warehouse.delta import DeltaEngine
@@ -43,12 +43,13 @@ class TableAudit:
 
 @dataclass(frozen=True)
 class AuditViews:
-    """How to build a batch's audit views, for the engine that validates it: as Spark
-    frames (``spark``), or in the driver's memory (``arrow``, None where only the Spark
-    frames exist: their rows are then collected). Built only when a suite reads them."""
+    """How to build a batch's audit views (``build``), read in the form the batch is
+    validated in: Spark frames, or Arrow tables in the driver's memory where the engine
+    reads Arrow itself (``in_driver``; else the Spark frames are collected). Built only
+    when a suite reads them."""
 
-    spark: Callable[[], dict[str, DataFrame]]
-    arrow: Callable[[], dict[str, pa.Table]] | None = None
+    build: Callable[[], dict[str, Rows]]
+    in_driver: bool = False
 
 
 class StagedBatch:

@@ -93,15 +93,16 @@ class AuditIntents:
         frames: dict[str, DataFrame] = {}
         collected: dict[str, pa.Table] | None = None
         if queries_views(expectations):
+            built = views.build()
             if engine.name == "spark":
                 staged.cache()
-                frames = {name: view.cache() for name, view in views.spark().items()}
+                frames = {name: view.to_spark(self.spark).cache() for name, view in built.items()}
             else:
-                if views.arrow is not None:
+                if views.in_driver:
                     with optional_phase(self.engine.clock, "validate"):
-                        collected = self.validation.arrow_views(table, views.arrow)
+                        collected = self.validation.arrow_views(table, built)
                 if collected is None:
-                    frames = views.spark()
+                    frames = {name: view.to_spark(self.spark) for name, view in built.items()}
         try:
             audit = self.validation.decide(
                 table,

@@ -3,7 +3,8 @@ earlier batch of their output, published or quarantined.
 
 Only the files that may hold rows of the tuples' oldest interval or later are read
 (partition values and log statistics), so a live audit reads none of gold's past
-intervals. Built as a Spark frame or in the driver's memory, as the batch is validated.
+intervals. Written once over :class:`common.rows.Rows`: read with Spark or into the
+driver's memory, as the batch is validated.
 """
 
 from __future__ import annotations
@@ -11,19 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import narwhals.stable.v2 as nw
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common.rows import Frame, Rows
 from joins.columns import INTERVAL_START
 from pipeline.layout import WarehouseLayout
-from quality.audit_views import (
-    no_published,
-    no_published_arrow,
-    oldest_interval_arrow,
-    published_tuples,
-    published_tuples_arrow,
-)
+from quality.audit_views import no_published, published_tuples
 from warehouse.delta import DataFile, DeltaEngine, Snapshot
 
 
@@ -35,9 +33,7 @@ class PublishedTuples:
     engine: DeltaEngine
     layout: WarehouseLayout
 
-    def view(
-        self, table: str, id_column: str, input_rows: DataFrame, waiting: DataFrame | None
-    ) -> DataFrame:
+    def view(self, table: str, id_column: str, tuples: Rows, waiting: Rows | None) -> Rows:
         """Ids of the tuples this audit accounts for that have rows in an earlier batch,
         published or quarantined.
 
@@ -45,51 +41,36 @@ class PublishedTuples:
         earlier has nothing left to emit at expiry; its rows may sit in a quarantined batch
         until someone resolves it) and the new tuples of an interval a backfill has already
         published. Only the files of those tables that may hold rows of the tuples' oldest
-        interval or later are read (partition values and log statistics): a live audit
-        reads none of gold's past intervals, whatever gold's size.
+        interval or later are read (partition values and log statistics), with only the id
+        and interval columns: a live audit reads none of gold's past intervals, whatever
+        gold's size.
         """
-        id_type = input_rows.schema[id_column].dataType
+        asked = Rows.apply(_asked, tuples, waiting, id_column=id_column)
         earlier = self._earlier_tables(table)
         if not earlier:
-            return no_published(self.spark, id_type)
-        tuples = input_rows.select(id_column, INTERVAL_START)
-        if waiting is not None:
-            tuples = tuples.unionByName(waiting.select(id_column, INTERVAL_START))
-        first = tuples.agg(F.min(INTERVAL_START).alias("oldest")).first()  # one small job
-        oldest = None if first is None else first["oldest"]
-        if oldest is None:
-            return no_published(self.spark, id_type)
-        found = [
-            published_tuples(self.engine.read_files(snapshot, files), tuples, id_column)
-            for snapshot, files in self._files_since(earlier, oldest)
-        ]
-        if not found:
-            return no_published(self.spark, id_type)
-        return found[0] if len(found) == 1 else found[0].unionByName(found[1]).distinct()
+            return no_published(tuples, id_column)
+        published = Rows.read(
+            arrow=lambda: self._read_arrow(earlier, id_column, asked.to_arrow()),
+            spark=lambda: self._read_spark(earlier, id_column, asked.to_spark()),
+        )
+        return published_tuples(published, asked, id_column)
 
-    def view_arrow(
-        self, table: str, id_column: str, tuples: pa.Table, waiting: pa.Table | None
-    ) -> pa.Table:
-        """:meth:`view` in the driver's memory: the same files, read with only
-        the id and interval columns."""
-        id_type = tuples.schema.field(id_column).type
-        asked = tuples.select([id_column, INTERVAL_START])
-        if waiting is not None:
-            asked = pa.concat_tables(
-                [asked, waiting.select([id_column, INTERVAL_START]).cast(asked.schema)]
-            )
-        oldest = oldest_interval_arrow([asked])
-        if oldest is None:
-            return no_published_arrow(id_type)
-        found = []
-        for snapshot, files in self._files_since(self._earlier_tables(table), oldest):
-            columns = [c for c in (id_column, INTERVAL_START) if c in snapshot.schema.names]
-            rows = self.engine.read_arrow(snapshot, files, columns)
-            found.append(published_tuples_arrow(rows, asked, id_column, oldest))
-        if not found:
-            return no_published_arrow(id_type)
-        ids = pa.concat_tables(found)
-        return ids if len(found) == 1 else ids.group_by([ids.column_names[0]]).aggregate([])
+    def _read_arrow(self, paths: list[str], id_column: str, asked: pa.Table) -> pa.Table:
+        oldest = pc.min(asked.column(INTERVAL_START)).as_py() if asked.num_rows else None
+        found = [
+            self.engine.read_arrow(snapshot, files, _columns(snapshot, id_column))
+            for snapshot, files in self._files_since(paths, oldest)
+        ]
+        return pa.concat_tables(found, promote_options="default") if found else asked.slice(0, 0)
+
+    def _read_spark(self, paths: list[str], id_column: str, asked: DataFrame) -> DataFrame:
+        first = asked.agg(F.min(INTERVAL_START).alias("oldest")).first()  # one small job
+        oldest = None if first is None else first["oldest"]
+        found = asked.limit(0)
+        for snapshot, files in self._files_since(paths, oldest):
+            rows = self.engine.read_files(snapshot, files).select(*_columns(snapshot, id_column))
+            found = found.unionByName(rows, allowMissingColumns=True)
+        return found
 
     def _earlier_tables(self, table: str) -> list[str]:
         """The tables holding ``table``'s earlier batches (published, quarantined) that exist."""
@@ -100,14 +81,30 @@ class PublishedTuples:
         ]
 
     def _files_since(
-        self, paths: list[str], oldest: datetime
+        self, paths: list[str], oldest: datetime | None
     ) -> list[tuple[Snapshot, list[DataFile]]]:
         """Each table's latest snapshot and its files that may hold rows of ``oldest``'s
-        interval or later (partition values and log statistics), for the tables with any."""
-        found = []
+        interval or later (partition values and log statistics), for the tables with any;
+        none when there is no oldest interval (no tuple is asked about)."""
+        found: list[tuple[Snapshot, list[DataFile]]] = []
+        if oldest is None:
+            return found
         for path in paths:
             snapshot = self.engine.snapshot(path)
             files = [f for f in snapshot.files if f.may_hold_since(INTERVAL_START, oldest)]
             if files:
                 found.append((snapshot, files))
         return found
+
+
+def _asked(tuples: Frame, waiting: Frame | None, id_column: str) -> Frame:
+    """The ids and intervals of the tuples the audit asks about."""
+    asked = tuples.select(id_column, INTERVAL_START)
+    if waiting is None:
+        return asked
+    schema = asked.collect_schema()
+    return nw.concat([asked, waiting.select(*(nw.col(n).cast(t) for n, t in schema.items()))])
+
+
+def _columns(snapshot: Snapshot, id_column: str) -> list[str]:
+    return [c for c in (id_column, INTERVAL_START) if c in snapshot.schema.names]

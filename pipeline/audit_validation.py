@@ -9,16 +9,15 @@ outcome decides publish, quarantine or warn, and one row per expectation is appe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from common.phase_clock import optional_phase
+from common.rows import Rows
 from pipeline.audit_batch import PUBLISHED, QUARANTINED, UNCHECKED, WARNED, StagedBatch, TableAudit
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
@@ -85,14 +84,12 @@ class AuditValidation:
         return rendered
 
     @staticmethod
-    def arrow_views(
-        table: str, build: Callable[[], dict[str, pa.Table]]
-    ) -> dict[str, pa.Table] | None:
+    def arrow_views(table: str, views: dict[str, Rows]) -> dict[str, pa.Table] | None:
         """The audit views built in the driver, or None when that failed (memory, say):
         the Spark views are then built and collected instead."""
         try:
-            return build()
-        except (pa.ArrowException, duckdb.Error, MemoryError) as e:
+            return {name: view.to_arrow() for name, view in views.items()}
+        except (pa.ArrowException, MemoryError) as e:
             logger.warning(
                 "audit %s: building the audit views in memory failed (%s); Spark builds them",
                 table,

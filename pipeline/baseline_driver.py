@@ -12,14 +12,14 @@ import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from common.faults import crash_point
+from common.rows import Frame, Rows
 from joins import baseline
 from joins.columns import MATCHED
-from pipeline.emission import equi_input_accounting, equi_input_accounting_arrow, master_keys_arrow
+from pipeline.emission import equi_input_accounting, master_keys
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
 from pipeline.pins import late_holder
 from pipeline.stage_config import EquiStage
@@ -34,7 +34,6 @@ from pipeline.waiting_tuples import (
     saved_state,
     still_waiting,
     waiting_ages,
-    waiting_ages_arrow,
     waiting_records,
 )
 from pipeline.waiting_tuples import counts as late_counts
@@ -107,31 +106,25 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             return None
         return self.engine.snapshot(self.late_path).version
 
-    def pending_at(self, version: int) -> DataFrame:
-        return self.engine.read(self.late_path, version=version).drop(*LATE_COLUMNS)
+    def pending_at(self, version: int) -> Rows:
+        path = self.late_path
+        return Rows.apply(
+            _without_late_columns,
+            Rows.read(
+                arrow=lambda: self.engine.read_arrow(self.engine.snapshot(path, version)),
+                spark=lambda: self.engine.read(path, version=version),
+            ),
+        )
 
-    def pending_ages(self, id_column: str) -> DataFrame | None:
+    def pending_ages(self, id_column: str) -> Rows | None:
         if not self.engine.exists(self.late_path):
             return None
+        snapshot = self.engine.snapshot(self.late_path)
+        late = Rows.read(
+            arrow=lambda: self.engine.read_arrow(snapshot, columns=[id_column, LATE_SINCE]),
+            spark=lambda: self.engine.read(self.late_path, version=snapshot.version),
+        )
         return waiting_ages(
-            self.engine.read(self.late_path),
-            id_column,
-            self._wait(),
-            self.inputs.config.schedule.interval_delta,
-            datetime.now(UTC),
-        )
-
-    def pending_at_arrow(self, version: int) -> pa.Table:
-        snapshot = self.engine.snapshot(self.late_path, version)
-        return self.engine.read_arrow(snapshot).drop_columns(list(LATE_COLUMNS))
-
-    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
-        if not self.engine.exists(self.late_path):
-            return None
-        late = self.engine.read_arrow(
-            self.engine.snapshot(self.late_path), columns=[id_column, LATE_SINCE]
-        )
-        return waiting_ages_arrow(
             late,
             id_column,
             self._wait(),
@@ -279,15 +272,12 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             int(out["match_rows"] or 0),
         )
 
-    def input_accounting(
-        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
-    ) -> DataFrame:
-        master = self.engine.read(self.inputs.master_path(self.stage))
-        return equi_input_accounting(self.stage, master, tuples, waiting, id_column)
-
-    def input_accounting_arrow(
-        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
-    ) -> pa.Table:
+    def input_accounting(self, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:
         master = self.inputs.master_path(self.stage)
-        keys = master_keys_arrow(self.stage, self.engine, master, tuples)
-        return equi_input_accounting_arrow(self.stage, keys, tuples, waiting, id_column)
+        keys = master_keys(self.stage, self.engine, master, tuples)
+        return equi_input_accounting(self.stage, keys, tuples, waiting, id_column)
+
+
+def _without_late_columns(late: Frame) -> Frame:
+    """A late table's rows as the stream tuples they are."""
+    return late.drop(*LATE_COLUMNS)

@@ -259,7 +259,7 @@ def _new_tuples(
         return {}
     from joins.columns import INTERVAL_START
 
-    rows = drivers.inputs.new_rows_arrow(first, after, to)
+    rows = drivers.inputs.new_rows(first, after, to).to_arrow()
     starts = pc.cast(rows.column(INTERVAL_START), _TIME).drop_null()
     return {entry["values"]: int(entry["counts"]) for entry in pc.value_counts(starts).to_pylist()}
 
@@ -289,7 +289,9 @@ def _held_in(drivers: StageDrivers, stage: EquiStage | ThetaStage) -> _Held:
     )
     sources = []
     if latest > consumed:
-        sources.append(drivers.inputs.new_rows_arrow(stage, consumed, latest, keep_version=True))
+        sources.append(
+            drivers.inputs.new_rows(stage, consumed, latest, keep_version=True).to_arrow()
+        )
     pending = _pending(drivers, driver, id_column)
     if pending is not None:
         sources.append(pending)
@@ -310,7 +312,7 @@ def _pending(drivers: StageDrivers, driver: StageDriver, id_column: str) -> pa.T
     path, version = driver.pending_table(), driver.pending_version()
     if path is None or version is None:
         return None
-    rows = driver.pending_at_arrow(version)
+    rows = driver.pending_at(version).to_arrow()
     if LATE_SINCE in rows.column_names or not rows.num_rows:
         return rows
     snapshot = drivers.engine.snapshot(path, version)

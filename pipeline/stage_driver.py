@@ -2,9 +2,10 @@
 
 A :class:`StageDriver` runs a stage's work (a scheduled step, a drain, a backfill of an
 interval) and gives an accounting view of the tuples it holds back (pending), which the
-audit checks: every input tuple is emitted, published earlier, or pending. The runner and
-the audit know drivers only through this protocol; ``pipeline.drivers`` picks the driver
-of each stage once.
+audit checks: every input tuple is emitted, published earlier, or pending. The views are
+:class:`common.rows.Rows`, built in the form the audit validates in. The runner and the
+audit know drivers only through this protocol; ``pipeline.drivers`` picks the driver of
+each stage once.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-import pyarrow as pa
-from pyspark.sql import DataFrame
-
+from common.rows import Rows
 from pipeline.stage_config import EquiStage, ThetaStage
 
 
@@ -80,37 +79,18 @@ class PendingAccount(Protocol):
         """That table's version now, None when there is none yet."""
         ...
 
-    def pending_at(self, version: int) -> DataFrame:
+    def pending_at(self, version: int) -> Rows:
         """The tuples pending at ``version`` of that table, with the input's columns."""
         ...
 
-    def pending_ages(self, id_column: str) -> DataFrame | None:
+    def pending_ages(self, id_column: str) -> Rows | None:
         """Pending tuples now: ``tuple_id``, ``age_steps``, ``max_age_steps``."""
         ...
 
-    def input_accounting(
-        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
-    ) -> DataFrame:
+    def input_accounting(self, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:
         """``audit_input`` rows (``tuple_id``, ``must_emit``) for the input ``tuples`` that
         entered the stage and the ``waiting`` ones pending at the last audit: whether this
         stage's join must emit rows for each (``pipeline.emission``)."""
-        ...
-
-    # The same three for a batch the audit validates in the driver's memory: the rows as
-    # Arrow tables, read without Spark jobs where the engine can (``quality.audit_views``).
-
-    def pending_at_arrow(self, version: int) -> pa.Table:
-        """:meth:`pending_at` in the driver's memory."""
-        ...
-
-    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
-        """:meth:`pending_ages` in the driver's memory."""
-        ...
-
-    def input_accounting_arrow(
-        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
-    ) -> pa.Table:
-        """:meth:`input_accounting` over Arrow tables."""
         ...
 
 

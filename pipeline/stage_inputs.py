@@ -8,11 +8,11 @@ all read them the same way): rows of files added in (after, to] that are still l
 
 from __future__ import annotations
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from common.errors import ConfigError
-from joins.columns import with_interval_start, with_interval_start_arrow
+from common.rows import Frame, Rows
+from joins.columns import with_interval_start
 from joins.ssbj.step import INPUT_VERSION
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
@@ -39,33 +39,22 @@ class StageInputs:
 
     def new_rows(
         self, stage: AnyStage, after_version: int, to_version: int, keep_version: bool = False
-    ) -> DataFrame:
+    ) -> Rows:
         """Input rows added in (after_version, to_version], with ``_interval_start``; with
-        ``keep_version`` also the version that added each, as ``_input_version``."""
-        rows = live_rows_added(self.engine, self.input_path(stage), after_version, to_version)
-        rows = (
-            rows.withColumnRenamed(COMMIT_VERSION, INPUT_VERSION)
-            if keep_version
-            else rows.drop(COMMIT_VERSION)
+        ``keep_version`` also the version that added each, as ``_input_version``. Read in
+        the driver's memory (a small batch's audit or step) or as a Spark frame."""
+        engine, path = self.engine, self.input_path(stage)
+        added = Rows.read(
+            arrow=lambda: live_rows_added_arrow(
+                engine, path, after_version, to_version, keep_version
+            ),
+            spark=lambda: live_rows_added(engine, path, after_version, to_version),
         )
-        return self.with_interval(stage, rows)
-
-    def new_rows_arrow(
-        self, stage: AnyStage, after_version: int, to_version: int, keep_version: bool = False
-    ) -> pa.Table:
-        """:meth:`new_rows` in the driver's memory (for an audit or a step of a small batch)."""
-        rows = live_rows_added_arrow(
-            self.engine, self.input_path(stage), after_version, to_version, keep_version
+        return self.with_interval(
+            stage, Rows.apply(_input_version, added, keep_version=keep_version)
         )
-        if keep_version:
-            rows = rows.rename_columns(
-                [INPUT_VERSION if c == COMMIT_VERSION else c for c in rows.column_names]
-            )
-        root = self.config.root_stream(stage.input)
-        interval = int(self.config.schedule.interval_delta.total_seconds())
-        return with_interval_start_arrow(rows, self.config.streams[root].event_time, interval)
 
-    def with_interval(self, stage: AnyStage, rows: DataFrame) -> DataFrame:
+    def with_interval(self, stage: AnyStage, rows: Rows) -> Rows:
         """``rows`` of the stage's input stamped with the schedule interval they fall in."""
         root = self.config.root_stream(stage.input)
         interval = int(self.config.schedule.interval_delta.total_seconds())
@@ -81,3 +70,12 @@ class StageInputs:
                 f"{master.table_path} (it has {master.schema.fieldNames()})"
             )
         return self.engine.read_files(master).select(*columns)
+
+
+def _input_version(rows: Frame, keep_version: bool) -> Frame:
+    """The commit version of each added row as ``_input_version``, or none."""
+    if COMMIT_VERSION not in rows.collect_schema():
+        return rows
+    if keep_version:
+        return rows.rename({COMMIT_VERSION: INPUT_VERSION})
+    return rows.drop(COMMIT_VERSION)

@@ -23,11 +23,11 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Generic, TypeVar
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from common.faults import crash_point
+from common.rows import Rows
 from joins import baseline
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
 from pipeline.layout import WarehouseLayout
@@ -101,7 +101,9 @@ class StatelessDriver(ABC, Generic[StageT]):
             logger.info("stage %s: no new input since version %d", stage.name, offset.input_version)
             report.step = offset.step_seq
             return report
-        new_rows = self.inputs.new_rows(stage, offset.input_version, plan.planned_input_version)
+        new_rows = self.inputs.new_rows(
+            stage, offset.input_version, plan.planned_input_version
+        ).to_spark()
         master = self.engine.snapshot(master_path, plan.planned_master_version)
         report.master_bytes_read = master.size_bytes
         self.join_and_write(
@@ -160,8 +162,11 @@ class StatelessDriver(ABC, Generic[StageT]):
         ]
         master = self._master_as_of(self.inputs.master_path(stage), end)
         input_snapshot = self.engine.snapshot(self.inputs.input_path(stage))
-        rows = self.inputs.with_interval(stage, self.engine.read_files(input_snapshot)).where(
-            (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
+        read = Rows.of(self.engine.read_files(input_snapshot))
+        rows = (
+            self.inputs.with_interval(stage, read)
+            .to_spark()
+            .where((F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end)))
         )
         joined = self.join(self.backfilled(rows), master).cache()
         try:
@@ -192,29 +197,15 @@ class StatelessDriver(ABC, Generic[StageT]):
     def pending_version(self) -> int | None:
         return None
 
-    def pending_at(self, version: int) -> DataFrame:
+    def pending_at(self, version: int) -> Rows:
         raise ValueError(f"stage {self._stage.name} keeps no pending tuples (asked for v{version})")
 
-    def pending_ages(self, id_column: str) -> DataFrame | None:
-        return None
-
-    def pending_at_arrow(self, version: int) -> pa.Table:
-        raise ValueError(f"stage {self._stage.name} keeps no pending tuples (asked for v{version})")
-
-    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
+    def pending_ages(self, id_column: str) -> Rows | None:
         return None
 
     @abstractmethod
-    def input_accounting(
-        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
-    ) -> DataFrame:
+    def input_accounting(self, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:
         """Which tuples this stage's join must emit rows for (``pipeline.emission``)."""
-
-    @abstractmethod
-    def input_accounting_arrow(
-        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
-    ) -> pa.Table:
-        """:meth:`input_accounting` over Arrow tables."""
 
     # ------------------------------------------------------------------ the join
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from common.rows import Rows
 from joins.columns import ROW_ID
 from joins.theta.join import resolve_scheme, scheme_join_flagged
 from pipeline.adsp_layout import AdspLayoutStage
-from pipeline.emission import theta_input_accounting, theta_input_accounting_arrow
+from pipeline.emission import theta_input_accounting
 from pipeline.row_bytes import MeasuredRowBytes
 from pipeline.stage_config import LAYOUT_SCHEMES, ThetaStage
 from pipeline.stage_driver import StageReport
@@ -31,15 +31,8 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
         return self._join(rows, master, None, None)
 
-    def input_accounting(
-        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
-    ) -> DataFrame:
+    def input_accounting(self, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:
         return theta_input_accounting(self.stage, tuples, waiting, id_column)
-
-    def input_accounting_arrow(
-        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
-    ) -> pa.Table:
-        return theta_input_accounting_arrow(self.stage, tuples, waiting, id_column)
 
     def join_step(
         self,

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
+import narwhals.stable.v2 as nw
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from joins.columns import MATCHED, ROW_ID, epoch_micros
+from common.rows import Frame, Rows, with_epoch_micros
+from joins.columns import MATCHED, ROW_ID
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, LATE_STEP
 from quality.audit_views import AGE_STEPS, MAX_AGE_STEPS, TUPLE_ID
 from warehouse.delta import DeltaEngine
@@ -210,33 +210,31 @@ def counts(joined: DataFrame, plan: LatePlan, wait: timedelta) -> dict[str, int]
 
 
 def waiting_ages(
-    late: DataFrame, id_column: str, wait: timedelta, interval: timedelta, now: datetime
-) -> DataFrame:
-    """The audit's ``audit_pending`` rows of the waiting tuples, in schedule intervals: how
-    long each has waited by ``now``, against its wait plus the interval a step may take to
-    come (``quality.audit_views``). Time, not steps: extra runs (a drain, a manual run)
-    make extra steps, not a longer wait."""
-    seconds = interval.total_seconds()
-    waited = F.lit(now).cast(T.TimestampType()).cast("double") - F.col(LATE_SINCE).cast("double")
-    return late.select(
-        F.col(id_column).alias(TUPLE_ID),
-        F.floor(waited / seconds).cast(T.LongType()).alias(AGE_STEPS),
-        F.lit(math.ceil(wait / interval) + 1).cast(T.LongType()).alias(MAX_AGE_STEPS),
+    late: Rows, id_column: str, wait: timedelta, interval: timedelta, now: datetime
+) -> Rows:
+    """The audit's ``audit_pending`` rows of the waiting tuples (``id_column`` and
+    ``_late_since``), in schedule intervals: how long each has waited by ``now`` (floored
+    to whole intervals), against its wait plus the interval a step may take to come
+    (``quality.audit_views``). Time, not steps: extra runs (a drain, a manual run) make
+    extra steps, not a longer wait."""
+    return Rows.apply(
+        _waiting_ages,
+        late,
+        id_column=id_column,
+        interval_us=int(interval.total_seconds() * 1_000_000),
+        now_us=int(now.timestamp() * 1_000_000),
+        max_age=math.ceil(wait / interval) + 1,
     )
 
 
-def waiting_ages_arrow(
-    late: pa.Table, id_column: str, wait: timedelta, interval: timedelta, now: datetime
-) -> pa.Table:
-    """:func:`waiting_ages` of a late table read into the driver (``id_column`` and
-    ``_late_since``): the same floor of the seconds waited to whole intervals."""
-    since, valid = epoch_micros(late.column(LATE_SINCE))
-    waited = int(now.timestamp() * 1_000_000) - since
-    ages = np.floor_divide(waited, int(interval.total_seconds() * 1_000_000))
-    return pa.table(
-        {
-            TUPLE_ID: late.column(id_column),
-            AGE_STEPS: pa.array(ages, pa.int64(), mask=~valid),
-            MAX_AGE_STEPS: pa.array([math.ceil(wait / interval) + 1] * late.num_rows, pa.int64()),
-        }
+def _waiting_ages(
+    late: Frame, id_column: str, interval_us: int, now_us: int, max_age: int
+) -> Frame:
+    since = with_epoch_micros(late, LATE_SINCE, "_since_us")
+    return since.select(
+        nw.col(id_column).alias(TUPLE_ID),
+        ((nw.lit(now_us, nw.Int64()) - nw.col("_since_us")) // interval_us)
+        .cast(nw.Int64())
+        .alias(AGE_STEPS),
+        nw.lit(max_age, nw.Int64()).alias(MAX_AGE_STEPS),
     )

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import narwhals.stable.v2 as nw
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -31,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from common.arrow_rows import rows_where
+from common.rows import Frame, Rows, with_timestamp_of_micros
 from joins.columns import version_column
 from joins.skew.greedyfit import KeyLoad
 from joins.skew.key_routing import BucketLoad, task_labels
@@ -156,29 +158,24 @@ def summary_of(result: DataFrame) -> DataFrame:
     )
 
 
-def pending_tuples(state: DataFrame) -> DataFrame:
+def pending_tuples(state: Rows) -> Rows:
     """The tuples a state table holds unanswered, H_S and the late rows: the stream
     tuples (their own names), their entry step (null for a late row) and
     :data:`WAITING_SINCE`, when a tuple that waits for a late master row first met none
     (null for the others)."""
+    return Rows.apply(_pending_tuples, state)
+
+
+def _pending_tuples(state: Frame) -> Frame:
     prefix = stream_field("")
-    stream = [c for c in state.columns if c.startswith(prefix)]
-    return state.where(F.col(ROLE).isin(PENDING, LATE)).select(
-        *[F.col(c).alias(c[len(prefix) :]) for c in stream],
-        F.col(ENTRY_STEP),
-        F.timestamp_micros(F.col(LATE_SINCE)).alias(WAITING_SINCE),
+    stream = [c for c in state.collect_schema().names() if c.startswith(prefix)]
+    rows = with_timestamp_of_micros(
+        state.filter(nw.col(ROLE).is_in([PENDING, LATE])), LATE_SINCE, WAITING_SINCE
     )
-
-
-def pending_tuples_arrow(state: pa.Table) -> pa.Table:
-    """:func:`pending_tuples` of a state table read into the driver."""
-    prefix = stream_field("")
-    stream = [c for c in state.column_names if c.startswith(prefix)]
-    rows = state.filter(pc.is_in(state.column(ROLE), pa.array([PENDING, LATE])))
-    since = rows.column(LATE_SINCE).cast(pa.int64()).cast(pa.timestamp("us", "UTC"))
-    return pa.table(
-        [*[rows.column(c) for c in stream], rows.column(ENTRY_STEP), since],
-        names=[*[c[len(prefix) :] for c in stream], ENTRY_STEP, WAITING_SINCE],
+    return rows.select(
+        *[nw.col(c).alias(c[len(prefix) :]) for c in stream],
+        nw.col(ENTRY_STEP),
+        nw.col(WAITING_SINCE),
     )
 
 

@@ -14,13 +14,13 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import narwhals.stable.v2 as nw
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common.rows import Frame, Rows
 from joins.ssbj.late import WAITING_SINCE
-from joins.ssbj.step import ENTRY_STEP, pending_tuples, pending_tuples_arrow
+from joins.ssbj.step import ENTRY_STEP, pending_tuples
 from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import PipelineConfig
 from pipeline.late_table import LATE_SINCE
@@ -31,8 +31,8 @@ from pipeline.stage_config import EquiStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from pipeline.stateless_driver import without_tuples
-from pipeline.waiting_tuples import waiting_ages, waiting_ages_arrow
-from quality.audit_views import MAX_AGE_STEPS, pending_ages, pending_ages_arrow
+from pipeline.waiting_tuples import waiting_ages
+from quality.audit_views import MAX_AGE_STEPS, pending_ages
 from warehouse.delta import DeltaEngine
 from warehouse.state_store import StateStore
 
@@ -62,12 +62,12 @@ class SsbjDriver:
             spark,
             engine,
             store,
-            lambda after, to: inputs.new_rows(stage, after, to, keep_version=True),
+            lambda after, to: inputs.new_rows(stage, after, to, keep_version=True).to_spark(),
             output_path=inputs.layout.staged(stage.output),
             input_path=inputs.input_path(stage),
-            input_rows_arrow=lambda after, to: inputs.new_rows_arrow(
+            input_rows_arrow=lambda after, to: inputs.new_rows(
                 stage, after, to, keep_version=True
-            ),
+            ).to_arrow(),
             warm=warm,
         )
         # A backfill is a stateless re-join of the interval.
@@ -96,7 +96,7 @@ class SsbjDriver:
         state = self.operator.state_frame()
         if state is None:
             return None
-        return pending_tuples(state).where(F.col(WAITING_SINCE).isNotNull())
+        return pending_tuples(Rows.of(state)).to_spark().where(F.col(WAITING_SINCE).isNotNull())
 
     def work_due(self) -> bool:
         return not self.operator.idle(take_input=True)
@@ -111,66 +111,42 @@ class SsbjDriver:
         path = self.operator.state_path
         return self.engine.snapshot(path).version if self.engine.exists(path) else None
 
-    def pending_at(self, version: int) -> DataFrame:
-        return pending_tuples(self.engine.read(self.operator.state_path, version=version))
+    def pending_at(self, version: int) -> Rows:
+        path = self.operator.state_path
+        return pending_tuples(
+            Rows.read(
+                arrow=lambda: self.engine.read_arrow(self.engine.snapshot(path, version)),
+                spark=lambda: self.engine.read(path, version=version),
+            )
+        )
 
-    def pending_ages(self, id_column: str) -> DataFrame | None:
+    def pending_ages(self, id_column: str) -> Rows | None:
         """Steps waited by the tuples in H_S, and intervals waited by those waiting for a
         late master row (``pipeline.waiting_tuples.waiting_ages``)."""
-        state = self.operator.state_frame()
-        if state is None:
+        path = self.operator.state_path
+        if not self.engine.exists(path):
             return None
-        tuples = pending_tuples(state)
-        waiting = F.col(WAITING_SINCE).isNotNull()
-        in_cycle = pending_ages(tuples.where(~waiting), id_column, ENTRY_STEP, *self._age_steps())
+        snapshot = self.engine.snapshot(path)
+        tuples = pending_tuples(
+            Rows.read(
+                arrow=lambda: self.engine.read_arrow(snapshot),
+                spark=lambda: self.engine.read(path, version=snapshot.version),
+            )
+        )
+        in_cycle = pending_ages(
+            Rows.apply(_where, tuples, waiting=False), id_column, ENTRY_STEP, *self._age_steps()
+        )
         late = waiting_ages(
-            tuples.where(waiting).withColumnRenamed(WAITING_SINCE, LATE_SINCE),
+            Rows.apply(_where, tuples, waiting=True),
             id_column,
             *self._late_wait(),
             datetime.now(UTC),
         )
-        most = F.lit(self._late_max_age()).cast("long")
-        return in_cycle.unionByName(late.withColumn(MAX_AGE_STEPS, most))
+        return Rows.apply(_in_cycle_and_late, in_cycle, late, late_max_age=self._late_max_age())
 
-    def input_accounting(
-        self, tuples: DataFrame, waiting: DataFrame | None, id_column: str
-    ) -> DataFrame:
+    def input_accounting(self, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:
         # The plain join's rule: a tuple must be emitted when its key is in the master.
         return self._interval_join.input_accounting(tuples, waiting, id_column)
-
-    def pending_at_arrow(self, version: int) -> pa.Table:
-        snapshot = self.engine.snapshot(self.operator.state_path, version)
-        return pending_tuples_arrow(self.engine.read_arrow(snapshot))
-
-    def pending_ages_arrow(self, id_column: str) -> pa.Table | None:
-        if not self.engine.exists(self.operator.state_path):
-            return None
-        state = self.engine.read_arrow(self.engine.snapshot(self.operator.state_path))
-        tuples = pending_tuples_arrow(state)
-        waiting = pc.is_valid(tuples.column(WAITING_SINCE))
-        in_cycle = pending_ages_arrow(
-            tuples.filter(pc.invert(waiting)), id_column, ENTRY_STEP, *self._age_steps()
-        )
-        late = waiting_ages_arrow(
-            tuples.filter(waiting).rename_columns(
-                [LATE_SINCE if c == WAITING_SINCE else c for c in tuples.column_names]
-            ),
-            id_column,
-            *self._late_wait(),
-            datetime.now(UTC),
-        )
-        most = self._late_max_age()
-        late = late.set_column(
-            late.schema.get_field_index(MAX_AGE_STEPS),
-            MAX_AGE_STEPS,
-            pa.repeat(pa.scalar(most, pa.int64()), late.num_rows),
-        )
-        return pa.concat_tables([in_cycle, late.cast(in_cycle.schema)])
-
-    def input_accounting_arrow(
-        self, tuples: pa.Table, waiting: pa.Table | None, id_column: str
-    ) -> pa.Table:
-        return self._interval_join.input_accounting_arrow(tuples, waiting, id_column)
 
     def _late_wait(self) -> tuple[timedelta, timedelta]:
         """The stage's wait for late master rows (zero without ``late_master``) and its
@@ -242,3 +218,20 @@ class _IntervalJoin(EquiBaselineDriver):
     def backfilled(self, rows: DataFrame) -> DataFrame:
         waiting = self._waiting()
         return rows if waiting is None else without_tuples(rows, waiting)
+
+
+def _where(tuples: Frame, waiting: bool) -> Frame:
+    """The pending tuples that wait for a late master row (``waiting``; with their wait's
+    start as ``_late_since``), or the others."""
+    since = nw.col(WAITING_SINCE)
+    if waiting:
+        return tuples.filter(~since.is_null()).rename({WAITING_SINCE: LATE_SINCE})
+    return tuples.filter(since.is_null())
+
+
+def _in_cycle_and_late(in_cycle: Frame, late: Frame, late_max_age: int) -> Frame:
+    """``audit_pending`` of H_S's tuples and of those waiting for a late master row, whose
+    most age is the late wait's (:meth:`SsbjDriver._late_max_age`)."""
+    schema = in_cycle.collect_schema()
+    late = late.with_columns(nw.lit(late_max_age, nw.Int64()).alias(MAX_AGE_STEPS))
+    return nw.concat([in_cycle, late.select(*(nw.col(n).cast(t) for n, t in schema.items()))])

@@ -11,6 +11,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from common.errors import BackfillIncompleteError, ValidationFailedError
+from common.rows import Rows
 from joins.ssbj.step import pending_tuples
 from pipeline.audit_publish import FAILED_EXPECTATIONS, RUN_ID
 from pipeline.backfill import rejoin_interval
@@ -168,7 +169,7 @@ def test_a_tuple_pending_at_the_last_audit_must_still_be_emitted(
     stage = h.operator()
     state = stage.state_frame()
     assert state is not None
-    assert 3 in {r["id"] for r in pending_tuples(state).collect()}
+    assert 3 in {r["id"] for r in pending_tuples(Rows.of(state)).to_arrow().to_pylist()}
 
     h.arrive(SECOND_BATCH)
     with defect_in(h, h.layout.staged("out"), drop_tuple(3)):

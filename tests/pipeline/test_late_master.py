@@ -233,11 +233,13 @@ def test_leaving_the_plain_join_while_tuples_wait_is_refused(
     assert "still wait in its late table" in caplog.text
 
 
-def test_waiting_ages_in_memory_equal_the_spark_ages(spark: SparkSession) -> None:
+def test_waiting_ages_count_whole_intervals_waited(spark: SparkSession) -> None:
     from pyspark.sql import types as T
 
+    from common.rows import Rows
     from pipeline.late_table import LATE_SINCE
-    from pipeline.waiting_tuples import waiting_ages, waiting_ages_arrow
+    from pipeline.waiting_tuples import waiting_ages
+    from tests.rows_check import rows_both_ways
 
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
     schema = T.StructType(
@@ -246,7 +248,11 @@ def test_waiting_ages_in_memory_equal_the_spark_ages(spark: SparkSession) -> Non
     since = [now - dt.timedelta(minutes=m) for m in (0, 59, 60, 61, 185)]
     late = spark.createDataFrame([(i, t) for i, t in enumerate(since)], schema)
     wait, interval = dt.timedelta(hours=2), dt.timedelta(hours=1)
-    on_spark = sorted(tuple(r) for r in waiting_ages(late, "id", wait, interval, now).collect())
-    in_memory = waiting_ages_arrow(late.toArrow(), "id", wait, interval, now)
-    assert sorted(tuple(r.values()) for r in in_memory.to_pylist()) == on_spark
-    assert [r[1] for r in on_spark] == [0, 0, 1, 1, 3]
+    ages = rows_both_ways(waiting_ages(Rows.of(late), "id", wait, interval, now), spark)
+    assert [(r["tuple_id"], r["age_steps"], r["max_age_steps"]) for r in ages] == [
+        (0, 0, 3),
+        (1, 0, 3),
+        (2, 1, 3),
+        (3, 1, 3),
+        (4, 3, 3),
+    ]

@@ -1,0 +1,142 @@
+"""Rows held as an Arrow table or a Spark DataFrame, converted on demand.
+
+A :class:`Rows` value is a recipe for rows, built once and read in the form its consumer
+needs: ``to_arrow()`` in the driver's memory (a small batch's audit, no Spark job),
+``to_spark()`` as a lazy Spark frame (a large batch, a backfill). It is one of:
+
+- a source: an Arrow table or a Spark frame given (:meth:`Rows.of`), or a reader of each
+  form (:meth:`Rows.read`: the same rows read by delta-rs into Arrow, or by Spark);
+- a transform of other Rows (:meth:`Rows.apply`), written once against narwhals' lazy
+  frame API, which runs on pyarrow and on PySpark alike.
+
+So an operation is written once and runs on either engine; the form a consumer asks for
+decides where. A source given in one form only is converted when asked for the other (a
+Spark frame collected with ``toArrow``, an Arrow table made a Spark frame).
+
+Invariant: ``r.to_arrow()`` and ``r.to_spark(spark).toArrow()`` hold the same multiset of
+rows with the same column names and types for every ``r`` whose transforms are pure
+(``tests/common/test_rows.py``; each transform's tests run it on both).
+
+The few primitives narwhals does not offer on PySpark (epoch microseconds of a timestamp
+and back) are the frame functions at the end of this module: the one place, besides the
+conversions, that knows both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import narwhals.stable.v2 as nw
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+Frame = nw.LazyFrame[Any]
+Transform = Callable[..., Frame]
+
+
+class Rows:
+    """Rows as Arrow or Spark, converted on demand (see the module docstring)."""
+
+    def __init__(
+        self,
+        arrow: Callable[[], pa.Table] | None = None,
+        spark: Callable[[SparkSession | None], DataFrame] | None = None,
+    ) -> None:
+        if arrow is None and spark is None:
+            raise ValueError("Rows needs a way to read them: an Arrow reader, a Spark one, or both")
+        self._arrow_reader = arrow
+        self._spark_reader = spark
+        self._table: pa.Table | None = None
+        self._frame: DataFrame | None = None
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def of(cls, rows: pa.Table | DataFrame) -> Rows:
+        """Rows already in one form."""
+        if isinstance(rows, pa.Table):
+            return cls(arrow=lambda: rows)
+        return cls(spark=lambda _spark: rows)
+
+    @classmethod
+    def read(cls, arrow: Callable[[], pa.Table], spark: Callable[[], DataFrame]) -> Rows:
+        """The same rows read either way: ``arrow`` in the driver, ``spark`` as a frame."""
+        return cls(arrow=arrow, spark=lambda _spark: spark())
+
+    @classmethod
+    def apply(cls, transform: Transform, *inputs: Rows | None, **options: Any) -> Rows:
+        """``transform(*frames, **options)`` over ``inputs`` as narwhals lazy frames (None
+        stays None), on the engine the result is asked for."""
+
+        def on_arrow() -> pa.Table:
+            frames = [None if r is None else _lazy(r.to_arrow()) for r in inputs]
+            return transform(*frames, **options).collect().to_native()
+
+        def on_spark(spark: SparkSession | None) -> DataFrame:
+            frames = [None if r is None else _lazy(r.to_spark(spark)) for r in inputs]
+            frame: DataFrame = transform(*frames, **options).to_native()
+            return frame
+
+        return cls(arrow=on_arrow, spark=on_spark)
+
+    # ------------------------------------------------------------------ reading
+
+    def to_arrow(self) -> pa.Table:
+        """The rows in the driver's memory (read once)."""
+        if self._table is None:
+            if self._arrow_reader is not None:
+                self._table = self._arrow_reader()
+            else:
+                self._table = self.to_spark().toArrow()
+        return self._table
+
+    def to_spark(self, spark: SparkSession | None = None) -> DataFrame:
+        """The rows as a Spark frame (planned once); ``spark`` makes a frame of rows read
+        in the driver only, and is needed only then."""
+        if self._frame is None:
+            if self._spark_reader is not None:
+                self._frame = self._spark_reader(spark)
+            else:
+                if spark is None:
+                    raise ValueError(
+                        "these rows were read into the driver's memory; a SparkSession is "
+                        "needed to make a Spark frame of them, and none was given"
+                    )
+                self._frame = spark.createDataFrame(self.to_arrow())
+        return self._frame
+
+
+def _lazy(native: pa.Table | DataFrame) -> Frame:
+    frame = nw.from_native(native)
+    return frame.lazy() if isinstance(frame, nw.DataFrame) else frame
+
+
+# ---------------------------------------------------------------- primitives on both engines
+
+
+def with_epoch_micros(frame: Frame, column: str, name: str) -> Frame:
+    """``frame`` with ``name``: microseconds since the epoch of the timestamp ``column``
+    (null stays null)."""
+    native = frame.to_native()
+    if isinstance(native, pa.Table):
+        micros = pc.cast(native.column(column).cast(pa.timestamp("us", "UTC")), pa.int64())
+        return _lazy(_set(native, name, micros))
+    return _lazy(native.withColumn(name, F.unix_micros(F.col(column))))
+
+
+def with_timestamp_of_micros(frame: Frame, column: str, name: str) -> Frame:
+    """``frame`` with ``name``: the UTC timestamp of the epoch microseconds in ``column``."""
+    native = frame.to_native()
+    if isinstance(native, pa.Table):
+        stamps = native.column(column).cast(pa.int64()).cast(pa.timestamp("us", "UTC"))
+        return _lazy(_set(native, name, stamps))
+    return _lazy(native.withColumn(name, F.timestamp_micros(F.col(column))))
+
+
+def _set(table: pa.Table, name: str, values: pa.ChunkedArray | pa.Array) -> pa.Table:
+    if name in table.column_names:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+    return table.append_column(name, values)
