@@ -25,7 +25,7 @@ conversions, that knows both engines.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import narwhals.stable.v2 as nw
 import pyarrow as pa
@@ -34,6 +34,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 Frame = nw.LazyFrame[Any]
+# Rows in one form or the other, where a function keeps the form it was given.
+Native = TypeVar("Native", DataFrame, pa.Table)
 Transform = Callable[..., Frame]
 
 

@@ -19,7 +19,7 @@ from common.rows import Rows
 from joins.columns import INTERVAL_START
 from quality.results import SuiteOutcome
 from warehouse.delta import DeltaEngine
-from warehouse.delta.api import COMMIT_VERSION, live_rows_added
+from warehouse.delta.api import live_rows_added
 
 PUBLISHED, QUARANTINED, WARNED, UNCHECKED, NOTHING_NEW = (
     "published",
@@ -62,17 +62,17 @@ class StagedBatch:
     :meth:`schema_frame` is an empty frame of the table's schema, which every file of a
     Delta table version has."""
 
-    def __init__(self, spark: SparkSession, read: Callable[[], DataFrame], schema: T.StructType):
+    def __init__(self, spark: SparkSession, rows: Rows, schema: T.StructType):
         self._spark = spark
-        self._read = read
+        self.rows = rows
         self._schema = schema
         self._frame: DataFrame | None = None
         self._cached = False
 
     def frame(self) -> DataFrame:
-        """The batch's rows (read once)."""
+        """The batch's rows as a Spark frame (planned once)."""
         if self._frame is None:
-            self._frame = self._read()
+            self._frame = self.rows.to_spark(self._spark)
         return self._frame
 
     def cache(self) -> DataFrame:
@@ -99,7 +99,7 @@ def live_batch(
     """Rows of files added in (audited, latest] still live at latest, minus backfills'."""
     return StagedBatch(
         spark,
-        lambda: live_rows_added(engine, silver, audited, latest).drop(COMMIT_VERSION),
+        live_rows_added(engine, silver, audited, latest),
         engine.snapshot(silver, latest).schema,
     )
 
@@ -115,8 +115,10 @@ def interval_batch(
     start, end = interval
     return StagedBatch(
         spark,
-        lambda: engine.read(silver, version=version).where(
-            (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
+        Rows(
+            spark=lambda _spark: engine.read(silver, version=version).where(
+                (F.col(INTERVAL_START) >= F.lit(start)) & (F.col(INTERVAL_START) < F.lit(end))
+            )
         ),
         engine.snapshot(silver, version).schema,
     )

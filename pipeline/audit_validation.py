@@ -26,7 +26,6 @@ from quality.config import QualityConfig
 from quality.docs_queue import DocsQueue
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
 from warehouse.delta import AppTransaction, DeltaEngine
-from warehouse.delta.api import live_rows_added_arrow
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -169,13 +168,7 @@ class AuditValidation:
         views a suite reads: ``AuditIntents.decide_and_commit``)."""
         with optional_phase(self.engine.clock, "validate"):
             # A live batch is whole files of silver: read them in the driver, no Spark job.
-            rows = (
-                staged.frame().toPandas()
-                if interval is not None
-                else live_rows_added_arrow(
-                    self.engine, self.layout.staged(table), *batch
-                ).to_pandas()
-            )
+            rows = staged.rows.to_arrow().to_pandas()
             if collected is None:
                 collected = {name: view.toArrow() for name, view in views.items()}
         return InMemoryBatch(rows, staged.schema_frame(), collected)

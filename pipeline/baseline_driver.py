@@ -38,6 +38,7 @@ from pipeline.waiting_tuples import (
 )
 from pipeline.waiting_tuples import counts as late_counts
 from warehouse.delta import AppTransaction, Snapshot
+from warehouse.delta.api import table_rows
 
 logger = logging.getLogger(__name__)
 
@@ -110,20 +111,13 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         path = self.late_path
         return Rows.apply(
             _without_late_columns,
-            Rows.read(
-                arrow=lambda: self.engine.read_arrow(self.engine.snapshot(path, version)),
-                spark=lambda: self.engine.read(path, version=version),
-            ),
+            table_rows(self.engine, path, version),
         )
 
     def pending_ages(self, id_column: str) -> Rows | None:
         if not self.engine.exists(self.late_path):
             return None
-        snapshot = self.engine.snapshot(self.late_path)
-        late = Rows.read(
-            arrow=lambda: self.engine.read_arrow(snapshot, columns=[id_column, LATE_SINCE]),
-            spark=lambda: self.engine.read(self.late_path, version=snapshot.version),
-        )
+        late = table_rows(self.engine, self.late_path, columns=[id_column, LATE_SINCE])
         return waiting_ages(
             late,
             id_column,

@@ -18,7 +18,7 @@ from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.stage_config import EquiStage, ThetaStage
 from warehouse.delta import COMMIT_VERSION, DeltaEngine, Snapshot
-from warehouse.delta.api import live_rows_added, live_rows_added_arrow
+from warehouse.delta.api import live_rows_added
 
 AnyStage = EquiStage | ThetaStage  # a stage of either kind (config.Stage is its parser)
 
@@ -43,16 +43,10 @@ class StageInputs:
         """Input rows added in (after_version, to_version], with ``_interval_start``; with
         ``keep_version`` also the version that added each, as ``_input_version``. Read in
         the driver's memory (a small batch's audit or step) or as a Spark frame."""
-        engine, path = self.engine, self.input_path(stage)
-        added = Rows.read(
-            arrow=lambda: live_rows_added_arrow(
-                engine, path, after_version, to_version, keep_version
-            ),
-            spark=lambda: live_rows_added(engine, path, after_version, to_version),
+        added = live_rows_added(
+            self.engine, self.input_path(stage), after_version, to_version, keep_version
         )
-        return self.with_interval(
-            stage, Rows.apply(_input_version, added, keep_version=keep_version)
-        )
+        return self.with_interval(stage, Rows.apply(_input_version, added))
 
     def with_interval(self, stage: AnyStage, rows: Rows) -> Rows:
         """``rows`` of the stage's input stamped with the schedule interval they fall in."""
@@ -72,10 +66,8 @@ class StageInputs:
         return self.engine.read_files(master).select(*columns)
 
 
-def _input_version(rows: Frame, keep_version: bool) -> Frame:
-    """The commit version of each added row as ``_input_version``, or none."""
+def _input_version(rows: Frame) -> Frame:
+    """The commit version of each added row, where read, as ``_input_version``."""
     if COMMIT_VERSION not in rows.collect_schema():
         return rows
-    if keep_version:
-        return rows.rename({COMMIT_VERSION: INPUT_VERSION})
-    return rows.drop(COMMIT_VERSION)
+    return rows.rename({COMMIT_VERSION: INPUT_VERSION})

@@ -3,12 +3,20 @@ partitions it needs and the master's changes, laid out as one table in the colum
 :func:`joins.ssbj.step` (stream ``s__*``, master ``r__*``, operator fields), keyed by the
 join value's hash and labelled with the bucket each row goes to
 (:mod:`joins.ssbj.bucket_routing`), for the ``groupBy(bucket).applyInArrow`` pass of
-:mod:`joins.ssbj.buckets`; and the Arrow twin of the same layout for a step in the driver.
+:mod:`joins.ssbj.buckets`.
+
+Each input is laid out once, whether it is a Spark frame or an Arrow table in the driver
+(a step the placement runs there): the fields' sources are stated once and applied as one
+``selectExpr`` or one ``Table.from_arrays``. The keys and buckets are computed twice, by
+design: :meth:`WideTable.keyed_rows` with Spark's semi-join and ``xxhash64``,
+:meth:`WideTable.keyed_rows_arrow` with :mod:`joins.ssbj.spark_hash` reproducing that hash
+bit for bit, so a row lands in the bucket a Spark task would give it
+(``tests/joins/ssbj/test_keyed_rows.py`` holds the two to the same rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from common.arrow_rows import rows_where
+from common.rows import Native
 from common.sql_text import quoted_identifier, string_literal
 from joins.skew.asketch import SketchShape
 from joins.skew.key_routing import KeyRouting, task_labels
@@ -154,21 +163,35 @@ class WideTable:
     # frame: a Column per wide field costs several JVM round trips in a classic session,
     # and a step builds a few hundred of them (0.13 s a frame against 0.02 s, measured).
 
-    def _fill(self, frame: DataFrame, role: str, given: dict[str, str]) -> DataFrame:
-        """``frame`` as rows of ``role``: each wide field from its SQL expression in
-        ``given``, the others null."""
-        columns = [f"{string_literal(role)} AS {quoted_identifier(ROLE)}"]
-        for f in self.schema.fields[1:]:
-            columns.append(_cast(given.get(f.name, "NULL"), f))
-        return frame.selectExpr(*columns)
+    def _fill_sql(self, frame: DataFrame, given: dict[str, str]) -> DataFrame:
+        """``frame`` as wide rows: each field from its SQL expression in ``given``, the
+        others null."""
+        return frame.selectExpr(*[_cast(given.get(f.name, "NULL"), f) for f in self.schema])
 
-    def stream_rows(self, frame: DataFrame, role: str = NEW) -> DataFrame:
+    def _lay_out(self, rows: Native, given: Mapping[str, str | _Constant]) -> Native:
+        """``rows`` (a Spark frame or an Arrow table) as wide rows: each field of
+        :attr:`schema` from its source in ``given`` (a column of ``rows``, or a constant),
+        cast to the field's type; the others null."""
+        if not isinstance(rows, pa.Table):
+            return self._fill_sql(rows, {name: _sql(source) for name, source in given.items()})
+        schema = spark_to_arrow(self.schema)
+        count = rows.num_rows
+        columns: list[pa.Array | pa.ChunkedArray] = []
+        for field in schema:
+            source = given.get(field.name)
+            if source is None:
+                columns.append(pa.nulls(count, field.type))
+            elif isinstance(source, _Constant):
+                columns.append(pa.repeat(pa.scalar(source.value, field.type), count))
+            else:
+                columns.append(rows.column(source).cast(field.type))
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def stream_rows(self, rows: Native, role: str = NEW) -> Native:
         """New stream tuples (their columns named as in ``stream_schema``)."""
-        return self._fill(
-            frame,
-            role,
-            {stream_field(c): quoted_identifier(c) for c in self.stream_schema.fieldNames()},
-        )
+        given: dict[str, str | _Constant] = {ROLE: _Constant(role)}
+        given |= {stream_field(c): c for c in self.stream_schema.fieldNames()}
+        return self._lay_out(rows, given)
 
     def master_rows(
         self, frame: DataFrame, role: str, extra: dict[str, str] | None = None
@@ -176,10 +199,13 @@ class WideTable:
         """Master rows (projected columns) in ``role``, with ``extra`` operator columns
         (SQL expressions)."""
         given = {master_field(c): quoted_identifier(c) for c in self.spec.master_columns}
-        return self._fill(frame, role, given | (extra or {}))
+        return self._fill_sql(frame, {ROLE: string_literal(role)} | given | (extra or {}))
 
-    def partition_rows(self, frame: DataFrame, version: int) -> DataFrame:
-        return self.master_rows(frame, PARTITION, {VERSION: str(int(version))})
+    def partition_rows(self, rows: Native, version: int) -> Native:
+        """The rows of a master partition at ``version`` (projected columns)."""
+        given: dict[str, str | _Constant] = {ROLE: _Constant(PARTITION)}
+        given |= {master_field(c): c for c in self.spec.master_columns}
+        return self._lay_out(rows, given | {VERSION: _Constant(int(version))})
 
     def change_rows(self, changes: DataFrame, change_type: str, for_switch: bool) -> DataFrame:
         """Rows a master's commits changed: removed (delete, update pre-image) or added."""
@@ -196,15 +222,10 @@ class WideTable:
     def reload_rows(self, frame: DataFrame) -> DataFrame:
         return self.master_rows(frame, RELOAD)
 
-    def state_rows(self, state: DataFrame) -> DataFrame:
+    def state_rows(self, state: Native) -> Native:
         """The state table's rows laid out as this step's wide table (columns by name)."""
-        present = set(state.columns)
-        return state.selectExpr(
-            *[
-                _cast(quoted_identifier(f.name) if f.name in present else "NULL", f)
-                for f in self.schema
-            ]
-        )
+        present = set(state.column_names if isinstance(state, pa.Table) else state.columns)
+        return self._lay_out(state, {f: f for f in self.schema.fieldNames() if f in present})
 
     def _join_values(self) -> list[Column]:
         """A row's join value, the same for a stream tuple and a master row.
@@ -288,45 +309,9 @@ class WideTable:
             return keyed.withColumn(BUCKET, F.explode(labels))
         return keyed.withColumn(BUCKET, bucket_label(F.col(KEY_HASH), routing))
 
-    # The same layout in the driver's memory, for a step that runs there on an engine
-    # whose reads need no Spark (``pipeline.ssbj.placement``): the rows :meth:`keyed_rows`
-    # would give for the same inputs, with the same key hashes (``joins.ssbj.spark_hash``).
-
-    def _fill_arrow(self, rows: pa.Table, role: str, given: dict[str, pa.Array]) -> pa.Table:
-        """:meth:`_fill` of rows in memory: each wide field from ``given``, else null."""
-        schema = spark_to_arrow(self.schema)
-        count = rows.num_rows
-        columns: list[pa.Array | pa.ChunkedArray] = [pa.repeat(pa.scalar(role, pa.string()), count)]
-        for field in list(schema)[1:]:
-            value = given.get(field.name)
-            columns.append(pa.nulls(count, field.type) if value is None else value.cast(field.type))
-        return pa.Table.from_arrays(columns, schema=schema)
-
-    def stream_rows_arrow(self, rows: pa.Table, role: str = NEW) -> pa.Table:
-        """:meth:`stream_rows` of rows in memory."""
-        return self._fill_arrow(
-            rows, role, {stream_field(c): rows.column(c) for c in self.stream_schema.fieldNames()}
-        )
-
-    def partition_rows_arrow(self, rows: pa.Table, version: int) -> pa.Table:
-        """:meth:`partition_rows` of rows in memory."""
-        given = {master_field(c): rows.column(c) for c in self.spec.master_columns}
-        given[VERSION] = pa.repeat(pa.scalar(int(version), pa.int64()), rows.num_rows)
-        return self._fill_arrow(rows, PARTITION, given)
-
-    def state_rows_arrow(self, state: pa.Table) -> pa.Table:
-        """:meth:`state_rows` of a state table read into memory (columns by name)."""
-        schema = spark_to_arrow(self.schema)
-        present = set(state.column_names)
-        return pa.Table.from_arrays(
-            [
-                state.column(f.name).cast(f.type)
-                if f.name in present
-                else pa.nulls(state.num_rows, f.type)
-                for f in schema
-            ],
-            schema=schema,
-        )
+    # The keys in the driver's memory, for a step that runs there on an engine whose
+    # reads need no Spark (``pipeline.ssbj.placement``): the rows :meth:`keyed_rows` would
+    # give for the same inputs, with the same key hashes (``joins.ssbj.spark_hash``).
 
     def arrow_keys_supported(self) -> bool:
         """Whether :meth:`keyed_rows_arrow` computes this stage's join values exactly as
@@ -479,3 +464,19 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
     for frame in frames[1:]:
         union = union.unionByName(frame)
     return union
+
+
+def _sql(source: str | _Constant) -> str:
+    return source.sql() if isinstance(source, _Constant) else quoted_identifier(source)
+
+
+@dataclass(frozen=True)
+class _Constant:
+    """A constant wide field (a role, a partition's version)."""
+
+    value: int | str
+
+    def sql(self) -> str:
+        if isinstance(self.value, str):
+            return string_literal(self.value)
+        return str(int(self.value))

@@ -34,6 +34,7 @@ from pipeline.stateless_driver import without_tuples
 from pipeline.waiting_tuples import waiting_ages
 from quality.audit_views import MAX_AGE_STEPS, pending_ages
 from warehouse.delta import DeltaEngine
+from warehouse.delta.api import table_rows
 from warehouse.state_store import StateStore
 
 
@@ -113,12 +114,7 @@ class SsbjDriver:
 
     def pending_at(self, version: int) -> Rows:
         path = self.operator.state_path
-        return pending_tuples(
-            Rows.read(
-                arrow=lambda: self.engine.read_arrow(self.engine.snapshot(path, version)),
-                spark=lambda: self.engine.read(path, version=version),
-            )
-        )
+        return pending_tuples(table_rows(self.engine, path, version))
 
     def pending_ages(self, id_column: str) -> Rows | None:
         """Steps waited by the tuples in H_S, and intervals waited by those waiting for a
@@ -126,13 +122,7 @@ class SsbjDriver:
         path = self.operator.state_path
         if not self.engine.exists(path):
             return None
-        snapshot = self.engine.snapshot(path)
-        tuples = pending_tuples(
-            Rows.read(
-                arrow=lambda: self.engine.read_arrow(snapshot),
-                spark=lambda: self.engine.read(path, version=snapshot.version),
-            )
-        )
+        tuples = pending_tuples(table_rows(self.engine, path))
         in_cycle = pending_ages(
             Rows.apply(_where, tuples, waiting=False), id_column, ENTRY_STEP, *self._age_steps()
         )

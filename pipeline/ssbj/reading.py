@@ -16,14 +16,13 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import narwhals.stable.v2 as nw
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.types import StructType
 
 from common.errors import NotAppendOnlyError
+from common.rows import Native
 from joins.columns import INTERVAL_START
 from joins.skew.key_routing import KeyRouting
 from joins.ssbj.algorithm import Schedule
@@ -191,21 +190,11 @@ def keyed_rows_in_driver(
     # stay k steps, and a pass over H_S held in one Arrow chunk per input version (59
     # of them at 0.5 x M) cost 15-20% more than over one per entry step.
     new = w.input_rows_arrow(plan.input_from, plan.input_to).combine_chunks()
-    covered = covered_arrow(new, state, INTERVAL_START, INPUT_VERSION)
-    if covered is not None:
-        new = new.filter(pc.invert(covered))
-    inputs = [wide.stream_rows_arrow(new)]
+    new = suppressed(new, state, INTERVAL_START, INPUT_VERSION)
+    inputs = [wide.stream_rows(new)]
     if STATE_TABLE in plan.tables:
-        rows = wide.state_rows_arrow(stored_state_arrow(w, plan.tables[STATE_TABLE]))
-        covered = covered_arrow(
-            rows, state, stream_field(INTERVAL_START), stream_field(INPUT_VERSION)
-        )
-        if covered is not None:
-            held = pc.and_(
-                pc.equal(rows.column(ROLE), PENDING), pc.is_null(rows.column(LATE_SINCE))
-            )
-            rows = rows.filter(pc.invert(pc.and_(held, covered)))
-        inputs.append(rows)
+        rows = wide.state_rows(stored_state_arrow(w, plan.tables[STATE_TABLE]))
+        inputs.append(suppressed_pending(rows, state))
     partitions = []
     read: list[DataFile] = []
     # Only the master rows a tuple asks for leave each file as it is read: a partition
@@ -220,7 +209,7 @@ def keyed_rows_in_driver(
             w.spec.master_columns,
             asked.row_filter() if asked is not None else None,
         )
-        partitions.append(wide.partition_rows_arrow(master_rows, pinned))
+        partitions.append(wide.partition_rows(master_rows, pinned))
         read += files
     keyed = wide.keyed_rows_arrow(inputs, partitions, routing)
     report.master_bytes_read += sum(f.size_bytes for f in read)
@@ -249,55 +238,37 @@ def _may_hold(file: DataFile, bounds: dict[str, tuple[Any, Any] | None]) -> bool
 # ---------------------------------------------------------------------- backfills
 
 
-def covered(state: ControllerState, interval: str, input_version: str) -> Any:
-    """Tuples whose interval a backfill has already joined and published, or None."""
+def covered(state: ControllerState, interval: str, input_version: str) -> nw.Expr | None:
+    """True for tuples whose interval a backfill has already joined and published (a null
+    interval or version is not covered); None without backfills. One predicate for rows
+    on Spark and in the driver."""
     found = None
     for backfill in state.backfills:
         term = (
-            (F.col(interval) >= F.lit(backfill["start"]).cast(T.TimestampType()))
-            & (F.col(interval) < F.lit(backfill["end"]).cast(T.TimestampType()))
-            & (F.col(input_version) <= F.lit(backfill["input_version"]))
+            (nw.col(interval) >= nw.lit(_utc(backfill["start"])))
+            & (nw.col(interval) < nw.lit(_utc(backfill["end"])))
+            & (nw.col(input_version) <= int(backfill["input_version"]))
         )
         found = term if found is None else found | term
-    return found
+    return None if found is None else found.fill_null(False)
 
 
-def suppressed(
-    frame: DataFrame, state: ControllerState, interval: str, input_version: str
-) -> DataFrame:
-    """Drop tuples whose interval a backfill has already joined and published."""
+def suppressed(rows: Native, state: ControllerState, interval: str, input_version: str) -> Native:
+    """``rows`` (a Spark frame or an Arrow table) without the tuples a backfill already
+    joined and published."""
     found = covered(state, interval, input_version)
-    return frame if found is None else frame.where(~F.coalesce(found, F.lit(False)))
+    return rows if found is None else nw.from_native(rows).filter(~found).to_native()
 
 
-def covered_arrow(
-    rows: pa.Table, state: ControllerState, interval: str, input_version: str
-) -> pa.Array | None:
-    """:func:`covered` of rows in memory: True where a backfill already joined the
-    tuple (a null interval or version is not covered), None without backfills."""
-    found = None
-    for backfill in state.backfills:
-        bounds = [_utc(backfill["start"]), _utc(backfill["end"])]
-        times = rows.column(interval)
-        term = pc.and_kleene(
-            pc.and_kleene(
-                pc.greater_equal(times, pa.scalar(bounds[0], times.type)),
-                pc.less(times, pa.scalar(bounds[1], times.type)),
-            ),
-            pc.less_equal(rows.column(input_version), int(backfill["input_version"])),
-        )
-        found = term if found is None else pc.or_kleene(found, term)
-    return None if found is None else pc.fill_null(found, False)
-
-
-def suppressed_pending(frame: DataFrame, state: ControllerState) -> DataFrame:
+def suppressed_pending(rows: Native, state: ControllerState) -> Native:
+    """Stored state rows without the H_S tuples a backfill already joined."""
     found = covered(state, stream_field(INTERVAL_START), stream_field(INPUT_VERSION))
     if found is None:
-        return frame
+        return rows
     # Tuples waiting for late master rows are not the backfill's (it leaves them to the
     # live steps, ``SsbjDriver.backfill``): only H_S tuples that never waited are.
-    held = (F.col(ROLE) == PENDING) & F.col(LATE_SINCE).isNull()
-    return frame.where(~(held & F.coalesce(found, F.lit(False))))
+    held = (nw.col(ROLE) == PENDING) & nw.col(LATE_SINCE).is_null()
+    return nw.from_native(rows).filter(~(held & found)).to_native()
 
 
 def _utc(moment: str) -> datetime:

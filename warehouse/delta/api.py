@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
+    from common.rows import Rows
+
 
 EngineChoice = Literal["auto", "embedded", "native"]
 
@@ -465,17 +467,44 @@ def operation(engine: DeltaEngine, name: str) -> Iterator[None]:
         engine.commit_metadata = before
 
 
+def table_rows(
+    engine: DeltaEngine, path: str, version: int | None = None, columns: Sequence[str] | None = None
+) -> Rows:
+    """The rows of ``path`` at ``version`` (the latest when None; only ``columns`` when
+    given), read into the driver or as a Spark frame, as the consumer asks."""
+    from common.rows import Rows  # here: the protocol's importers need no Spark or Arrow
+
+    snapshot = engine.snapshot(path, version)
+
+    def on_spark() -> DataFrame:
+        rows = engine.read(path, version=snapshot.version)
+        return rows if columns is None else rows.select(*columns)
+
+    return Rows.read(arrow=lambda: engine.read_arrow(snapshot, columns=columns), spark=on_spark)
+
+
 def live_rows_added(
-    engine: DeltaEngine, path: str, after_version: int, to_version: int
-) -> DataFrame:
-    """Rows a live consumer has not seen: added in (after, to], still live, not a backfill's.
+    engine: DeltaEngine, path: str, after_version: int, to_version: int, with_version: bool = False
+) -> Rows:
+    """Rows a live consumer has not seen: added in (after, to], still live, not a backfill's;
+    read into the driver or as a Spark frame, as the consumer asks.
 
     Rows of a file a later commit of the range replaced are left out (the replacing
     backfill re-joined them and published them itself), and so are the files backfill
-    commits added. Each row carries ``_commit_version``.
+    commits added. With ``with_version`` each row carries ``_commit_version``.
     """
-    skip = _backfill_versions(engine, path, after_version, to_version)
-    return engine.rows_added(path, after_version, to_version, skip_versions=skip)
+    from common.rows import Rows  # here: the protocol's importers need no Spark or Arrow
+
+    def on_spark() -> DataFrame:
+        skip = _backfill_versions(engine, path, after_version, to_version)
+        rows = engine.rows_added(path, after_version, to_version, skip_versions=skip)
+        return rows if with_version else rows.drop(COMMIT_VERSION)
+
+    def in_driver() -> pa.Table:
+        skip = _backfill_versions(engine, path, after_version, to_version)
+        return engine.rows_added_arrow(path, after_version, to_version, skip, with_version)
+
+    return Rows.read(arrow=in_driver, spark=on_spark)
 
 
 def append_live_rows_added(
@@ -492,15 +521,6 @@ def append_live_rows_added(
     return engine.append_rows_added(
         source, after_version, to_version, target, txn, skip, partition_by
     )
-
-
-def live_rows_added_arrow(
-    engine: DeltaEngine, path: str, after_version: int, to_version: int, with_version: bool = False
-) -> pa.Table:
-    """:func:`live_rows_added` in the driver's memory (``_commit_version`` only
-    ``with_version``)."""
-    skip = _backfill_versions(engine, path, after_version, to_version)
-    return engine.rows_added_arrow(path, after_version, to_version, skip, with_version)
 
 
 def rows_committed(engine: DeltaEngine, path: str, after_version: int, to_version: int) -> int:

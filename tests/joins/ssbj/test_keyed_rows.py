@@ -102,8 +102,8 @@ def test_driver_keyed_rows_equal_sparks(spark: SparkSession, routing: KeyRouting
         [dict(zip(MASTER.fieldNames(), row, strict=True)) for row in MASTER_ROWS]
     )
     driver_rows = WIDE.keyed_rows_arrow(
-        [WIDE.stream_rows_arrow(arrow_new), WIDE.state_rows_arrow(state_table())],
-        [WIDE.partition_rows_arrow(arrow_master, 5)],
+        [WIDE.stream_rows(arrow_new), WIDE.state_rows(state_table())],
+        [WIDE.partition_rows(arrow_master, 5)],
         routing,
     )
     assert driver_rows.schema.names == spark_rows.schema.names
@@ -134,15 +134,13 @@ def test_asked_keys_keep_every_master_row_a_tuple_or_pending_tuple_asks_for() ->
     for 8; cache rows ask for nothing. The filter keeps exactly the master rows of those
     keys, and the asked range bounds which files may hold them."""
     arrow_new = new_rows_arrow()
-    asked = WIDE.asked_keys(
-        [WIDE.stream_rows_arrow(arrow_new), WIDE.state_rows_arrow(state_table())]
-    )
+    asked = WIDE.asked_keys([WIDE.stream_rows(arrow_new), WIDE.state_rows(state_table())])
     assert asked is not None
     master = pa.table({"mk": pa.array([7, 7, 8, 9, -5, None, 2**31 - 1, 2**40], pa.int64())})
     kept = master.filter(asked.row_filter()).column("mk").to_pylist()
     assert sorted(kept) == [-5, 7, 7, 8, 2**31 - 1]
     assert asked.bounds() == {"mk": (-5, 2**31 - 1)}
-    nothing = WIDE.asked_keys([WIDE.state_rows_arrow(state_table().slice(1))])
+    nothing = WIDE.asked_keys([WIDE.state_rows(state_table().slice(1))])
     assert nothing is not None and nothing.bounds() == {"mk": None}
 
 
@@ -152,5 +150,5 @@ def test_floating_keys_are_not_filtered_by_value() -> None:
         T.StructType([T.StructField("p", T.DoubleType())]),
         MASTER,
     )
-    rows = floating.stream_rows_arrow(pa.table({"p": pa.array([0.0], pa.float64())}))
+    rows = floating.stream_rows(pa.table({"p": pa.array([0.0], pa.float64())}))
     assert floating.asked_keys([rows]) is None
