@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import narwhals.stable.v2 as nw
 from pyspark.sql import DataFrame
 
 from common.errors import JoinError
-from common.rows import Frame, Rows, with_epoch_micros, with_timestamp_of_micros
+from common.rows import Frame, Rows, with_time_floor
 
 INTERVAL_START = "_interval_start"
 MATCHED = "_matched"
@@ -30,14 +29,7 @@ def with_interval_start(rows: Rows, event_time: str, interval_seconds: int) -> R
 def _with_interval_start(frame: Frame, event_time: str, step: int) -> Frame:
     if INTERVAL_START in frame.collect_schema():
         return frame
-    step_us = step * 1_000_000
-    event = with_epoch_micros(frame, event_time, "_event_us")
-    start = event.with_columns(
-        ((nw.col("_event_us") // step_us).cast(nw.Int64()) * step_us).alias("_start_us")
-    )
-    return with_timestamp_of_micros(start, "_start_us", INTERVAL_START).drop(
-        "_event_us", "_start_us"
-    )
+    return with_time_floor(frame, event_time, step, INTERVAL_START)
 
 
 def require_disjoint(stream: DataFrame, master: DataFrame, stage: str) -> None:
