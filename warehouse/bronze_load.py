@@ -153,7 +153,7 @@ class BronzeLoad:
         txn = AppTransaction(self._app, last.id)
         try:
             if rows is not None:
-                outcome = self.engine.append_arrow(self.source.bronze_path, rows, txn)
+                outcome = self.engine.append(self.source.bronze_path, rows, txn)
             else:
                 valid = self._group_valid(group, counts, known)
                 outcome = self.engine.append(self.source.bronze_path, valid, txn)

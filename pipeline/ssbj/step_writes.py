@@ -53,13 +53,13 @@ def write_collected(
     write_state: Callable[[AppTransaction], CommitOutcome] | None
     report.state_rows_written = new_state.num_rows
     if not segmented:
-        write_state = partial(w.engine.overwrite_arrow, w.state_path, new_state)
+        write_state = partial(w.engine.overwrite, w.state_path, new_state)
     else:
         new_state = with_segments(new_state)
         prints = prints_of(new_state)
         stored = state.segments
         if stored is None or STATE_TABLE not in plan.tables:
-            write_state = partial(w.engine.overwrite_arrow, w.state_path, new_state)
+            write_state = partial(w.engine.overwrite, w.state_path, new_state)
         else:
             change = changed_segments(
                 new_state,
@@ -69,7 +69,7 @@ def write_collected(
             )
             where = [PartitionFilter(SEGMENT, "in", list(change.segments))]
             write_state = (
-                partial(w.engine.replace_arrow, w.state_path, change.rows, where)
+                partial(w.engine.replace, w.state_path, change.rows, where)
                 if change.segments
                 else None
             )
@@ -79,7 +79,7 @@ def write_collected(
     outcome = commit_step(
         w,
         wide,
-        lambda txn: w.engine.append_arrow(
+        lambda txn: w.engine.append(
             w.output_path, wide.enriched_arrow(result), txn, (INTERVAL_START,)
         ),
         write_state,

@@ -131,52 +131,36 @@ class DefectEngine:
     def append(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         txn: AppTransaction | None = None,
         partition_by: Sequence[str] | None = None,
     ) -> CommitOutcome:
         if path == self._path:
-            data = self._defect(data)
+            data = self._defect(_frame(data))
         return self._inner.append(path, data, txn, partition_by)
 
     def overwrite(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None = None
     ) -> CommitOutcome:
         if path == self._path:
-            data = self._defect(data)
+            data = self._defect(_frame(data))
         return self._inner.overwrite(path, data, txn)
 
-    def append_arrow(
+    def replace(
         self,
         path: str,
-        data: pa.Table,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        if path == self._path:
-            return self.append(path, _frame(data), txn, partition_by)
-        return self._inner.append_arrow(path, data, txn, partition_by)
-
-    def overwrite_arrow(
-        self, path: str, data: pa.Table, txn: AppTransaction | None = None
-    ) -> CommitOutcome:
-        if path == self._path:
-            return self.overwrite(path, _frame(data), txn)
-        return self._inner.overwrite_arrow(path, data, txn)
-
-    def replace_arrow(
-        self,
-        path: str,
-        data: pa.Table,
+        data: DataFrame | pa.Table,
         where: Sequence[PartitionFilter],
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
         if path == self._path:
-            return self._inner.replace(path, self._defect(_frame(data)), where, txn)
-        return self._inner.replace_arrow(path, data, where, txn)
+            data = self._defect(_frame(data))
+        return self._inner.replace(path, data, where, txn)
 
 
-def _frame(data: pa.Table) -> DataFrame:
+def _frame(data: DataFrame | pa.Table) -> DataFrame:
+    if not isinstance(data, pa.Table):
+        return data
     spark = SparkSession.getActiveSession()
     assert spark is not None
     return spark.createDataFrame(data)

@@ -198,8 +198,9 @@ class DeltaEngine(Protocol):
 
     name: str
     arrow_in_driver: bool
-    """Whether Arrow reads and writes (:meth:`read_arrow`, :meth:`rows_added_arrow`,
-    :meth:`append_arrow`, :meth:`overwrite_arrow`) run in the driver without a Spark job (the
+    """Whether Arrow reads and writes (:meth:`read_arrow`, :meth:`rows_added_arrow`, and
+    :meth:`append`, :meth:`overwrite`, :meth:`replace` of Arrow rows) run in the driver
+    without a Spark job (the
     embedded engine); otherwise they go through Spark, and a caller that reads or writes
     Arrow only to avoid Spark jobs keeps to its Spark path instead."""
     commit_guard: Callable[[], None] | None
@@ -252,55 +253,34 @@ class DeltaEngine(Protocol):
     def append(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         txn: AppTransaction | None = None,
         partition_by: Sequence[str] | None = None,
     ) -> CommitOutcome:
-        """Add ``data``'s rows in one commit. With ``partition_by`` a missing table is created
-        first (the data's schema, those partition columns), and an existing one must have
-        that definition; without it the table must exist."""
+        """Add ``data``'s rows in one commit: a Spark frame, or rows the driver holds as
+        Arrow (columns by name, of the table's types or castable to them; an engine that
+        can writes those without a Spark job). With ``partition_by`` a missing table is
+        created first (the data's schema, those partition columns), and an existing one must
+        have that definition; without it the table must exist."""
         ...
 
     def replace(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         where: Sequence[PartitionFilter],
         txn: AppTransaction | None = None,
-    ) -> CommitOutcome: ...
+    ) -> CommitOutcome:
+        """Atomically replace the rows of the partitions ``where`` selects with ``data``
+        (a Spark frame or Arrow rows, as :meth:`append` takes them); rows outside them are
+        refused."""
+        ...
 
     def overwrite(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        """Atomically replace the whole table's rows with ``data``."""
-        ...
-
-    def append_arrow(
-        self,
-        path: str,
-        data: pa.Table,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        """:meth:`append` of rows the driver holds as Arrow (columns by name, of the table's
-        types or castable to them). An engine that can writes them without a Spark job."""
-        ...
-
-    def overwrite_arrow(
-        self, path: str, data: pa.Table, txn: AppTransaction | None = None
-    ) -> CommitOutcome:
-        """:meth:`overwrite` with rows the driver holds as Arrow (see :meth:`append_arrow`)."""
-        ...
-
-    def replace_arrow(
-        self,
-        path: str,
-        data: pa.Table,
-        where: Sequence[PartitionFilter],
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """:meth:`replace` with rows the driver holds as Arrow (see :meth:`append_arrow`):
-        the partitions ``where`` selects hold exactly ``data``'s rows after one commit."""
+        """Atomically replace the whole table's rows with ``data`` (a Spark frame or Arrow
+        rows, as :meth:`append` takes them)."""
         ...
 
     def delete_partitions(

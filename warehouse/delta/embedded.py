@@ -279,7 +279,11 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
 
     # ------------------------------------------------------------------ writes
 
-    def _append(self, path: str, data: DataFrame, txn: AppTransaction | None) -> CommitOutcome:
+    def _append(
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None
+    ) -> CommitOutcome:
+        """Spark writes a frame's files, pyarrow an Arrow table's on the driver (a file per
+        partition, no Spark job)."""
         return self._write(path, data, None, txn)
 
     def append_rows(
@@ -394,7 +398,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def replace(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         where: Sequence[PartitionFilter],
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
@@ -405,8 +409,12 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """
         root = table_root(path)
         self._require_partition_predicate(root, where, "replace")
-        outside = data.filter(~F.coalesce(spark_condition(where), F.lit(False))).limit(1)
-        if outside.count():
+        if isinstance(data, pa.Table):
+            outside = bool(data.num_rows) and not pc.all(arrow_condition(where, data)).as_py()
+        else:
+            condition = ~F.coalesce(spark_condition(where), F.lit(False))
+            outside = bool(data.filter(condition).limit(1).count())
+        if outside:
             raise rows_outside(root, where)
         return self._write(path, data, where, txn, "replace")
 
@@ -447,42 +455,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         )
 
     def overwrite(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None = None
     ) -> CommitOutcome:
         """Replace every row; conflicts with any file change after the table was opened."""
         return self._write(path, data, None, txn, "overwrite")
-
-    def append_arrow(
-        self,
-        path: str,
-        data: pa.Table,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        """Writes the rows with pyarrow on the driver (a file per partition): no Spark job."""
-        if partition_by is not None:
-            self.create_table(path, arrow_to_spark(data.schema), partition_by)
-        return self._write(path, data, None, txn)
-
-    def overwrite_arrow(
-        self, path: str, data: pa.Table, txn: AppTransaction | None = None
-    ) -> CommitOutcome:
-        """:meth:`overwrite` of Arrow rows, written with pyarrow on the driver."""
-        return self._write(path, data, None, txn, "overwrite")
-
-    def replace_arrow(
-        self,
-        path: str,
-        data: pa.Table,
-        where: Sequence[PartitionFilter],
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """:meth:`replace` of Arrow rows, written with pyarrow on the driver (no Spark job)."""
-        # The predicate's columns (and that there is one) are checked against the table's
-        # partitions on the handle ``_write`` opens.
-        if where and data.num_rows and not pc.all(arrow_condition(where, data)).as_py():
-            raise rows_outside(table_root(path), where)
-        return self._write(path, data, where, txn, "replace")
 
     def merge(
         self,

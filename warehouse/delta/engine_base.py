@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import pyarrow as pa
+
 from warehouse.delta.added_files import FileAction, live_files_by_version
 from warehouse.delta.added_rows import (
     appended_changes,
@@ -36,7 +38,11 @@ from warehouse.delta.added_rows import (
 )
 from warehouse.delta.api import AppTransaction, CommitOutcome, Compaction, Snapshot
 from warehouse.delta.commit_protocol import COMMIT_ID_KEY, new_commit_id
-from warehouse.delta.schema import require_partition_columns, require_same_definition
+from warehouse.delta.schema import (
+    arrow_to_spark,
+    require_partition_columns,
+    require_same_definition,
+)
 from warehouse.delta.table_paths import table_root
 
 if TYPE_CHECKING:
@@ -205,18 +211,21 @@ class EngineBase(ABC, Generic[Payload]):
     def append(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         txn: AppTransaction | None = None,
         partition_by: Sequence[str] | None = None,
     ) -> CommitOutcome:
         """Add ``data``'s rows in one commit; with ``partition_by`` a missing table is
         created first (an existing one must have that definition)."""
         if partition_by is not None:
-            self.create_table(path, data.schema, partition_by)
+            schema = arrow_to_spark(data.schema) if isinstance(data, pa.Table) else data.schema
+            self.create_table(path, schema, partition_by)
         return self._append(path, data, txn)
 
     @abstractmethod
-    def _append(self, path: str, data: DataFrame, txn: AppTransaction | None) -> CommitOutcome:
+    def _append(
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None
+    ) -> CommitOutcome:
         """Add ``data``'s rows to the existing table in one commit."""
 
     def append_rows(

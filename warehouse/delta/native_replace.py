@@ -25,32 +25,17 @@ from warehouse.delta.table_paths import table_root
 class NativeReplaces(NativeWrites):
     """Replace, overwrite and delete_partitions."""
 
-    def overwrite_arrow(
-        self, path: str, data: pa.Table, txn: AppTransaction | None = None
-    ) -> CommitOutcome:
-        """:meth:`overwrite` of Arrow rows (delta-spark writes them: one Spark job)."""
-        return self.overwrite(path, self._spark.createDataFrame(data), txn)
-
-    def replace_arrow(
-        self,
-        path: str,
-        data: pa.Table,
-        where: Sequence[PartitionFilter],
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """:meth:`replace` of Arrow rows (delta-spark writes them: one Spark job)."""
-        return self.replace(path, self._spark.createDataFrame(data), where, txn)
-
     def replace(
         self,
         path: str,
-        data: DataFrame,
+        data: DataFrame | pa.Table,
         where: Sequence[PartitionFilter],
         txn: AppTransaction | None = None,
     ) -> CommitOutcome:
-        """``replaceWhere`` (any columns); rows outside ``where`` are refused by delta-spark."""
+        """``replaceWhere`` (any columns); rows outside ``where`` are refused by delta-spark,
+        which writes Arrow rows too (one Spark job)."""
         root = table_root(path)
-        frame = self._table_frame(root, data)
+        frame = self._table_frame(root, self._frame_of(data))
         if not where:
             raise DeltaTableError(f"replace on {root} needs a predicate; use overwrite instead")
         predicate = _sql_predicate(where)
@@ -84,10 +69,10 @@ class NativeReplaces(NativeWrites):
         return self._commit(root, "delete_partitions", describe_filters(where), txn, delete)
 
     def overwrite(
-        self, path: str, data: DataFrame, txn: AppTransaction | None = None
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None = None
     ) -> CommitOutcome:
         root = table_root(path)
-        frame = self._table_frame(root, data)
+        frame = self._table_frame(root, self._frame_of(data))
         return self._commit(
             root,
             "overwrite",

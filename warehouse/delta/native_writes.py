@@ -42,9 +42,15 @@ class NativeWrites(NativeCommits):
         require_same_schema(root, schema, data.schema)
         return data.select(*schema.fieldNames())
 
-    def _append(self, path: str, data: DataFrame, txn: AppTransaction | None) -> CommitOutcome:
+    def _frame_of(self, data: DataFrame | pa.Table) -> DataFrame:
+        """``data`` as a Spark frame: delta-spark writes only those (Arrow rows: one job)."""
+        return self._spark.createDataFrame(data) if isinstance(data, pa.Table) else data
+
+    def _append(
+        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None
+    ) -> CommitOutcome:
         root = table_root(path)
-        frame = self._table_frame(root, data)
+        frame = self._table_frame(root, self._frame_of(data))
         return self._commit(
             root,
             "append",
@@ -52,16 +58,6 @@ class NativeWrites(NativeCommits):
             txn,
             lambda meta: self._writer(frame, txn, meta).mode("append").save(root),
         )
-
-    def append_arrow(
-        self,
-        path: str,
-        data: pa.Table,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        """:meth:`append` of Arrow rows (delta-spark writes them: one Spark job)."""
-        return self.append(path, self._spark.createDataFrame(data), txn, partition_by)
 
     def append_rows_added(
         self,

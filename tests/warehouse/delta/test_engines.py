@@ -323,15 +323,15 @@ def test_replace_arrow_replaces_only_the_selected_partitions_exactly_once(
     )
     where = [PartitionFilter("part", "in", [1, 2, 4])]
     txn = AppTransaction("segments", 1)
-    outcome = engine.replace_arrow(path, rows, where, txn)
+    outcome = engine.replace(path, rows, where, txn)
     assert outcome.committed
     # Partition 1 is removed (no rows given), 2 replaced, 4 added, 3 untouched.
     assert_same_multiset(engine.read(path), [(20, 2), (21, 2), (3, 3), (40, 4)])
-    again = engine.replace_arrow(path, rows.slice(0, 1), where, txn)  # a rerun: skipped
+    again = engine.replace(path, rows.slice(0, 1), where, txn)  # a rerun: skipped
     assert not again.committed
     assert_same_multiset(engine.read(path), [(20, 2), (21, 2), (3, 3), (40, 4)])
     with pytest.raises(DeltaTableError, match="outside the replace predicate"):
-        engine.replace_arrow(path, rows, [PartitionFilter("part", "=", 2)])
+        engine.replace(path, rows, [PartitionFilter("part", "=", 2)])
     assert engine.snapshot(path).version == outcome.table_version
 
 
@@ -516,9 +516,9 @@ def test_arrow_rows_append_and_overwrite_once_like_a_dataframe(
     and an overwrite replaces everything."""
     by_arrow, by_frame = str(tmp_path / "arrow"), str(tmp_path / "frame")
     rows = spark.createDataFrame(AWKWARD_ROWS, SCHEMA)
-    first = engine.append_arrow(by_arrow, rows.toArrow(), AppTransaction("t", 1), partition_by)
+    first = engine.append(by_arrow, rows.toArrow(), AppTransaction("t", 1), partition_by)
     assert first.committed and first.rows_added == len(AWKWARD_ROWS)
-    assert not engine.append_arrow(by_arrow, rows.toArrow(), AppTransaction("t", 1)).committed
+    assert not engine.append(by_arrow, rows.toArrow(), AppTransaction("t", 1)).committed
     engine.append(by_frame, rows, partition_by=partition_by)
     assert_same_multiset(engine.read(by_arrow), naive(AWKWARD_ROWS))
 
@@ -536,9 +536,9 @@ def test_arrow_rows_append_and_overwrite_once_like_a_dataframe(
     for f in engine.snapshot(by_arrow).files:  # statistics were written for every file
         assert f.bounds["id"][0] in ids and f.bounds["id"][1] in ids, f
     replacement = spark.createDataFrame(LABELS, SCHEMA).toArrow()
-    assert engine.overwrite_arrow(by_arrow, replacement, AppTransaction("t", 2)).committed
+    assert engine.overwrite(by_arrow, replacement, AppTransaction("t", 2)).committed
     assert_same_multiset(engine.read(by_arrow), LABELS)
-    assert engine.overwrite_arrow(by_arrow, replacement.slice(0, 0)).committed
+    assert engine.overwrite(by_arrow, replacement.slice(0, 0)).committed
     assert engine.read(by_arrow).count() == 0
 
 
@@ -1226,7 +1226,7 @@ def test_the_engine_writes_its_own_commit_files_and_every_reader_reads_them(
     def rows(data: list[tuple]) -> pa.Table:
         return spark.createDataFrame(data, INT_SCHEMA).toArrow()
 
-    embedded.append_arrow(path, rows(first), AppTransaction("app", 1))
+    embedded.append(path, rows(first), AppTransaction("app", 1))
     opened: list[int | None] = []
     open_table = embedded._tips.open_table
 
@@ -1235,8 +1235,8 @@ def test_the_engine_writes_its_own_commit_files_and_every_reader_reads_them(
         return open_table(root, version)
 
     monkeypatch.setattr(embedded._tips, "open_table", counted)
-    embedded.append_arrow(path, rows([(5, 1, "x/y:z%"), (6, 3, "a b")]), AppTransaction("app", 2))
-    embedded.replace_arrow(
+    embedded.append(path, rows([(5, 1, "x/y:z%"), (6, 3, "a b")]), AppTransaction("app", 2))
+    embedded.replace(
         path, rows([(7, 1, "new"), (8, 2, None)]), [PartitionFilter("segment", "in", [1, 2])]
     )
     embedded.delete_partitions(path, [PartitionFilter("label", "=", "a b")])
@@ -1261,8 +1261,8 @@ def test_the_engine_writes_its_own_commit_files_and_every_reader_reads_them(
         == 2
         == embedded.transaction_version(path, "app")
     )
-    assert not embedded.append_arrow(path, rows([(9, 0, "z")]), AppTransaction("app", 2)).committed
-    embedded.overwrite_arrow(path, rows([(10, 5, "w")]))
+    assert not embedded.append(path, rows([(9, 0, "z")]), AppTransaction("app", 2)).committed
+    embedded.overwrite(path, rows([(10, 5, "w")]))
     assert_same_multiset(fresh.read(path), [(10, 5, "w")])
     assert [h["version"] for h in DeltaTable(path).history()][:1] == [5]
 
@@ -1329,7 +1329,7 @@ def test_the_log_writer_checkpoints_at_the_tables_interval(
     path = str(tmp_path / "t")
     embedded.create_table(path, INT_SCHEMA, ("segment",), {"delta.checkpointInterval": "3"})
     for i in range(7):
-        embedded.append_arrow(path, spark.createDataFrame([(i, i % 2, "x")], INT_SCHEMA).toArrow())
+        embedded.append(path, spark.createDataFrame([(i, i % 2, "x")], INT_SCHEMA).toArrow())
     log = sorted(os.listdir(os.path.join(path, "_delta_log")))
     assert [f for f in log if f.endswith(".checkpoint.parquet")] == [
         f"{v:020d}.checkpoint.parquet"

@@ -217,7 +217,7 @@ def test_arrow_writes_take_stats_from_the_writer_and_dictionary_encode_only_text
             "day": pa.array([1, 1, 1, 1], pa.int32()),
         }
     )
-    engine.append_arrow(path, rows, partition_by=["day"])
+    engine.append(path, rows, partition_by=["day"])
     (add,) = logged_adds(path)
     file = Path(path) / add["path"]
     assert add["stats"] == delta_stats_json(pq.read_metadata(file))
@@ -269,8 +269,8 @@ def test_arrow_writes_leave_out_all_null_columns_and_every_reader_reads_them_as_
             "seg": pa.array([7], pa.int64()),
         }
     )
-    engine.append_arrow(path, first, partition_by=["seg"])
-    engine.append_arrow(path, second, partition_by=["seg"])
+    engine.append(path, first, partition_by=["seg"])
+    engine.append(path, second, partition_by=["seg"])
     files = {add["partitionValues"]["seg"]: add for add in logged_adds(path)}
     stored = {seg: pq.read_schema(Path(path) / add["path"]).names for seg, add in files.items()}
     assert stored == {"-2": ["role", "key", "hits"], "7": ["role", "name"]}

@@ -227,7 +227,7 @@ def test_embedded_snapshots_and_file_actions_replayed_equal_delta_rs_listing(
         ),
         lambda: engine.append(path, spark.createDataFrame(ROWS, SCHEMA)),
         # The Arrow writer logs an empty string as "" (both engines read it as null).
-        lambda: engine.append_arrow(path, spark.createDataFrame([blank], SCHEMA).toArrow()),
+        lambda: engine.append(path, spark.createDataFrame([blank], SCHEMA).toArrow()),
         lambda: engine.merge(path, spark.createDataFrame([ROWS[0]], SCHEMA), ["id"]),
         lambda: engine.compact(path, 1 << 20),
         lambda: engine.delete_partitions(path, [PartitionFilter(partition_by[0], "=", doomed)]),
