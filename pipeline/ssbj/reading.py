@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from common.errors import NotAppendOnlyError
-from common.rows import Native
+from common.rows import Native, Rows
 from joins.columns import INTERVAL_START
 from joins.skew.key_routing import KeyRouting
 from joins.ssbj.algorithm import Schedule
@@ -163,7 +163,7 @@ def spark_inputs(
     inputs = [wide.stream_rows(rows)]
     partitions: list[DataFrame] = []
     if STATE_TABLE in plan.tables:
-        stored = w.engine.read(w.state_path, version=plan.tables[STATE_TABLE])
+        stored = stored_state(w, plan.tables[STATE_TABLE]).to_spark()
         inputs.append(suppressed_pending(wide.state_rows(stored), state))
     for pinned, table, files in scans:
         master_rows = w.engine.read_files(table, files).select(*w.spec.master_columns)
@@ -193,7 +193,7 @@ def keyed_rows_in_driver(
     new = suppressed(new, state, INTERVAL_START, INPUT_VERSION)
     inputs = [wide.stream_rows(new)]
     if STATE_TABLE in plan.tables:
-        rows = wide.state_rows(stored_state_arrow(w, plan.tables[STATE_TABLE]))
+        rows = wide.state_rows(stored_state(w, plan.tables[STATE_TABLE]).to_arrow())
         inputs.append(suppressed_pending(rows, state))
     partitions = []
     read: list[DataFile] = []
@@ -217,13 +217,17 @@ def keyed_rows_in_driver(
     return keyed
 
 
-def stored_state_arrow(w: SsbjWiring, version: int) -> pa.Table:
-    """The state table's rows at ``version``: from memory when this process committed
-    that version (``pipeline.ssbj.warm``), else read from its files."""
-    held = w.warm.held_state(w.state_path, version)
-    if held is not None:
-        return held
-    return w.engine.read_arrow(w.engine.snapshot(w.state_path, version))
+def stored_state(w: SsbjWiring, version: int) -> Rows:
+    """The state table's rows at ``version``. In the driver: from memory when this process
+    committed that version (``pipeline.ssbj.warm``), else read from its files."""
+
+    def in_driver() -> pa.Table:
+        held = w.warm.held_state(w.state_path, version)
+        if held is not None:
+            return held
+        return w.engine.read_arrow(w.engine.snapshot(w.state_path, version))
+
+    return Rows.read(arrow=in_driver, spark=lambda: w.engine.read(w.state_path, version=version))
 
 
 def _may_hold(file: DataFile, bounds: dict[str, tuple[Any, Any] | None]) -> bool:
