@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import narwhals.stable.v2 as nw
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -139,10 +140,10 @@ def with_time_floor(frame: Frame, column: str, step_seconds: int, name: str) -> 
     native = frame.to_native()
     if isinstance(native, pa.Table):
         micros = pc.cast(native.column(column).cast(pa.timestamp("us", "UTC")), pa.int64())
-        floored = pc.multiply(
-            pc.floor(pc.divide(micros.cast(pa.float64()), step)).cast(pa.int64()), step
-        )
-        return _lazy(_set(native, name, floored.cast(pa.timestamp("us", "UTC"))))
+        valid = pc.is_valid(micros).to_numpy(zero_copy_only=False)
+        floored = np.floor_divide(micros.fill_null(0).to_numpy(), step) * step  # exact
+        stamps = pa.array(floored, pa.int64(), mask=~valid).cast(pa.timestamp("us", "UTC"))
+        return _lazy(_set(native, name, stamps))
     floored = (F.floor(F.unix_micros(F.col(column)) / step) * step).cast("long")
     return _lazy(native.withColumn(name, F.timestamp_micros(floored)))
 

@@ -108,11 +108,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         return self.engine.snapshot(self.late_path).version
 
     def pending_at(self, version: int) -> Rows:
-        path = self.late_path
-        return Rows.apply(
-            _without_late_columns,
-            table_rows(self.engine, path, version),
-        )
+        return Rows.apply(_without_late_columns, table_rows(self.engine, self.late_path, version))
 
     def pending_ages(self, id_column: str) -> Rows | None:
         if not self.engine.exists(self.late_path):
