@@ -22,15 +22,13 @@ from collections.abc import Callable, Iterable
 from pyspark.sql.types import LongType, StructField, StructType
 
 from common.faults import crash_point
-from joins.ssbj.algorithm import Schedule
 from joins.ssbj.cache.intake import OperatorMemory
-from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.segments import SEGMENT
 from joins.ssbj.wide_table import WideTable
 from pipeline.pins import input_versions, ssbj_holder, union_pins
 from pipeline.ssbj.reading import file_rows
 from pipeline.ssbj.report import SsbjStepReport
-from pipeline.ssbj.state import ControllerState, SavedPlan
+from pipeline.ssbj.state import ControllerState, SavedPlan, StepOutcome
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import AppTransaction, CommitOutcome, Snapshot
 from warehouse.state_metrics import StepMetricValues
@@ -83,41 +81,15 @@ def complete(
     w: SsbjWiring,
     state: ControllerState,
     plan: SavedPlan,
-    position: StepPosition,
+    outcome: StepOutcome,
     report: SsbjStepReport,
     master: Snapshot,
-    reads: Schedule,
-) -> None:
-    """The controller state after the step: chunk pins, versions, counts."""
-    step = plan.step
-    version = plan.master_version
-    chunks = dict(state.chunks)
-    chunk_rows = dict(state.chunk_rows)
-    if report.entered_pending:
-        chunks[str(step)] = version
-        chunk_rows[str(step)] = report.entered_pending
-    expiring = step - position.partitions + 1
-    for entry in [e for e in chunks if int(e) <= expiring]:
-        chunks.pop(entry)
-        chunk_rows.pop(entry, None)
-    state.chunks = chunks
-    state.chunk_rows = chunk_rows
-    state.cache_version = version if w.use_cache else None
-    state.switch_version = reads.next_switch_version(state.switch_version, version)
-    state.pending_rows = report.pending_rows
-    state.cache_rows = report.cache_rows
-    state.switch_rows = report.switch_rows
-    state.counter_rows = report.counter_rows
-    state.late_rows = report.late_rows
-    state.late_waiting = report.late_waiting
-    state.late_oldest_us = report.late_oldest_us
-    state.late_min_version = report.late_min_version
-    state.next_step = step + 1
-    state.plan = None
-    if report.tuples_in + report.returned:
-        state.miss_rate = report.entered_pending / (report.tuples_in + report.returned)
-    sizes = state.tuple_sizes()
-    if sizes is not None:  # Eq. 1's terms, from the sizes measured once per stage
+) -> ControllerState:
+    """The controller state after the step (:meth:`ControllerState.after`), and Eq. 1's
+    terms in ``report`` from the sizes measured once per stage."""
+    after = state.after(plan, outcome)
+    sizes = after.tuple_sizes()
+    if sizes is not None:
         report.pending_bytes = int(report.pending_rows * sizes.stream_bytes)
         report.cache_bytes = int(report.cache_rows * sizes.master_bytes)
         report.state_bytes = OperatorMemory(
@@ -126,6 +98,7 @@ def complete(
             report.pending_rows,
             report.switch_rows,
         ).bytes(sizes)
+    return after
 
 
 def finish(

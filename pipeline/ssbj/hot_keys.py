@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from joins.skew.asketch import ASketch, SketchShape
 from joins.skew.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
@@ -58,16 +59,16 @@ def rebalance_after_step(
     routing: KeyRouting,
     loads: list[BucketLoad],
     report: SsbjStepReport,
-) -> None:
+) -> dict[str, Any] | None:
     """FastJoin's monitor after the step: measure LI and, past the threshold, plan the
-    moves that the next step's routing applies (saved with the completed step)."""
+    moves that the next step's routing applies; the routing to save with the completed
+    step (None: none is kept)."""
     method = w.params.rebalance
     if method == "off":  # LI is still measured: no threshold is ever exceeded
         report.load_imbalance = report.load_imbalance_after = rebalance(
             routing, loads, math.inf
         ).before
-        state.drop("routing")
-        return
+        return None
     planned = rebalance(
         routing,
         loads,
@@ -86,7 +87,6 @@ def rebalance_after_step(
     )
     report.routed_keys = len(routed.moved)
     report.split_keys = len(routed.split)
-    state.routing = routed.to_dict()
     if planned.splits != routing.split:
         logger.info(
             "ssbj %s step %d: %d hot key(s) split over %s bucket(s) for the next step",
@@ -108,6 +108,7 @@ def rebalance_after_step(
             planned.moved_tuples,
             planned.after,
         )
+    return routed.to_dict()
 
 
 # ---------------------------------------------------------------------- key counts
@@ -128,7 +129,7 @@ def saved_sketch(
     saved = state.key_sketch
     if shape is None or saved is None:
         return None
-    sketch = ASketch.from_dict(saved)
+    sketch = ASketch.from_dict(dict(saved))
     if sketch.shape != shape:
         logger.info(
             "ssbj %s: the key sketch's size changed from %s to %s; a new one starts",
@@ -152,24 +153,22 @@ def tracked_keys(shape: SketchShape | None, saved: ASketch | None) -> list[int] 
 
 
 def merge_sketches(
-    state: ControllerState,
     position: StepPosition,
     shape: SketchShape | None,
     saved: ASketch | None,
     parts: list[ASketch],
     report: SsbjStepReport,
-) -> None:
-    """Merge the buckets' key sketches into the operator's (``saved``), saved with the
-    step.
+) -> dict[str, Any] | None:
+    """The buckets' key sketches merged into the operator's (``saved``), to save with the
+    step (None: no sketch is kept).
 
     The sketch counts the stream since the current incrementing cycle began, the
     cycle whose s_count the switching decision reads: it starts afresh at that cycle's
     first step (whose tracked values came from the cycle before)."""
     if shape is None:
-        state.drop("key_sketch")
-        return
+        return None
     restart = position.starts_cycle and position.state is CycleState.INCREMENTING
     base = [] if saved is None or restart else [saved]
     merged = ASketch.merge_all(base + parts) if base or parts else shape.empty()
-    state.key_sketch = merged.to_dict()
     report.sketch_bytes = merged.size_bytes()
+    return merged.to_dict()

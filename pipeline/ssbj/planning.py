@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from common.errors import ConfigError, JoinError
+from common.errors import ConfigError
+from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.intake import Admission, OperatorMemory, admit, chunk_capacity
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.late import LateRule
@@ -24,7 +24,7 @@ from pipeline.pins import ssbj_holder
 from pipeline.ssbj.commit import pins
 from pipeline.ssbj.reading import file_rows, measure_sizes
 from pipeline.ssbj.scan_copy import scan_versions
-from pipeline.ssbj.state import STATE_LAYOUT, ControllerState, SavedPlan, held_back
+from pipeline.ssbj.state import ControllerState, SavedPlan
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
 from warehouse.state_tables import StageOffset
@@ -57,72 +57,24 @@ def load_state(w: SsbjWiring) -> ControllerState:
 
 def load(w: SsbjWiring) -> Progress:
     """The controller state a step starts from (the saved one, carried on from an earlier
-    release's, or a fresh one) and the stage's offset."""
+    release's, or a fresh one) and the stage's offset.
+
+    The output's app transactions are numbered by step, and steps of another driver (an
+    auto stage that ran the plain join meanwhile) advanced the offset's step count: SSBJ
+    continues above it, or its next commit would be skipped as done.
+    """
     offset, raw = w.store.stage_progress(w.name)
-    return Progress(_controller_state(w, raw, offset), offset)
-
-
-def _controller_state(
-    w: SsbjWiring, raw: dict[str, Any] | None, offset: StageOffset
-) -> ControllerState:
-    if raw is not None and raw.get("layout") != STATE_LAYOUT:
-        return from_earlier_release(w, raw)
-    # The output's app transactions are numbered by step, and steps of another driver
-    # (an auto stage that ran the plain join meanwhile) advanced the offset's step
-    # count: SSBJ continues above it, or its next commit would be skipped as done.
     done = offset.step_seq
-    if raw is None:
-        return ControllerState.fresh(next_step=done, partitions=w.params.partitions)
-    state = ControllerState.from_dict(raw)
-    shift = done - int(state.next_step)
-    if shift > 0 and not held_back(raw):
+    read = ControllerState.read(raw, w.name, next_step=done, partitions=w.params.partitions)
+    state = read.resumed_at(done)
+    if state is not read:
         logger.info(
             "stage %s: SSBJ resumes at step %d after %d step(s) of the plain join",
             w.name,
             done,
-            shift,
+            done - read.next_step,
         )
-        state.next_step = done
-        state.cycle_base = int(state.cycle_base) + shift
-    return state
-
-
-def from_earlier_release(w: SsbjWiring, earlier: dict[str, Any]) -> ControllerState:
-    """Carry on from operator state that kept H_S, H_R and the counters in separate
-    tables: only when nothing waits there and no step is half done.
-
-    The step numbering continues (the output's app transactions are numbered by step),
-    the R-cycle restarts at this step, and backfill suppressions and the scan copy are
-    kept; the cache refills over the next cycles.
-    """
-    name = w.name
-    if earlier.get("chunks") or earlier.get("plan"):
-        what = (
-            f"{len(earlier['chunks'])} chunk(s) of tuples are still pending there"
-            if earlier.get("chunks")
-            else f"its step {earlier.get('next_step')} was interrupted"
-        )
-        raise JoinError(
-            f"stage {name}: its operator state is from an earlier release (separate "
-            f"pending/cache tables) and {what}; run `enrich drain` with that release first "
-            "(nothing is read or changed until then)"
-        )
-    logger.warning(
-        "stage %s: operator state from an earlier release with nothing pending; "
-        "continuing at step %s with a fresh cache (it refills over the next cycles)",
-        name,
-        earlier.get("next_step", 0),
-    )
-    state = ControllerState.fresh(int(earlier.get("next_step", 0)), w.params.partitions)
-    if earlier.get("backfills") is not None:
-        state.backfills = earlier["backfills"]
-    if earlier.get("sizes") is not None:
-        state.sizes = earlier["sizes"]
-    if earlier.get("scan") is not None:
-        state.scan = earlier["scan"]
-    if earlier.get("scan_partitions") is not None:
-        state.scan_partitions = earlier["scan_partitions"]
-    return state
+    return Progress(state, offset)
 
 
 # ---------------------------------------------------------------------- idle
@@ -187,16 +139,8 @@ def late_rule(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> LateRul
 
 
 def position(w: SsbjWiring, state: ControllerState) -> StepPosition:
-    """The step's place in the R-cycle; a changed ``operator.partitions`` restarts the
-    cycle here, only while no tuple is pending."""
-    if state.partitions != w.params.partitions:
-        if state.chunks:
-            raise JoinError(
-                f"stage {w.name}: operator.partitions changed from "
-                f"{state.partitions} to {w.params.partitions} while tuples are "
-                "pending; run `enrich drain` first"
-            )
-        state.partitions, state.cycle_base = w.params.partitions, state.next_step
+    """The place in the R-cycle of the step ``state`` is at (its k: see
+    :meth:`ControllerState.repartitioned`)."""
     return StepPosition(
         state.next_step - state.cycle_base,
         state.partitions,
@@ -206,20 +150,24 @@ def position(w: SsbjWiring, state: ControllerState) -> StepPosition:
 
 def plan_step(
     w: SsbjWiring, state: ControllerState, take_input: bool, offset: StageOffset
-) -> SavedPlan:
-    """The plan of the step ``state`` is at: the saved one when a rerun finds it, else a
-    new one, saved (after its pins) before it is returned. ``offset``: the stage's, read
-    with the state (:func:`load`)."""
+) -> ControllerState:
+    """``state`` with the plan of the step it is at: the saved one when a rerun finds it,
+    else a new one, saved (after its pins) before it is returned. ``offset``: the
+    stage's, read with the state (:func:`load`)."""
     step = state.next_step
     plan = state.plan
     if plan is not None and plan.step == step:
-        return plan
+        return state
     input_to = offset.input_version
     if take_input and w.engine.exists(w.input_path):
         input_to = w.engine.snapshot(w.input_path).version
     master = w.engine.snapshot(w.master_path)
     backlog = 0
     if w.params.memory_bytes is not None and input_to > offset.input_version:
+        if state.tuple_sizes() is None:  # the first step: sample the next input
+            horizon = min(input_to, offset.input_version + 8)
+            measured = measure_sizes(w, lambda: w.input_rows(offset.input_version, horizon), master)
+            state = state if measured is None else state.with_sizes(measured)
         admission = admit_input(w, state, offset.input_version, input_to, master)
         input_to, backlog = admission.to_version, admission.backlog_rows
     plan = SavedPlan.new(
@@ -237,12 +185,12 @@ def plan_step(
     needed = {int(v) for v in state.chunks.values()} | {master.version}
     if state.switch_version is not None:
         needed.add(int(state.switch_version))
-    plan.scan = scan_versions(w, state, master, needed)
-    state.plan = plan
+    plan = plan.updated(scan=scan_versions(w, state, master, needed))
+    state = state.planned(plan, w.params.partitions)
     # The plan is saved with the pins of what it reads, in one transaction.
     planned = pins(w, state, int(plan.input_from), plan)
     w.store.save_operator_state(w.name, state.to_dict(), pins=(ssbj_holder(w.name), planned))
-    return plan
+    return state
 
 
 def admit_input(
@@ -255,11 +203,8 @@ def admit_input(
     # Look a bounded number of versions ahead: each costs a log read, and a step rarely
     # has room for more (a longer backlog is admitted over the following steps).
     horizon = min(latest, offset + ADMISSION_HORIZON_VERSIONS)
-    sizes = state.tuple_sizes()
-    if sizes is None:  # the first step: sample the next input (a DataFrame per version)
-        sizes = measure_sizes(
-            w, state, lambda: w.input_rows(offset, min(horizon, offset + 8)), master
-        )
+    # Nothing measured yet (no input to sample): a tuple and a row count as a byte each.
+    sizes = state.tuple_sizes() or TupleSizes(1.0, 1.0)
     k = w.params.partitions
     # The chunk that expires at the end of this step leaves room for this step's chunk.
     expiring = int(state.chunk_rows.get(str(step - k + 1), 0))

@@ -286,18 +286,14 @@ def _utc(moment: str) -> datetime:
 
 
 def measure_sizes(
-    w: SsbjWiring, state: ControllerState, rows: Callable[[], DataFrame], master: Snapshot
-) -> TupleSizes:
+    w: SsbjWiring, rows: Callable[[], DataFrame], master: Snapshot
+) -> TupleSizes | None:
     """v_S and v_R measured as Arrow bytes of sampled projected rows (the new input's,
-    ``rows`` builds them), once per stage."""
-    known = state.tuple_sizes()
-    if known is not None:
-        return known
+    ``rows`` builds them); None when there is nothing to measure yet. Measured once per
+    stage, and kept in the controller state (:meth:`ControllerState.with_sizes`)."""
     stream_bytes = measured_row_bytes(rows().drop(INPUT_VERSION))
     master_bytes = measured_row_bytes(w.engine.read_files(master).select(*w.spec.master_columns))
     if stream_bytes is None or master_bytes is None:
-        return TupleSizes(1.0, 1.0)  # nothing to measure yet; measured on a later step
-    sizes = TupleSizes(stream_bytes, master_bytes)
-    state.sizes = {"stream": sizes.stream_bytes, "master": sizes.master_bytes}
-    logger.info("ssbj %s: measured v_S=%.1f B, v_R=%.1f B", w.name, *state.sizes.values())
-    return sizes
+        return None
+    logger.info("ssbj %s: measured v_S=%.1f B, v_R=%.1f B", w.name, stream_bytes, master_bytes)
+    return TupleSizes(stream_bytes, master_bytes)

@@ -10,6 +10,7 @@ version, each an idempotent commit: see :func:`scan_versions`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from common.faults import crash_point
 from joins.ssbj.mesh_partitions import partition_by_bytes
@@ -24,7 +25,8 @@ logger = logging.getLogger(__name__)
 def scan_versions(
     w: SsbjWiring, state: ControllerState, master: Snapshot, needed: set[int]
 ) -> dict[str, int]:
-    """Scan-copy versions of the master versions ``needed``, syncing the copy to ``master``.
+    """Scan-copy versions of the master versions ``needed`` (by ``state``'s, and a sync of
+    the copy to ``master``), for the step's plan and the state after it.
 
     The copy follows the master forward one sync per new master version, each an
     idempotent commit (app transaction ``(scan.k<k>, master version + 1)``), so the
@@ -46,9 +48,7 @@ def scan_versions(
         mapping[master.version] = sync_scan(
             w, master, synced, AppTransaction(app, master.version + 1)
         )
-    state.scan = {str(v): mapping.get(v, -1) for v in sorted(needed)}
-    state.scan_partitions = k
-    return dict(state.scan)
+    return {str(v): mapping.get(v, -1) for v in sorted(needed)}
 
 
 def sync_scan(w: SsbjWiring, master: Snapshot, synced: int | None, txn: AppTransaction) -> int:
@@ -81,7 +81,7 @@ def sync_scan(w: SsbjWiring, master: Snapshot, synced: int | None, txn: AppTrans
 
 
 def partition(
-    w: SsbjWiring, snapshot: Snapshot, index: int, parts: int, scan: dict[str, int]
+    w: SsbjWiring, snapshot: Snapshot, index: int, parts: int, scan: Mapping[str, int]
 ) -> tuple[Snapshot, list[DataFile]]:
     """Partition ``index`` of k of a master version: the table version and the files
     that hold it (the scan copy's, or the version's own split by bytes)."""

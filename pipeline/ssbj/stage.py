@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -154,7 +154,7 @@ class SsbjStage:
                 )
                 break
             if close:
-                self._record_run_start(run_id, progress.state)
+                progress = self._with_run_start(run_id, progress)
             reports.append(self.step(run_id, take_input, progress))
         if drain:
             progress = planning.load(self.wiring)
@@ -165,14 +165,11 @@ class SsbjStage:
             reports += self._close(run_id, budgeted)
         return reports
 
-    def _record_run_start(self, run_id: str, state: ControllerState) -> None:
-        """Remember the first step of run ``run_id`` (saved with the step), keeping the
-        runs the bound looks back over; a retry of the run keeps its first record."""
-        if run_id in state.run_starts:
-            return
+    def _with_run_start(self, run_id: str, progress: planning.Progress) -> planning.Progress:
+        """``progress`` remembering the first step of run ``run_id`` (saved with the step),
+        keeping the runs the bound looks back over."""
         kept = max(self._bound.intervals - 1, 1)
-        starts = [*state.run_starts.items(), (run_id, state.next_step)][-kept:]
-        state.run_starts = dict(starts)
+        return replace(progress, state=progress.state.with_run_start(run_id, kept))
 
     def _close(self, run_id: str, budgeted: bool) -> list[SsbjStepReport]:
         """Steps until no tuple that the freshness bound makes due by the end of this run
@@ -201,8 +198,7 @@ class SsbjStage:
                 ", input left by the memory budget" if backlog else "",
                 state.next_step,
             )
-            self._record_run_start(run_id, state)
-            reports.append(self.step(run_id, backlog, progress))
+            reports.append(self.step(run_id, backlog, self._with_run_start(run_id, progress)))
 
     def idle(self, take_input: bool, state: ControllerState | None = None) -> bool:
         """True when a step from ``state`` (the controller state, read when not given)
@@ -227,11 +223,7 @@ class SsbjStage:
     def record_backfill(self, start: Any, end: Any, input_version: int) -> None:
         """Suppress later live output for tuples a backfill already joined."""
         state = planning.load_state(self.wiring)
-        backfills = state.backfills
-        backfills.append(
-            {"start": start.isoformat(), "end": end.isoformat(), "input_version": input_version}
-        )
-        state.backfills = backfills
+        state = state.with_backfill(start.isoformat(), end.isoformat(), input_version)
         self.store.save_operator_state(self.stage.name, state.to_dict())
 
     # ------------------------------------------------------------------ one step
@@ -245,9 +237,11 @@ class SsbjStage:
         started = time.monotonic()
         if progress is None:
             progress = planning.load(w)
-        state = progress.state
+        state = progress.state.repartitioned(self.params.partitions, self.stage.name)
         position = planning.position(w, state)
-        plan = planning.plan_step(w, state, take_input, progress.offset)
+        state = planning.plan_step(w, state, take_input, progress.offset)
+        plan = state.plan
+        assert plan is not None  # plan_step leaves the step's plan open
         step = plan.step
         version = plan.master_version
         master = self.engine.snapshot(w.master_path, version)
@@ -268,12 +262,13 @@ class SsbjStage:
             setattr(report, name, counts[name])
         report.late_oldest_us = counts.get("late_oldest_us")
         report.late_min_version = counts.get("late_min_version")
-        cache_version_before = state.cache_version
-        commit.complete(w, state, plan, position, report, master, done.reads)
+        after = commit.complete(
+            w, state, plan, done.outcome(w, state, plan, report), report, master
+        )
         report.seconds = time.monotonic() - started
         completing = time.monotonic()
         # The step's metrics (numbered from 1) are recorded with its completion.
-        commit.finish(w, state, plan, StepMetricValues(run_id, step + 1, report.as_metrics()))
+        commit.finish(w, after, plan, StepMetricValues(run_id, step + 1, report.as_metrics()))
         logger.debug(
             "ssbj %s step %d took %.2fs: plan and reads %.2f, the pass and both writes %.2f, "
             "then %.2f to complete the step in the state store",
@@ -309,7 +304,7 @@ class SsbjStage:
             report.pending_rows,
             report.cache_rows,
             version,
-            cache_version_before,
+            state.cache_version,
             report.seconds,
         )
         return report

@@ -1,15 +1,21 @@
 """The SSBJ controller state: what a stage keeps in the state store between steps.
 
 The state store holds it as one JSON object per stage (``StateStore.operator_state``);
-:class:`ControllerState` is that object as typed fields, and :class:`SavedPlan` its
-``plan``, the step fixed before the step writes anything. Both round-trip exactly:
-``ControllerState.from_dict(d).to_dict() == d``, with the same keys in the same order,
-so a warehouse written by an earlier release reads and writes as it did:
+:class:`ControllerState` is that object as a frozen value with typed fields, and
+:class:`SavedPlan` its ``plan``, the step fixed before the step writes anything. The
+object is parsed once, where a step reads it (:meth:`ControllerState.read`, which also
+carries a state of the earlier operator-state layout forward), and a step's changes are
+values: :meth:`ControllerState.after` is the state a completed step leaves, from the
+step's plan and its :class:`StepOutcome`; nothing assigns to a state.
+
+Both round-trip exactly: ``ControllerState.from_dict(d).to_dict() == d``, with the same
+keys in the same order, so a warehouse written by an earlier release reads and writes as
+it did:
 
 - a key the stored object lacks (written by a release from before it existed) reads as the
-  default the controller always assumed for it, and stays absent until the controller
-  assigns the field (assigning a field records it, as assigning a key of the dict did,
-  and appends it after the stored keys); :meth:`Stored.drop` removes one, as ``pop`` did;
+  default the controller always assumed for it, and stays absent until a change sets the
+  field (:meth:`Stored.updated` records it, after the stored keys, as assigning a key of
+  the dict did); :meth:`Stored.without` removes one, as ``pop`` did;
 - a key this release does not know is kept, at its place, and written back unchanged.
 
 Plain Python (no Spark), so it is unit-tested on its own.
@@ -17,11 +23,16 @@ Plain Python (no Spark), so it is unit-tested on its own.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, dataclass, field, fields
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from functools import cache
 from typing import Any, ClassVar, Self
 
 from common.errors import JoinError
 from joins.ssbj.cache.inequality import TupleSizes
+
+logger = logging.getLogger(__name__)
 
 # The operator-state layout this driver writes; state without it is from a release that
 # kept H_S, H_R and the counters in separate tables.
@@ -30,53 +41,50 @@ STATE_LAYOUT = 2
 _BOOKKEEPING = ("stored_keys", "unknown")
 
 
-_FIELDS: dict[type, dict[str, Field[Any]]] = {}
-
-
 def _fields_of(cls: type) -> dict[str, Field[Any]]:
     """The fields of a :class:`Stored` subclass that are keys of its JSON object."""
-    found = _FIELDS.get(cls)
-    if found is None:
-        found = _FIELDS[cls] = {f.name: f for f in fields(cls) if f.name not in _BOOKKEEPING}
-    return found
+    return _stored_fields(cls)
 
 
-@dataclass
+@cache
+def _stored_fields(cls: type) -> dict[str, Field[Any]]:
+    return {f.name: f for f in fields(cls) if f.name not in _BOOKKEEPING}
+
+
+@dataclass(frozen=True)
 class Stored:
     """A JSON object of the state store as typed fields (the subclasses' fields), keeping
     which keys the object holds, in their order, and the keys no field knows."""
 
-    # The object's keys, in order: those read, then those assigned since.
-    stored_keys: list[str] = field(default_factory=list, kw_only=True, repr=False, compare=False)
+    # The object's keys, in order: those read, then those set since.
+    stored_keys: tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
     # The values of keys this release does not know, written back as they were read.
-    unknown: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    unknown: Mapping[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_tracking", True)  # assignments from here on are recorded
+    def updated(self, **changes: Any) -> Self:
+        """This object with ``changes`` set; a key it did not hold is appended, in the
+        order given."""
+        known = _fields_of(type(self))
+        strange = [name for name in changes if name not in known]
+        if strange:
+            raise TypeError(f"{type(self).__name__} has no stored field(s) {strange}")
+        added = tuple(name for name in changes if name not in self.stored_keys)
+        return replace(self, **changes, stored_keys=self.stored_keys + added)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        if (
-            self.__dict__.get("_tracking")
-            and name in _fields_of(type(self))
-            and name not in self.stored_keys
-        ):
-            self.stored_keys.append(name)
-
-    def drop(self, name: str) -> None:
-        """Remove the key ``name``; its field reads as its default again."""
+    def without(self, name: str) -> Self:
+        """This object without the key ``name``; its field reads as its default again."""
         spec = _fields_of(type(self))[name]
         if spec.default_factory is not MISSING:
-            object.__setattr__(self, name, spec.default_factory())
+            value = spec.default_factory()
         elif spec.default is not MISSING:
-            object.__setattr__(self, name, spec.default)
+            value = spec.default
         else:
             raise ValueError(f"{type(self).__name__}.{name} is always stored")
-        if name in self.stored_keys:
-            self.stored_keys.remove(name)
+        kept = tuple(key for key in self.stored_keys if key != name)
+        return replace(self, **{name: value}, stored_keys=kept)
 
     @classmethod
-    def _read(cls, raw: dict[str, Any], **converted: Any) -> Self:
+    def _read(cls, raw: Mapping[str, Any], **converted: Any) -> Self:
         known = _fields_of(cls)
         values = {k: v for k, v in raw.items() if k in known}
         values.update(converted)
@@ -87,7 +95,7 @@ class Stored:
             )
         return cls(
             **values,
-            stored_keys=list(raw),
+            stored_keys=tuple(raw),
             unknown={k: v for k, v in raw.items() if k not in known},
         )
 
@@ -104,7 +112,7 @@ def _required(spec: Field[Any]) -> bool:
     return spec.default is MISSING and spec.default_factory is MISSING
 
 
-@dataclass
+@dataclass(frozen=True)
 class SavedPlan(Stored):
     """One step's plan, saved in the controller state before the step writes anything: a
     rerun after a crash reads exactly these versions."""
@@ -113,8 +121,8 @@ class SavedPlan(Stored):
     input_from: int  # the input version consumed before the step
     input_to: int  # the input version the step consumes to
     master_version: int  # the master version the step joins at
-    tables: dict[str, int]  # operator table -> the version the step reads (once it exists)
-    scan: dict[str, int] = field(default_factory=dict)  # master version -> scan copy version
+    tables: Mapping[str, int]  # operator table -> the version the step reads (once it exists)
+    scan: Mapping[str, int] = field(default_factory=dict)  # master version -> scan copy version
     # The step's time and the stage's wait: late tuples are settled by them, and a rerun of
     # the step (even after a config edit) settles them alike. None in plans of releases
     # without late rows (then no late row is settled by the plan's time).
@@ -144,9 +152,9 @@ class SavedPlan(Stored):
         input_to: int,
         backlog_rows: int,
         master_version: int,
-        tables: dict[str, int],
+        tables: Mapping[str, int],
     ) -> SavedPlan:
-        """A plan made now, its ``scan`` versions still to be assigned."""
+        """A plan made now, its ``scan`` versions still to be set."""
         return cls(
             step=step,
             at_us=at_us,
@@ -156,15 +164,41 @@ class SavedPlan(Stored):
             backlog_rows=backlog_rows,
             master_version=master_version,
             tables=tables,
-            stored_keys=list(cls.KEYS),
+            stored_keys=cls.KEYS,
         )
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> SavedPlan:
+    def from_dict(cls, raw: Mapping[str, Any]) -> SavedPlan:
         return cls._read(raw)
 
 
-@dataclass
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a step's pass leaves for the controller state: the operator's sizes after it
+    (as its report counts them), where H_R and s_B are now, and what the pass decided for
+    the next step. :meth:`ControllerState.after` is the state it leads to."""
+
+    partitions: int  # k of the step's R-cycle position
+    entered_pending: int  # tuples that entered H_S at this step (its chunk)
+    tuples_seen: int  # new and returning tuples the step took
+    pending_rows: int
+    cache_rows: int
+    switch_rows: int
+    counter_rows: int
+    late_rows: int
+    late_waiting: int
+    late_oldest_us: int | None
+    late_min_version: int | None
+    cache_version: int | None  # the master version H_R is at (None: no cache)
+    switch_version: int | None  # the master version s_B is at
+    replica_rows: bool  # the state table may hold a value's counters more than once
+    routing: Mapping[str, Any] | None  # the next step's key routing (None: none kept)
+    key_sketch: Mapping[str, Any] | None  # the merged key sketch (None: none kept)
+    segments: Mapping[str, Sequence[int]] | None  # the state table's segments (None: unknown)
+    sizes: TupleSizes | None = None  # v_S and v_R when measured at this step
+
+
+@dataclass(frozen=True)
 class ControllerState(Stored):
     """Everything but the operator's tables that an SSBJ stage keeps between steps.
 
@@ -177,19 +211,19 @@ class ControllerState(Stored):
     partitions: int  # k the cycle runs with; changes only while nothing is pending
     cache_version: int | None  # the master version H_R is at (None: no cache)
     switch_version: int | None  # the master version the switching buffer s_B is at
-    chunks: dict[str, int]  # entry step -> master version its H_S tuples are pinned to
-    chunk_rows: dict[str, int] = field(default_factory=dict)  # entry step -> H_S tuples
+    chunks: Mapping[str, int]  # entry step -> master version its H_S tuples are pinned to
+    chunk_rows: Mapping[str, int] = field(default_factory=dict)  # entry step -> H_S tuples
     pending_rows: int = 0  # H_S after the last completed step
     cache_rows: int = 0  # H_R rows after the last completed step
     switch_rows: int = 0  # s_B's master rows after the last completed step
     # Intervals a backfill joined and published: {"start", "end" (ISO), "input_version"}.
-    backfills: list[dict[str, Any]] = field(default_factory=list)
-    sizes: dict[str, float] | None = None  # v_S and v_R, {"stream": B, "master": B}
+    backfills: Sequence[Mapping[str, Any]] = field(default_factory=list)
+    sizes: Mapping[str, float] | None = None  # v_S and v_R, {"stream": B, "master": B}
     plan: SavedPlan | None = None  # the planned, not yet completed step
-    scan: dict[str, int] = field(default_factory=dict)  # master version -> scan copy version
+    scan: Mapping[str, int] = field(default_factory=dict)  # master version -> scan copy version
     scan_partitions: int | None = None  # the k the scan copy's versions in ``scan`` have
-    routing: dict[str, Any] | None = None  # KeyRouting.to_dict of the next step
-    key_sketch: dict[str, Any] | None = None  # ASketch.to_dict (key_counts: sketch)
+    routing: Mapping[str, Any] | None = None  # KeyRouting.to_dict of the next step
+    key_sketch: Mapping[str, Any] | None = None  # ASketch.to_dict (key_counts: sketch)
     counter_rows: int = 0  # join values with counters after the last completed step
     late_rows: int = 0  # tuples waiting for late master rows, as late rows
     late_waiting: int = 0  # late rows and returned tuples in H_S
@@ -199,14 +233,14 @@ class ControllerState(Stored):
     # What the segmented state table holds, segment -> [rows, matched]
     # (``joins.ssbj.segments``); None when not known (the table is not segmented, or the
     # last step wrote it from Spark tasks), and the next step rewrites it whole.
-    segments: dict[str, list[int]] | None = None
+    segments: Mapping[str, Sequence[int]] | None = None
     # The state table may hold a value's counters and s_B mark more than once, one per
     # replica of a split key (the last step had split keys), or it is not known (a state
     # of an older release): the next step merges them (``StepPlan.one_row_per_value``).
     replica_rows: bool = True
     # The first step each of the stage's latest runs took, by run id, oldest first: which
     # pending tuples a run must answer before it ends (``pipeline.freshness.due_before``).
-    run_starts: dict[str, int] = field(default_factory=dict)
+    run_starts: Mapping[str, int] = field(default_factory=dict)
 
     # The keys a fresh state is written with, in order.
     KEYS: ClassVar[tuple[str, ...]] = (
@@ -224,6 +258,9 @@ class ControllerState(Stored):
         "sizes",
         "plan",
     )
+    # What a state of the earlier layout (H_S, H_R and the counters in separate tables)
+    # passes on to the current one.
+    CARRIED: ClassVar[tuple[str, ...]] = ("backfills", "sizes", "scan", "scan_partitions")
 
     @classmethod
     def fresh(cls, next_step: int, partitions: int) -> ControllerState:
@@ -236,16 +273,53 @@ class ControllerState(Stored):
             cache_version=None,
             switch_version=None,
             chunks={},
-            stored_keys=list(cls.KEYS),
+            stored_keys=cls.KEYS,
         )
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> ControllerState:
+    def from_dict(cls, raw: Mapping[str, Any]) -> ControllerState:
         """The state of ``STATE_LAYOUT`` as the state store returned it."""
         plan = raw.get("plan")
         if plan is None:
             return cls._read(raw)
         return cls._read(raw, plan=SavedPlan.from_dict(plan))
+
+    @classmethod
+    def read(
+        cls, raw: Mapping[str, Any] | None, stage: str, next_step: int, partitions: int
+    ) -> ControllerState:
+        """The state a stage's step starts from, parsed once: the stored one, one carried
+        on from the earlier layout, or a fresh one numbered from ``next_step`` (the
+        steps the stage's offset counts) with ``partitions``.
+
+        A state of the earlier layout is carried on only when nothing waits in it and no
+        step is half done: the step numbering continues (the output's app transactions
+        are numbered by step), the R-cycle restarts, and backfill suppressions, the
+        sizes and the scan copy are kept; the cache refills over the next cycles.
+        """
+        if raw is None:
+            return cls.fresh(next_step=next_step, partitions=partitions)
+        if raw.get("layout") == STATE_LAYOUT:
+            return cls.from_dict(raw)
+        if raw.get("chunks") or raw.get("plan"):
+            what = (
+                f"{len(raw['chunks'])} chunk(s) of tuples are still pending there"
+                if raw.get("chunks")
+                else f"its step {raw.get('next_step')} was interrupted"
+            )
+            raise JoinError(
+                f"stage {stage}: its operator state is from an earlier release (separate "
+                f"pending/cache tables) and {what}; run `enrich drain` with that release "
+                "first (nothing is read or changed until then)"
+            )
+        logger.warning(
+            "stage %s: operator state from an earlier release with nothing pending; "
+            "continuing at step %s with a fresh cache (it refills over the next cycles)",
+            stage,
+            raw.get("next_step", 0),
+        )
+        carried = {key: raw[key] for key in cls.CARRIED if raw.get(key) is not None}
+        return cls.fresh(int(raw.get("next_step", 0)), partitions).updated(**carried)
 
     def tuple_sizes(self) -> TupleSizes | None:
         """v_S and v_R as measured once per stage, or None before they are."""
@@ -253,8 +327,97 @@ class ControllerState(Stored):
             return TupleSizes(self.sizes["stream"], self.sizes["master"])
         return None
 
+    def with_sizes(self, sizes: TupleSizes) -> ControllerState:
+        """This state with v_S and v_R measured."""
+        return self.updated(sizes={"stream": sizes.stream_bytes, "master": sizes.master_bytes})
 
-def held_back(state: dict[str, Any] | None) -> str | None:
+    def resumed_at(self, done: int) -> ControllerState:
+        """This state continuing at step ``done`` when steps of another driver (an auto
+        stage's plain join) took the step numbers up to it: the R-cycle shifts with it."""
+        shift = done - self.next_step
+        if shift <= 0 or held_back(self.to_dict()):
+            return self
+        return self.updated(next_step=done, cycle_base=self.cycle_base + shift)
+
+    def repartitioned(self, partitions: int, stage: str) -> ControllerState:
+        """This state with the R-cycle of ``partitions`` (k), restarting at the next step
+        when k changed; refused while tuples are pending (their chunks expire by the old
+        k)."""
+        if self.partitions == partitions:
+            return self
+        if self.chunks:
+            raise JoinError(
+                f"stage {stage}: operator.partitions changed from {self.partitions} to "
+                f"{partitions} while tuples are pending; run `enrich drain` first"
+            )
+        return self.updated(partitions=partitions, cycle_base=self.next_step)
+
+    def with_run_start(self, run_id: str, kept: int) -> ControllerState:
+        """This state remembering that run ``run_id`` starts at the next step, keeping the
+        ``kept`` latest runs; a retry of the run keeps its first record."""
+        if run_id in self.run_starts:
+            return self
+        starts = [*self.run_starts.items(), (run_id, self.next_step)][-kept:]
+        return self.updated(run_starts=dict(starts))
+
+    def with_backfill(self, start: str, end: str, input_version: int) -> ControllerState:
+        """This state with a backfill of [start, end) recorded (ISO times): later live
+        steps suppress what it joined."""
+        entry = {"start": start, "end": end, "input_version": input_version}
+        return self.updated(backfills=[*self.backfills, entry])
+
+    def planned(self, plan: SavedPlan, scan_partitions: int) -> ControllerState:
+        """This state with ``plan`` open, its scan copy's versions (of k
+        ``scan_partitions``) kept for the steps after."""
+        return self.updated(scan=plan.scan, scan_partitions=scan_partitions, plan=plan)
+
+    def after(self, plan: SavedPlan, outcome: StepOutcome) -> ControllerState:
+        """The state the step of ``plan`` leaves (Algorithm 1, end of an iteration): its
+        chunk enters H_S pinned to the plan's master version, the chunk of step
+        ``step - k + 1`` expires, the next step is ``step + 1`` and no plan is open.
+
+        Invariant: every chunk left was entered in the last k steps, so H_S holds at
+        most k chunks (the R-cycle of ``joins.ssbj.cache.rcycle``).
+        """
+        step, version = plan.step, plan.master_version
+        chunks = dict(self.chunks)
+        chunk_rows = dict(self.chunk_rows)
+        if outcome.entered_pending:
+            chunks[str(step)] = version
+            chunk_rows[str(step)] = outcome.entered_pending
+        expiring = step - outcome.partitions + 1
+        for entry in [e for e in chunks if int(e) <= expiring]:
+            chunks.pop(entry)
+            chunk_rows.pop(entry, None)
+        state = self if outcome.sizes is None else self.with_sizes(outcome.sizes)
+        if outcome.segments != state.segments:
+            state = state.updated(segments=outcome.segments)
+        state = state.updated(replica_rows=outcome.replica_rows)
+        for name in ("routing", "key_sketch"):
+            value = getattr(outcome, name)
+            state = state.without(name) if value is None else state.updated(**{name: value})
+        state = state.updated(
+            chunks=chunks,
+            chunk_rows=chunk_rows,
+            cache_version=outcome.cache_version,
+            switch_version=outcome.switch_version,
+            pending_rows=outcome.pending_rows,
+            cache_rows=outcome.cache_rows,
+            switch_rows=outcome.switch_rows,
+            counter_rows=outcome.counter_rows,
+            late_rows=outcome.late_rows,
+            late_waiting=outcome.late_waiting,
+            late_oldest_us=outcome.late_oldest_us,
+            late_min_version=outcome.late_min_version,
+            next_step=step + 1,
+            plan=None,
+        )
+        if outcome.tuples_seen:
+            state = state.updated(miss_rate=outcome.entered_pending / outcome.tuples_seen)
+        return state
+
+
+def held_back(state: Mapping[str, Any] | None) -> str | None:
     """What the controller ``state`` (as stored, of any release) still holds that a later
     step must finish, or None: tuples waiting in H_S (their chunks), a step that was
     planned and not completed, or tuples waiting for late master rows.

@@ -17,15 +17,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from joins.ssbj.algorithm import Schedule, StepPlan, schedule
+from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.wide_table import WideTable
 from pipeline.ssbj import hot_keys, placement, planning, reading
 from pipeline.ssbj.report import SsbjStepReport
-from pipeline.ssbj.state import ControllerState, SavedPlan
+from pipeline.ssbj.state import ControllerState, SavedPlan, StepOutcome
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
 
@@ -40,6 +43,39 @@ class PassResult:
     reads: Schedule  # which master versions the step read, and how H_R and s_B moved
     planned: float  # time.monotonic() when the step's reads were planned
     written: float  # time.monotonic() when both commits were done
+    sizes: TupleSizes | None  # v_S and v_R, when this step measured them
+    replica_rows: bool  # the state written may hold a value's counters more than once
+    routing: dict[str, Any] | None  # the next step's key routing (None: none kept)
+    key_sketch: dict[str, Any] | None  # the operator's key sketch (None: none kept)
+    segments: Mapping[str, Sequence[int]] | None  # the state table's (None: not known)
+
+    def outcome(
+        self, w: SsbjWiring, state: ControllerState, plan: SavedPlan, report: SsbjStepReport
+    ) -> StepOutcome:
+        """What the step leaves for the controller state, once ``report`` holds its
+        counts."""
+        return StepOutcome(
+            partitions=state.partitions,
+            entered_pending=report.entered_pending,
+            tuples_seen=report.tuples_in + report.returned,
+            pending_rows=report.pending_rows,
+            cache_rows=report.cache_rows,
+            switch_rows=report.switch_rows,
+            counter_rows=report.counter_rows,
+            late_rows=report.late_rows,
+            late_waiting=report.late_waiting,
+            late_oldest_us=report.late_oldest_us,
+            late_min_version=report.late_min_version,
+            cache_version=plan.master_version if w.use_cache else None,
+            switch_version=self.reads.next_switch_version(
+                state.switch_version, plan.master_version
+            ),
+            replica_rows=self.replica_rows,
+            routing=self.routing,
+            key_sketch=self.key_sketch,
+            segments=self.segments,
+            sizes=self.sizes,
+        )
 
 
 def run_pass(
@@ -51,13 +87,16 @@ def run_pass(
     report: SsbjStepReport,
 ) -> PassResult:
     """The step's reads, its pass and both commits; then the hot keys' routing and sketch
-    for the next step, into ``state``."""
+    for the next step."""
     step = plan.step
     version = plan.master_version
     # The new input's DataFrame is built only when used: a step that runs in the driver
     # reads the rows as Arrow, and needs only their schema (known after the first step).
     new_rows = cache(lambda: reading.new_rows(w, state, plan))
-    sizes = reading.measure_sizes(w, state, new_rows, master)
+    known = state.tuple_sizes()
+    measured = None if known is not None else reading.measure_sizes(w, new_rows, master)
+    # Nothing measured yet (no input to sample): a tuple and a row count as a byte each.
+    sizes = known or measured or TupleSizes(1.0, 1.0)
     wide = WideTable.of(w.spec, reading.new_rows_schema(w, plan, new_rows), master.schema)
 
     late = planning.late_rule(w, state, plan)
@@ -116,12 +155,19 @@ def run_pass(
         shape,
         late,
     )
-    counts, loads, sketches = step_pass.run(function)
+    outcome = step_pass.run(function)
     written = time.monotonic()
-    # Without split keys every value's rows met in one bucket: its counters and mark are
-    # one row each in the state just written.
-    state.replica_rows = bool(routing.split)
-    hot_keys.rebalance_after_step(w, state, routing, loads, report)
-    hot_keys.merge_sketches(state, position, shape, saved_sketch, sketches, report)
     report.tracked_keys = len(tracked) if tracked is not None else 0
-    return PassResult(counts, reads, planned, written)
+    return PassResult(
+        outcome.counts,
+        reads,
+        planned,
+        written,
+        sizes=measured,
+        # Without split keys every value's rows met in one bucket: its counters and mark
+        # are one row each in the state just written.
+        replica_rows=bool(routing.split),
+        routing=hot_keys.rebalance_after_step(w, state, routing, outcome.loads, report),
+        key_sketch=hot_keys.merge_sketches(position, shape, saved_sketch, outcome.sketches, report),
+        segments=outcome.segments,
+    )

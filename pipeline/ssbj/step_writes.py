@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -30,8 +31,17 @@ from pipeline.ssbj.state import ControllerState, SavedPlan
 from pipeline.ssbj.wiring import STATE_TABLE, SsbjWiring
 from warehouse.delta import AppTransaction, CommitOutcome, PartitionFilter
 
-PassOutcome = tuple[Counter[str], list[BucketLoad], list[ASketch]]
-"""A pass's counts (summed over buckets), the buckets' loads and their key sketches."""
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What a step's pass and commits leave: the counts (summed over buckets), the
+    buckets' loads and key sketches, and the state table's segments after the commit
+    (None: not known, the next step rewrites the table whole)."""
+
+    counts: Counter[str]
+    loads: list[BucketLoad]
+    sketches: list[ASketch]
+    segments: Mapping[str, Sequence[int]] | None  # segment -> [rows, matched]
 
 
 def write_collected(
@@ -50,6 +60,7 @@ def write_collected(
     counts, loads, sketches = summary(summary_rows_arrow(result), routing)
     new_state = state_of_arrow(result)
     segmented = state_segmented(w, state)
+    segments: Mapping[str, Sequence[int]] | None = state.segments
     write_state: Callable[[AppTransaction], CommitOutcome] | None
     report.state_rows_written = new_state.num_rows
     if not segmented:
@@ -75,7 +86,7 @@ def write_collected(
             )
             report.state_segments_written = len(change.segments)
             report.state_rows_written = change.rows.num_rows
-        state.segments = {str(s): [n, m] for s, (n, m) in sorted(prints.items())}
+        segments = {str(s): [n, m] for s, (n, m) in sorted(prints.items())}
     outcome = commit_step(
         w,
         wide,
@@ -99,8 +110,8 @@ def write_collected(
         w.warm.forget_state()
         report.state_rows_written = report.state_segments_written = 0
         if segmented:
-            state.segments = None
-    return counts, loads, sketches
+            segments = None
+    return PassOutcome(counts, loads, sketches, segments)
 
 
 def run_and_write(
@@ -139,11 +150,12 @@ def run_and_write(
         )
     finally:
         result.unpersist()
-    state.segments = None
-    return counts, loads, sketches
+    return PassOutcome(counts, loads, sketches, None)
 
 
-def summary(rows: Iterable[tuple[Any, ...]], routing: KeyRouting) -> PassOutcome:
+def summary(
+    rows: Iterable[tuple[Any, ...]], routing: KeyRouting
+) -> tuple[Counter[str], list[BucketLoad], list[ASketch]]:
     """The step's counts (summed over buckets), the buckets' loads and key sketches from
     its summary rows (``joins.ssbj.step.summary_of``)."""
     counts: Counter[str] = Counter()

@@ -6,15 +6,15 @@ Spark."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.errors import JoinError
-from pipeline.ssbj.commit import complete
-from pipeline.ssbj.report import SsbjStepReport
-from pipeline.ssbj.state import STATE_LAYOUT, ControllerState, SavedPlan, held_back
+from pipeline.ssbj.state import STATE_LAYOUT, ControllerState, SavedPlan, StepOutcome, held_back
 
 # A state as this release writes it after a few steps, with a plan open (the key order
 # is the one the controller's assignments leave: the fresh state's keys, then the scan
@@ -121,21 +121,46 @@ def test_unknown_keys_are_kept_where_they_were() -> None:
     state = ControllerState.from_dict(raw)
     assert state.unknown == {"future": {"a": [1, 2]}}
     assert state.plan is not None and state.plan.unknown == {"future_plan_key": 3}
-    state.next_step = 8  # a change elsewhere leaves them as they were
+    later = state.updated(next_step=8)  # a change elsewhere leaves them as they were
     expected = {**raw, "next_step": 8}
-    assert same_json(state.to_dict(), expected)
+    assert same_json(later.to_dict(), expected)
+    assert same_json(state.to_dict(), raw)  # a value: the state read is unchanged
 
 
-def test_assigning_a_key_the_state_lacks_appends_it_as_assigning_the_dict_did() -> None:
-    """The controller's completion of a step on a state from before the late rows: the
-    keys it assigns are written, in the order it assigns them (as the dict got them),
-    None included."""
+def _outcome(**changed: Any) -> StepOutcome:
+    values: dict[str, Any] = {
+        "partitions": 2,
+        "entered_pending": 2,
+        "tuples_seen": 4,
+        "pending_rows": 2,
+        "cache_rows": 0,
+        "switch_rows": 0,
+        "counter_rows": 1,
+        "late_rows": 0,
+        "late_waiting": 0,
+        "late_oldest_us": None,
+        "late_min_version": None,
+        "cache_version": 1,
+        "switch_version": 1,
+        "replica_rows": False,
+        "routing": None,
+        "key_sketch": None,
+        "segments": None,
+    }
+    return StepOutcome(**{**values, **changed})
+
+
+def test_a_step_on_a_state_lacking_keys_appends_them_as_assigning_the_dict_did() -> None:
+    """The completion of a step on a state from before the late rows: the keys the step
+    sets are written, in the order the controller set them when it assigned to the dict
+    (None included), and the state it started from is left as it was."""
     earlier = {k: v for k, v in EARLIER.items() if k != "miss_rate"}  # no input yet
     old_dict = json.loads(json.dumps(earlier))
     state = ControllerState.from_dict(json.loads(json.dumps(earlier)))
     assert state.plan is not None
     # What the controller did to the dict at the end of step 3 of k = 2 (chunk 2 expires).
     for key, value in [
+        ("replica_rows", False),
         ("chunks", {"3": 1}),
         ("chunk_rows", {"3": 2}),
         ("cache_version", 1),
@@ -153,16 +178,9 @@ def test_assigning_a_key_the_state_lacks_appends_it_as_assigning_the_dict_did() 
         ("miss_rate", 0.5),
     ]:
         old_dict[key] = value
-    wiring = SimpleNamespace(use_cache=True, params=SimpleNamespace(partitions=2))
-    report = SsbjStepReport(
-        "enrich", 3, tuples_in=4, entered_pending=2, pending_rows=2, counter_rows=1
-    )
-    reads = SimpleNamespace(next_switch_version=lambda current, version: current)
-    master = SimpleNamespace(files=[SimpleNamespace(num_records=10)])
-    position = SimpleNamespace(partitions=2)
-    complete(wiring, state, state.plan, position, report, master, reads)  # type: ignore[arg-type]
-    assert same_json(state.to_dict(), old_dict)
-    assert list(state.to_dict())[-6:] == [
+    after = state.after(state.plan, _outcome())
+    assert same_json(after.to_dict(), old_dict)
+    assert list(after.to_dict())[-6:] == [
         "counter_rows",
         "late_rows",
         "late_waiting",
@@ -170,19 +188,86 @@ def test_assigning_a_key_the_state_lacks_appends_it_as_assigning_the_dict_did() 
         "late_min_version",
         "miss_rate",
     ]
+    assert same_json(state.to_dict(), earlier)
 
 
-def test_drop_removes_a_key_as_pop_did() -> None:
+def test_a_controller_state_is_a_value() -> None:
+    state = ControllerState.fresh(next_step=0, partitions=2)
+    with pytest.raises(FrozenInstanceError):
+        state.next_step = 1  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no stored field"):
+        state.updated(nonsense=1)
+
+
+@st.composite
+def _steps(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
+    """k and a run of steps, each (tuples entering H_S, the master version)."""
+    k = draw(st.integers(1, 5))
+    steps = draw(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=12))
+    return k, steps
+
+
+@given(_steps())
+def test_after_a_step_h_s_holds_only_the_last_k_steps_chunks(
+    run: tuple[int, list[tuple[int, int]]],
+) -> None:
+    """Algorithm 1's R-cycle: a chunk entered at step s expires at the end of step
+    s + k - 1, so H_S never holds more than k chunks; each step advances the step count,
+    closes its plan and leaves a state that round-trips through its JSON object."""
+    k, steps = run
+    state = ControllerState.fresh(next_step=0, partitions=k)
+    for entered, version in steps:
+        step = state.next_step
+        plan = SavedPlan.new(step, 1, None, step, step + 1, 0, version, {})
+        state = state.planned(plan, k)
+        state = state.after(plan, _outcome(partitions=k, entered_pending=entered))
+        assert state.next_step == step + 1 and state.plan is None
+        assert set(state.chunks) == set(state.chunk_rows)
+        assert all(step - k + 1 < int(entry) <= step for entry in state.chunks)
+        assert len(state.chunks) <= k
+        if entered and k > 1:  # with k = 1 a chunk expires at the step it entered
+            assert state.chunks[str(step)] == version and state.chunk_rows[str(step)] == entered
+        stored = json.loads(json.dumps(state.to_dict()))
+        assert same_json(ControllerState.from_dict(stored).to_dict(), stored)
+
+
+def test_a_state_of_the_earlier_layout_is_carried_on_only_when_nothing_waits() -> None:
+    earlier = {"next_step": 9, "chunks": {}, "backfills": [{"start": "a"}], "scan": {"1": 0}}
+    state = ControllerState.read(earlier, "s", next_step=0, partitions=3)
+    assert state.layout == STATE_LAYOUT and state.next_step == 9 and state.cycle_base == 9
+    assert state.backfills == [{"start": "a"}] and state.scan == {"1": 0}
+    assert state.partitions == 3 and state.sizes is None
+    with pytest.raises(JoinError, match="enrich drain"):
+        ControllerState.read({**earlier, "chunks": {"8": 1}}, "s", next_step=0, partitions=3)
+    assert ControllerState.read(None, "s", next_step=4, partitions=2).next_step == 4
+
+
+def test_resuming_after_plain_join_steps_shifts_the_cycle_unless_something_waits() -> None:
+    idle = ControllerState.from_dict({**CURRENT, "chunks": {}, "chunk_rows": {}, "plan": None})
+    resumed = idle.resumed_at(10)
+    assert (resumed.next_step, resumed.cycle_base) == (10, 3)
+    assert idle.resumed_at(5) is idle
+    busy = ControllerState.from_dict(CURRENT)
+    assert busy.resumed_at(10) is busy
+
+
+def test_changing_k_restarts_the_cycle_only_while_nothing_is_pending() -> None:
+    idle = ControllerState.from_dict({**CURRENT, "chunks": {}, "chunk_rows": {}})
+    assert (idle.repartitioned(4, "s").partitions, idle.repartitioned(4, "s").cycle_base) == (4, 7)
+    with pytest.raises(JoinError, match=r"operator\.partitions changed from 2 to 4"):
+        ControllerState.from_dict(CURRENT).repartitioned(4, "s")
+
+
+def test_without_removes_a_key_as_pop_did() -> None:
     state = ControllerState.from_dict(json.loads(json.dumps(CURRENT)))
-    state.drop("key_sketch")
-    state.drop("routing")
+    state = state.without("key_sketch").without("routing")
     assert state.key_sketch is None and state.routing is None
     expected = {k: v for k, v in CURRENT.items() if k not in ("key_sketch", "routing")}
     assert same_json(state.to_dict(), expected)
-    state.routing = {"buckets": 2, "moved": {}, "split": {}}  # back, at the end
+    state = state.updated(routing={"buckets": 2, "moved": {}, "split": {}})  # back, at the end
     assert list(state.to_dict())[-1] == "routing"
     with pytest.raises(ValueError, match="always stored"):
-        state.drop("chunks")
+        state.without("chunks")
 
 
 def test_a_fresh_state_and_a_new_plan_have_the_keys_of_the_dicts_they_replace() -> None:
@@ -215,10 +300,8 @@ def test_a_fresh_state_and_a_new_plan_have_the_keys_of_the_dicts_they_replace() 
         master_version=4,
         tables={},
     )
-    plan.scan = {"4": 1}
-    state.scan = {"4": 1}
-    state.scan_partitions = 3
-    state.plan = plan
+    plan = plan.updated(scan={"4": 1})
+    state = state.planned(plan, 3)
     expected_plan = {
         "step": 5,
         "at_us": 1,
