@@ -79,7 +79,7 @@ from pipeline.audit_publish import (
     publish_rows,
 )
 from pipeline.audit_published import PublishedTuples
-from pipeline.audit_state import AuditMarks, load_state, require_no_backfill_running, save_state
+from pipeline.audit_state import AuditRecord, load_state, require_no_backfill_running, save_state
 from pipeline.audit_validation import AuditValidation
 from pipeline.config import PipelineConfig
 from pipeline.drivers import StageDrivers
@@ -158,18 +158,19 @@ class AuditPublisher:
         stage = self.config.producing_stage(table)
         state = load_state(self.store, table)
         require_no_backfill_running(table, state)
-        finished = self.intents.finish(table, state)
-        marks = AuditMarks.of(state)
-        audited = marks.output_version
+        state, finished = self.intents.finish(table, state)
+        audited = state.output_version
         if not self.engine.exists(silver):
             return TableAudit(table, run_id, (audited, audited), NOTHING_NEW)
         latest = self.engine.snapshot(silver).version
-        last = marks.last
+        last = state.last
         if latest == audited and last is not None and last.run_id == run_id:
             # A retry of a run whose audit completed: report the same outcome again.
             if finished is not None:
                 return finished
-            return TableAudit(table, run_id, last.batch, last.action, failures=last.failures)
+            return TableAudit(
+                table, run_id, last.versions, last.action, failures=list(last.failures)
+            )
         if latest == audited and not failures:
             return TableAudit(table, run_id, (audited, latest), NOTHING_NEW)
         driver = self.drivers.driver(stage)
@@ -177,8 +178,8 @@ class AuditPublisher:
         staged = live_batch(self.spark, self.engine, silver, audited, latest)
         # Tuples that were still pending at the last audit are accounted for now: emitted
         # in this batch, published by an earlier one, or still pending.
-        pending_before = marks.pending_version
-        recorded_table = marks.pending_table
+        pending_before = state.pending_version
+        recorded_table = state.pending_table
         if pending_before is not None and (
             recorded_table is None or recorded_table != driver.pending_table()
         ):
@@ -195,7 +196,7 @@ class AuditPublisher:
             )
             pending_before = None
         id_column = self._id_column(table)
-        input_from = marks.input_version
+        input_from = state.input_version
 
         def views() -> dict[str, Rows]:
             tuples = self.inputs.new_rows(stage, input_from, consumed)
@@ -216,11 +217,7 @@ class AuditPublisher:
             AuditViews(views, in_driver=self.engine.arrow_in_driver),
             failures,
             state,
-            record={
-                "input_version": consumed,
-                "pending_version": pending_now,
-                "pending_table": driver.pending_table(),
-            },
+            record=AuditRecord.of(consumed, pending_now, driver.pending_table()),
             rows=count_live_rows_added(self.engine, silver, audited, latest),
         )
 
@@ -235,12 +232,8 @@ class AuditPublisher:
         """
         for table in self.config.outputs():
             state = load_state(self.store, table)
-            self.intents.finish(table, state)
-            state["backfill_running"] = {
-                "run_id": run_id,
-                "start": start.isoformat(),
-                "end": end.isoformat(),
-            }
+            state, _ = self.intents.finish(table, state)
+            state = state.with_backfill_running(run_id, start.isoformat(), end.isoformat())
             save_state(self.store, self.layout, table, state)
 
     def audit_backfill(self, run_id: str, start: datetime, end: datetime) -> list[TableAudit]:
@@ -263,9 +256,9 @@ class AuditPublisher:
             stage = self.config.producing_stage(table)
             silver = self.layout.staged(table)
             state = load_state(self.store, table)
-            self.intents.finish(table, state)
+            state, _ = self.intents.finish(table, state)
             if not self.engine.exists(silver):
-                state.pop("backfill_running", None)
+                state = state.without("backfill_running")
                 save_state(self.store, self.layout, table, state)
                 continue
             # The backfill holds the pipeline lease, so the latest silver version is the
@@ -294,11 +287,11 @@ class AuditPublisher:
                 table,
                 run_id,
                 staged,
-                (AuditMarks.of(state).output_version, latest),
+                (state.output_version, latest),
                 views,
                 failures,
                 state,
-                record={},
+                record=AuditRecord(),
                 interval=(start, end),
             )
             if audit.action == QUARANTINED:
@@ -310,10 +303,9 @@ class AuditPublisher:
     def unresolved(self) -> list[dict[str, Any]]:
         """Quarantined batches nobody has resolved yet, oldest first."""
         return [
-            {"table": table, **entry}
+            {"table": table, **entry.to_dict()}
             for table in self.config.outputs()
-            for entry in load_state(self.store, table)["quarantined"]
-            if not entry.get("resolved")
+            for entry in load_state(self.store, table).unresolved()
         ]
 
     def resolve(self, table: str, run_id: str, publish: bool) -> int:
@@ -323,17 +315,17 @@ class AuditPublisher:
         transaction of its own per batch.
         """
         state = load_state(self.store, table)
-        entries = [e for e in state["quarantined"] if e["run_id"] == run_id]
+        entries = [e for e in state.quarantined if e.run_id == run_id]
         if not entries:
-            known = [e["run_id"] for e in state["quarantined"]]
+            known = [e.run_id for e in state.quarantined]
             raise ConfigError(
                 f"resolve: no quarantined batch of {table!r} from run {run_id!r}; "
                 f"quarantined runs: {known}"
             )
         published = 0
         for entry in entries:
-            if publish and not entry.get("resolved"):
-                batch_to = int(entry["batch"][1])
+            if publish and not entry.resolved:
+                batch_to = int(entry.batch[1])
                 rows = (
                     self.engine.read(self.layout.quarantined_output(table))
                     .where((F.col(RUN_ID) == run_id) & (F.col(BATCH_TO) == batch_to))
@@ -347,8 +339,7 @@ class AuditPublisher:
                     AppTransaction(f"release.{table}.{batch_to}", 1),
                 )
                 published += outcome
-            entry["resolved"] = True
-            entry["resolution"] = "published" if publish else "acknowledged"
+        state = state.resolved(run_id, "published" if publish else "acknowledged")
         save_state(self.store, self.layout, table, state)
         logger.info("resolved quarantined batch(es) of %s from run %s", table, run_id)
         return published
@@ -357,11 +348,7 @@ class AuditPublisher:
         """The root stream's id and ``_interval_start`` of the rows in ``table``'s
         quarantined batches nobody resolved yet (answered, not published), read in the
         driver's memory; None when there are none."""
-        batches = [
-            int(entry["batch"][1])
-            for entry in load_state(self.store, table)["quarantined"]
-            if not entry.get("resolved")
-        ]
+        batches = [int(entry.batch[1]) for entry in load_state(self.store, table).unresolved()]
         path = self.layout.quarantined_output(table)
         if not batches or not self.engine.exists(path):
             return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +20,7 @@ from common.faults import crash_point
 from common.phase_clock import optional_phase
 from pipeline.audit_batch import AuditViews, StagedBatch, TableAudit, interval_batch, live_batch
 from pipeline.audit_publish import commit_decision
-from pipeline.audit_state import record_intent, save_state
+from pipeline.audit_state import AuditIntent, AuditRecord, AuditState, record_intent, save_state
 from pipeline.audit_validation import AuditValidation
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
@@ -60,8 +59,8 @@ class AuditIntents:
         batch: tuple[int, int],
         views: AuditViews,
         failures: list[str],
-        state: dict[str, Any],
-        record: dict[str, Any],
+        state: AuditState,
+        record: AuditRecord,
         interval: tuple[datetime, datetime] | None = None,
         rows: int | None = None,
     ) -> TableAudit:
@@ -117,17 +116,19 @@ class AuditIntents:
                 engine,
                 interval,
             )
-            state["intent"] = {
-                "run_id": run_id,
-                "batch": list(batch),
-                "action": audit.action,
-                "rows": audit.rows,
-                "failures": audit.failures,
-                "interval": [t.isoformat() for t in interval] if interval else None,
-                "record": record,
-                "expectations_evaluated": sum(len(o.expectations) for o in audit.outcomes),
-                "expectations_failed": sum(len(o.failures) for o in audit.outcomes),
-            }
+            state = state.with_intent(
+                AuditIntent.new(
+                    run_id=run_id,
+                    batch=list(batch),
+                    action=audit.action,
+                    rows=audit.rows,
+                    failures=audit.failures,
+                    interval=[t.isoformat() for t in interval] if interval else None,
+                    record=record,
+                    expectations_evaluated=sum(len(o.expectations) for o in audit.outcomes),
+                    expectations_failed=sum(len(o.failures) for o in audit.outcomes),
+                )
+            )
             save_state(self.store, self.layout, table, state)
             crash_point("audit.before_publish")
             commit_decision(self.engine, self.layout, table, audit, staged, interval)
@@ -139,24 +140,25 @@ class AuditIntents:
         record_intent(self.store, self.layout, table, state)
         return audit
 
-    def finish(self, table: str, state: dict[str, Any]) -> TableAudit | None:
-        """Complete an audit whose decision was recorded but whose state was not."""
-        intent = state.get("intent")
-        if not intent:
-            return None
-        batch = (int(intent["batch"][0]), int(intent["batch"][1]))
+    def finish(self, table: str, state: AuditState) -> tuple[AuditState, TableAudit | None]:
+        """Complete an audit whose decision was recorded but whose state was not: the
+        state after it, and the audit finished (None: no intent was open)."""
+        intent = state.intent
+        if intent is None:
+            return state, None
+        batch = intent.versions
         interval: tuple[datetime, datetime] | None = None
         silver = self.layout.staged(table)
-        if intent.get("interval"):
+        if intent.interval:
             interval = (
-                datetime.fromisoformat(intent["interval"][0]),
-                datetime.fromisoformat(intent["interval"][1]),
+                datetime.fromisoformat(intent.interval[0]),
+                datetime.fromisoformat(intent.interval[1]),
             )
             staged = interval_batch(self.spark, self.engine, silver, batch[1], interval)
         else:
             staged = live_batch(self.spark, self.engine, silver, *batch)
         audit = TableAudit(
-            table, intent["run_id"], batch, intent["action"], intent["rows"], intent["failures"]
+            table, intent.run_id, batch, intent.action, intent.rows, list(intent.failures)
         )
         logger.warning(
             "audit %s: finishing the interrupted audit of run %s, batch v%d..v%d (%s)",
@@ -167,5 +169,4 @@ class AuditIntents:
             audit.action,
         )
         commit_decision(self.engine, self.layout, table, audit, staged, interval)
-        record_intent(self.store, self.layout, table, state)
-        return audit
+        return record_intent(self.store, self.layout, table, state), audit

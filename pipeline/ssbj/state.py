@@ -8,15 +8,9 @@ carries a state of the earlier operator-state layout forward), and a step's chan
 values: :meth:`ControllerState.after` is the state a completed step leaves, from the
 step's plan and its :class:`StepOutcome`; nothing assigns to a state.
 
-Both round-trip exactly: ``ControllerState.from_dict(d).to_dict() == d``, with the same
-keys in the same order, so a warehouse written by an earlier release reads and writes as
-it did:
-
-- a key the stored object lacks (written by a release from before it existed) reads as the
-  default the controller always assumed for it, and stays absent until a change sets the
-  field (:meth:`Stored.updated` records it, after the stored keys, as assigning a key of
-  the dict did); :meth:`Stored.without` removes one, as ``pop`` did;
-- a key this release does not know is kept, at its place, and written back unchanged.
+Both round-trip exactly (``common.stored_object``): a key a state of an earlier release
+lacks reads as the default the controller always assumed for it, and a key this release
+does not know is written back unchanged.
 
 Plain Python (no Spark), so it is unit-tested on its own.
 """
@@ -25,11 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from functools import cache
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from common.errors import JoinError
+from common.stored_object import Stored
 from joins.ssbj.cache.inequality import TupleSizes
 
 logger = logging.getLogger(__name__)
@@ -37,79 +31,6 @@ logger = logging.getLogger(__name__)
 # The operator-state layout this driver writes; state without it is from a release that
 # kept H_S, H_R and the counters in separate tables.
 STATE_LAYOUT = 2
-
-_BOOKKEEPING = ("stored_keys", "unknown")
-
-
-def _fields_of(cls: type) -> dict[str, Field[Any]]:
-    """The fields of a :class:`Stored` subclass that are keys of its JSON object."""
-    return _stored_fields(cls)
-
-
-@cache
-def _stored_fields(cls: type) -> dict[str, Field[Any]]:
-    return {f.name: f for f in fields(cls) if f.name not in _BOOKKEEPING}
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A JSON object of the state store as typed fields (the subclasses' fields), keeping
-    which keys the object holds, in their order, and the keys no field knows."""
-
-    # The object's keys, in order: those read, then those set since.
-    stored_keys: tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
-    # The values of keys this release does not know, written back as they were read.
-    unknown: Mapping[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
-
-    def updated(self, **changes: Any) -> Self:
-        """This object with ``changes`` set; a key it did not hold is appended, in the
-        order given."""
-        known = _fields_of(type(self))
-        strange = [name for name in changes if name not in known]
-        if strange:
-            raise TypeError(f"{type(self).__name__} has no stored field(s) {strange}")
-        added = tuple(name for name in changes if name not in self.stored_keys)
-        return replace(self, **changes, stored_keys=self.stored_keys + added)
-
-    def without(self, name: str) -> Self:
-        """This object without the key ``name``; its field reads as its default again."""
-        spec = _fields_of(type(self))[name]
-        if spec.default_factory is not MISSING:
-            value = spec.default_factory()
-        elif spec.default is not MISSING:
-            value = spec.default
-        else:
-            raise ValueError(f"{type(self).__name__}.{name} is always stored")
-        kept = tuple(key for key in self.stored_keys if key != name)
-        return replace(self, **{name: value}, stored_keys=kept)
-
-    @classmethod
-    def _read(cls, raw: Mapping[str, Any], **converted: Any) -> Self:
-        known = _fields_of(cls)
-        values = {k: v for k, v in raw.items() if k in known}
-        values.update(converted)
-        missing = [name for name, f in known.items() if name not in values and _required(f)]
-        if missing:
-            raise JoinError(
-                f"SSBJ controller state: the stored {cls.__name__} lacks {missing}: {raw!r}"
-            )
-        return cls(
-            **values,
-            stored_keys=tuple(raw),
-            unknown={k: v for k, v in raw.items() if k not in known},
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object, with the keys of :attr:`stored_keys` in their order."""
-        out: dict[str, Any] = {}
-        for key in self.stored_keys:
-            value = self.unknown[key] if key in self.unknown else getattr(self, key)
-            out[key] = value.to_dict() if isinstance(value, Stored) else value
-        return out
-
-
-def _required(spec: Field[Any]) -> bool:
-    return spec.default is MISSING and spec.default_factory is MISSING
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.errors import JoinError
+from common.errors import JoinError, StateStoreError
 from pipeline.ssbj.state import STATE_LAYOUT, ControllerState, SavedPlan, StepOutcome, held_back
 
 # A state as this release writes it after a few steps, with a plan open (the key order
@@ -321,7 +321,7 @@ def test_a_fresh_state_and_a_new_plan_have_the_keys_of_the_dicts_they_replace() 
 
 def test_a_state_without_a_key_every_state_has_is_refused() -> None:
     broken = {k: v for k, v in EARLIER.items() if k != "chunks"}
-    with pytest.raises(JoinError, match="lacks \\['chunks'\\]"):
+    with pytest.raises(StateStoreError, match="lacks \\['chunks'\\]"):
         ControllerState.from_dict(broken)
 
 
