@@ -57,6 +57,7 @@ from joins.theta.stats import (
     stream_histogram_of,
     stream_sample,
 )
+from pipeline.adsp_layout_state import LayoutMigration, LayoutState
 from pipeline.maintenance import only_maintenance_since
 from pipeline.pins import adsp_holder, union_pins
 from pipeline.row_bytes import measured_row_bytes
@@ -68,7 +69,6 @@ logger = logging.getLogger(__name__)
 
 SLOTS = 64
 BUCKETS = 32
-STATE_KEY = "layout"
 
 
 @dataclass
@@ -147,13 +147,13 @@ class AdspLayoutStage:
         self, stream: DataFrame, master: Snapshot, master_rows: DataFrame, run_id: str
     ) -> tuple[ThetaPlan, list[int], LayoutReport]:
         state = self.store.operator_state(self.stage.name) or {}
-        saved = state.get(STATE_KEY)
+        saved = LayoutState.read(state)
         stream_bytes = measured_row_bytes(stream) or 1.0
         why_build = self._why_build(saved, master)
         if why_build:
             return self._build(stream, master, master_rows, stream_bytes, state, why_build)
         assert saved is not None
-        old = plan_from_dict(saved["plan"])
+        old = plan_from_dict(dict(saved.plan))
         current = dataclasses.replace(
             old,
             stream=stream_histogram_of(
@@ -166,24 +166,24 @@ class AdspLayoutStage:
         reason = scheme_change_reason(task_loads(current, SLOTS), self.task_memory)
         if reason is None:
             logger.info("theta %s: layout reused (%d tasks)", self.stage.name, old.tasks)
-            return current, list(saved["instances"]), LayoutReport("reuse", "", old.tasks)
+            return current, list(saved.instances), LayoutReport("reuse", "", old.tasks)
         return self._migrate(
             stream, stream_bytes, old, saved, state, reason, run_id, master.table_path
         )
 
-    def _why_build(self, saved: dict[str, Any] | None, master: Snapshot) -> str:
+    def _why_build(self, saved: LayoutState | None, master: Snapshot) -> str:
         if saved is None:
             return "no layout yet"
         if not only_maintenance_since(
-            self.engine, master.table_path, saved["master_version"], master.version
+            self.engine, master.table_path, saved.master_version, master.version
         ):
-            return f"master moved from v{saved['master_version']} to v{master.version}"
-        if saved["scheme"] != self.scheme or saved["task_memory"] != self.task_memory:
-            return f"scheme ({saved['scheme']} -> {self.scheme}) or task memory changed"
+            return f"master moved from v{saved.master_version} to v{master.version}"
+        if saved.scheme != self.scheme or saved.task_memory != self.task_memory:
+            return f"scheme ({saved.scheme} -> {self.scheme}) or task memory changed"
         if not self.engine.exists(self.path):
             return "layout table missing"
         if not only_maintenance_since(
-            self.engine, self.path, saved["layout_version"], self.engine.snapshot(self.path).version
+            self.engine, self.path, saved.layout_version, self.engine.snapshot(self.path).version
         ):
             return "layout table is not at the version the state recorded"
         return ""
@@ -263,7 +263,7 @@ class AdspLayoutStage:
         stream: DataFrame,
         stream_bytes: float,
         old: ThetaPlan,
-        saved: dict[str, Any],
+        saved: LayoutState,
         state: dict[str, Any],
         reason: str,
         run_id: str,
@@ -277,7 +277,7 @@ class AdspLayoutStage:
         r_total = sum(stats.histogram.bucket_bytes)
         mapping = task_mapping(old_tasks, new_tasks, r_total, 0.0)
         plan = migration_plan(old_tasks, new_tasks, mapping)
-        old_instances = list(saved["instances"])
+        old_instances = list(saved.instances)
         if not plan.copies and not plan.deletes and len(mapping) == new.tasks == old.tasks:
             logger.info("theta %s: re-planned (%s); nothing to move", self.stage.name, reason)
             instances = [old_instances[mapping[k]] for k in range(new.tasks)]
@@ -287,15 +287,15 @@ class AdspLayoutStage:
                 stats,
                 instances,
                 master_path,
-                saved["master_version"],
-                saved["layout_version"],
+                saved.master_version,
+                saved.layout_version,
             )
             return new, instances, LayoutReport("reuse", reason, new.tasks)
         fresh = iter(range(max(old_instances, default=-1) + 1, 1 << 30))
         instances = [
             old_instances[mapping[k]] if k in mapping else next(fresh) for k in range(new.tasks)
         ]
-        layout = self.engine.read(self.path, version=saved["layout_version"])
+        layout = self.engine.read(self.path, version=saved.layout_version)
         rows, touched = migrated_rows(
             layout, plan, old_instances, instances, len(stats.histogram.bucket_bytes), SLOTS
         )
@@ -310,25 +310,24 @@ class AdspLayoutStage:
             outcome.rows_added,
             migrated_bytes=moved * r_total,
         )
-        migration = {
-            "run_id": run_id,
-            "reason": reason,
-            "tasks_before": old.tasks,
-            "tasks_after": new.tasks,
-            "tasks_touched": len(touched),
-            # In units of the master's size; replicas count, so both may exceed 1.
-            "moved_fraction_of_master": moved,
-            "rebuild_fraction_of_master": rebuild,
-            "moved_master_bytes": moved * r_total,
-            "rows_rewritten": outcome.rows_added,
-        }
+        migration = LayoutMigration.new(
+            run_id=run_id,
+            reason=reason,
+            tasks_before=old.tasks,
+            tasks_after=new.tasks,
+            tasks_touched=len(touched),
+            moved_fraction_of_master=moved,
+            rebuild_fraction_of_master=rebuild,
+            moved_master_bytes=moved * r_total,
+            rows_rewritten=outcome.rows_added,
+        )
         self._save(
             state,
             new,
             stats,
             instances,
             master_path,
-            saved["master_version"],
+            saved.master_version,
             outcome.table_version,
             migration,
         )
@@ -357,28 +356,32 @@ class AdspLayoutStage:
         master_path: str,
         master_version: int,
         layout_version: int,
-        migration: dict[str, Any] | None = None,
+        migration: LayoutMigration | None = None,
     ) -> None:
-        previous = (state.get(STATE_KEY) or {}).get("migrations", [])
-        state[STATE_KEY] = {
-            "plan": plan_to_dict(plan),
-            "ranges": [None if r is None else [r.low, r.high] for r in stats.ranges],
-            "instances": instances,
-            "master_version": master_version,
-            "layout_version": layout_version,
-            "scheme": self.scheme,
-            "task_memory": self.task_memory,
-            "migrations": [*previous, migration] if migration else previous,
-        }
+        """Save the layout as ``state`` (the operator state read this run) with it."""
+        previous = LayoutState.read(state)
+        migrations = tuple(previous.migrations) if previous is not None else ()
+        layout = LayoutState.new(
+            plan=plan_to_dict(plan),
+            ranges=[None if r is None else [r.low, r.high] for r in stats.ranges],
+            instances=instances,
+            master_version=master_version,
+            layout_version=layout_version,
+            scheme=self.scheme,
+            task_memory=self.task_memory,
+            migrations=(*migrations, migration) if migration else migrations,
+        )
         # The master version the layout was built from, and the layout version a migration
         # reads by time travel, pinned in the transaction that saves the state.
         pins = union_pins({master_path: [master_version], self.path: [layout_version]})
         self.store.save_operator_state(
-            self.stage.name, state, pins=(adsp_holder(self.stage.name), pins)
+            self.stage.name,
+            layout.in_operator_state(state),
+            pins=(adsp_holder(self.stage.name), pins),
         )
 
 
-def _stats_from(saved: dict[str, Any]) -> MasterStatistics:
-    plan = plan_from_dict(saved["plan"])
-    ranges = tuple(None if r is None else ValueRange(r[0], r[1]) for r in saved["ranges"])
+def _stats_from(saved: LayoutState) -> MasterStatistics:
+    plan = plan_from_dict(dict(saved.plan))
+    ranges = tuple(None if r is None else ValueRange(r[0], r[1]) for r in saved.ranges)
     return MasterStatistics(plan.master, ranges)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from deltalake import DeltaTable
 
@@ -33,6 +32,7 @@ from joins.ssbj.cache.cost_model import (
     fit_step_costs,
     plan,
 )
+from pipeline.adsp_layout_state import LayoutState
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.stage_config import EquiStage, ThetaStage
@@ -174,23 +174,21 @@ def _theta_plan(
         if names:
             chosen = names[0]
             break
-    from pipeline.adsp_layout import STATE_KEY
-
-    saved: dict[str, Any] = (store.operator_state(stage.name) or {}).get(STATE_KEY) or {}
+    saved = LayoutState.read(store.operator_state(stage.name))
     tasks = None
-    if saved.get("plan"):
+    if saved is not None:
         from joins.theta.adsp.plan import plan_from_dict
 
-        tasks = plan_from_dict(saved["plan"]).tasks
+        tasks = plan_from_dict(dict(saved.plan)).tasks
     return ThetaStagePlan(
         stage.name,
         stage.operator.scheme,
         chosen,
         len(steps),
-        saved.get("scheme"),
+        saved.scheme if saved is not None else None,
         tasks,
-        saved.get("master_version"),
-        len(saved.get("migrations") or []),
+        saved.master_version if saved is not None else None,
+        len(saved.migrations) if saved is not None else 0,
     )
 
 

@@ -18,7 +18,8 @@ from pyspark.sql import types as T
 
 from joins.theta.adsp.join import TASK, key_spec, numeric, route
 from joins.theta.adsp.plan import plan_from_dict
-from pipeline.adsp_layout import SLOTS, STATE_KEY
+from pipeline.adsp_layout import SLOTS
+from pipeline.adsp_layout_state import STATE_KEY
 from pipeline.config import parse_config
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
