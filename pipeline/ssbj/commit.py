@@ -17,7 +17,7 @@ the completed state's pins in the one that completes the step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -69,10 +69,11 @@ def segmented_schema(wide: WideTable) -> StructType:
     return StructType([*wide.schema.fields, StructField(SEGMENT, LongType(), True)])
 
 
-def state_segmented(w: SsbjWiring, state: ControllerState) -> bool:
-    """Whether the state table is segmented, or, not created yet, will be: a table an
-    earlier release created whole stays whole (its steps rewrite it in full)."""
-    if state.segments is not None or not w.engine.exists(w.state_path):
+def state_segmented(w: SsbjWiring, segments: Mapping[str, Sequence[int]] | None) -> bool:
+    """Whether the state table is segmented (``segments``: what the controller state
+    says it holds), or, not created yet, will be: a table an earlier release created
+    whole stays whole (its steps rewrite it in full)."""
+    if segments is not None or not w.engine.exists(w.state_path):
         return True
     return SEGMENT in w.engine.snapshot(w.state_path).partition_columns
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from joins.skew.asketch import ASketch, SketchShape
 from joins.skew.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
 from pipeline.ssbj.report import SsbjStepReport
-from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.wiring import SsbjWiring
 
 logger = logging.getLogger(__name__)
@@ -32,15 +32,14 @@ def buckets(w: SsbjWiring) -> int:
     return max(1, int(configured or 1))
 
 
-def step_routing(w: SsbjWiring, state: ControllerState) -> KeyRouting:
-    """The step's key routing: the saved one, or every key at home when there is none
-    or the bucket count changed (any routing is exact, see
+def step_routing(w: SsbjWiring, saved: Mapping[str, Any] | None) -> KeyRouting:
+    """The step's key routing: the ``saved`` one (``ControllerState.routing``), or every
+    key at home when there is none or the bucket count changed (any routing is exact, see
     ``joins.skew.key_routing``)."""
     count = buckets(w)
-    saved = state.routing
     if saved is None or w.params.rebalance == "off":
         return KeyRouting(count)
-    routing = KeyRouting.from_dict(saved)
+    routing = KeyRouting.from_dict(dict(saved))
     if routing.buckets != count:
         logger.info(
             "ssbj %s: %d key buckets now (%d before): the %d moved keys go home",
@@ -55,7 +54,7 @@ def step_routing(w: SsbjWiring, state: ControllerState) -> KeyRouting:
 
 def rebalance_after_step(
     w: SsbjWiring,
-    state: ControllerState,
+    step: int,
     routing: KeyRouting,
     loads: list[BucketLoad],
     report: SsbjStepReport,
@@ -74,7 +73,7 @@ def rebalance_after_step(
         loads,
         w.params.rebalance_threshold,
         method,
-        seed=int(state.next_step),
+        seed=step,
         split_factor=w.params.split_hot_keys,
         split_ways=w.params.split_ways,
     )
@@ -122,11 +121,11 @@ def sketch_shape(w: SsbjWiring) -> SketchShape | None:
 
 
 def saved_sketch(
-    w: SsbjWiring, state: ControllerState, shape: SketchShape | None
+    w: SsbjWiring, saved: Mapping[str, Any] | None, shape: SketchShape | None
 ) -> ASketch | None:
-    """The key sketch saved with the last step, read once per step; None when there is
-    none yet, or when the configured size changed (a new sketch starts this step)."""
-    saved = state.key_sketch
+    """The key sketch ``saved`` with the last step (``ControllerState.key_sketch``), read
+    once per step; None when there is none yet, or when the configured size changed (a
+    new sketch starts this step)."""
     if shape is None or saved is None:
         return None
     sketch = ASketch.from_dict(dict(saved))

@@ -195,14 +195,14 @@ def _collect_and_run(step: StepContext, keyed: DataFrame, function: BucketStep) 
 
 def _write_in_driver(step: StepContext, result: pa.Table) -> PassOutcome:
     return write_collected(
-        step.w, step.wide, result, step.routing, step.state, step.plan, step.report
+        step.w, step.wide, result, step.routing, step.state.segments, step.plan, step.report
     )
 
 
 def _run_in_tasks(step: StepContext, keyed: DataFrame, function: BucketStep) -> PassOutcome:
     result = step.wide.step(keyed, function)
     return run_and_write(
-        step.w, step.wide, result, step.routing, step.state, step.plan, step.report
+        step.w, step.wide, result, step.routing, step.state.segments, step.plan, step.report
     )
 
 

@@ -185,7 +185,7 @@ def plan_step(
     needed = {int(v) for v in state.chunks.values()} | {master.version}
     if state.switch_version is not None:
         needed.add(int(state.switch_version))
-    plan = plan.updated(scan=scan_versions(w, state, master, needed))
+    plan = plan.updated(scan=scan_versions(w, state.scan, state.scan_partitions, master, needed))
     state = state.planned(plan, w.params.partitions)
     # The plan is saved with the pins of what it reads, in one transaction.
     planned = pins(w, state, int(plan.input_from), plan)

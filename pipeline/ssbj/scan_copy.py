@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from common.faults import crash_point
 from joins.ssbj.mesh_partitions import partition_by_bytes
 from joins.ssbj.step import SCAN_PART, scan_rows
-from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import AppTransaction, DataFile, Snapshot
 
@@ -23,10 +22,15 @@ logger = logging.getLogger(__name__)
 
 
 def scan_versions(
-    w: SsbjWiring, state: ControllerState, master: Snapshot, needed: set[int]
+    w: SsbjWiring,
+    saved: Mapping[str, int],
+    saved_partitions: int | None,
+    master: Snapshot,
+    needed: set[int],
 ) -> dict[str, int]:
-    """Scan-copy versions of the master versions ``needed`` (by ``state``'s, and a sync of
-    the copy to ``master``), for the step's plan and the state after it.
+    """Scan-copy versions of the master versions ``needed`` (by the ``saved`` ones, of
+    ``saved_partitions``, and a sync of the copy to ``master``), for the step's plan and
+    the state after it.
 
     The copy follows the master forward one sync per new master version, each an
     idempotent commit (app transaction ``(scan.k<k>, master version + 1)``), so the
@@ -37,7 +41,7 @@ def scan_versions(
     are read from the master's files instead.
     """
     k = w.params.partitions
-    mapping = {int(v): int(t) for v, t in state.scan.items() if state.scan_partitions == k}
+    mapping = {int(v): int(t) for v, t in saved.items() if saved_partitions == k}
     app = f"ssbj.{w.name}.scan.k{k}"
     synced = (
         w.engine.transaction_version(w.scan_path, app) if w.engine.exists(w.scan_path) else None

@@ -112,7 +112,7 @@ def run_pass(
         switch_version=state.switch_version,
     )
     asking = reading.asking_tuples(w, state, plan)
-    routing = hot_keys.step_routing(w, state)
+    routing = hot_keys.step_routing(w, state.routing)
     scans = reading.partition_scans(w, plan, position, master, reads)
     where = placement.place(w, state, reads, wide, routing, asking, scans)
     step_pass = placement.open_pass(
@@ -144,7 +144,7 @@ def run_pass(
     )
     planned = time.monotonic()
     shape = hot_keys.sketch_shape(w)
-    saved_sketch = hot_keys.saved_sketch(w, state, shape)
+    saved_sketch = hot_keys.saved_sketch(w, state.key_sketch, shape)
     tracked = hot_keys.tracked_keys(shape, saved_sketch)
     function = wide.bucket_function(
         step_plan,
@@ -167,7 +167,7 @@ def run_pass(
         # Without split keys every value's rows met in one bucket: its counters and mark
         # are one row each in the state just written.
         replica_rows=bool(routing.split),
-        routing=hot_keys.rebalance_after_step(w, state, routing, outcome.loads, report),
+        routing=hot_keys.rebalance_after_step(w, step, routing, outcome.loads, report),
         key_sketch=hot_keys.merge_sketches(position, shape, saved_sketch, outcome.sketches, report),
         segments=outcome.segments,
     )

@@ -27,7 +27,7 @@ from joins.ssbj.step import bucket_loads, state_of, state_of_arrow, summary_of, 
 from joins.ssbj.wide_table import WideTable
 from pipeline.ssbj.commit import commit_step, state_segmented
 from pipeline.ssbj.report import SsbjStepReport
-from pipeline.ssbj.state import ControllerState, SavedPlan
+from pipeline.ssbj.state import SavedPlan
 from pipeline.ssbj.wiring import STATE_TABLE, SsbjWiring
 from warehouse.delta import AppTransaction, CommitOutcome, PartitionFilter
 
@@ -49,18 +49,19 @@ def write_collected(
     wide: WideTable,
     result: pa.Table,
     routing: KeyRouting,
-    state: ControllerState,
+    stored: Mapping[str, Sequence[int]] | None,
     plan: SavedPlan,
     report: SsbjStepReport,
 ) -> PassOutcome:
     """The output and the state of a step whose result was collected, written from the
     driver (the embedded engine writes them without a Spark job). A segmented state
-    table gets only the segments that changed (``joins.ssbj.segments``); the new state
-    is held for this process's next step (``pipeline.ssbj.warm``)."""
+    table gets only the segments that changed (``joins.ssbj.segments``) from the
+    ``stored`` ones (the controller state's); the new state is held for this process's
+    next step (``pipeline.ssbj.warm``)."""
     counts, loads, sketches = summary(summary_rows_arrow(result), routing)
     new_state = state_of_arrow(result)
-    segmented = state_segmented(w, state)
-    segments: Mapping[str, Sequence[int]] | None = state.segments
+    segmented = state_segmented(w, stored)
+    segments = stored  # unchanged unless the table is segmented
     write_state: Callable[[AppTransaction], CommitOutcome] | None
     report.state_rows_written = new_state.num_rows
     if not segmented:
@@ -68,7 +69,6 @@ def write_collected(
     else:
         new_state = with_segments(new_state)
         prints = prints_of(new_state)
-        stored = state.segments
         if stored is None or STATE_TABLE not in plan.tables:
             write_state = partial(w.engine.overwrite, w.state_path, new_state)
         else:
@@ -119,7 +119,7 @@ def run_and_write(
     wide: WideTable,
     step_result: DataFrame,
     routing: KeyRouting,
-    state: ControllerState,
+    stored: Mapping[str, Sequence[int]] | None,
     plan: SavedPlan,
     report: SsbjStepReport,
 ) -> PassOutcome:
@@ -130,7 +130,7 @@ def run_and_write(
     read it back, so the data is read and joined once whatever the writes' plans. The
     state table is rewritten whole (its segments' prints would take another job)."""
     w.warm.forget_state()
-    segmented = state_segmented(w, state)
+    segmented = state_segmented(w, stored)
     result = step_result.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts, loads, sketches = summary(
