@@ -310,7 +310,7 @@ class AdspLayoutStage:
             outcome.rows_added,
             migrated_bytes=moved * r_total,
         )
-        migration = LayoutMigration.new(
+        migration = LayoutMigration(
             run_id=run_id,
             reason=reason,
             tasks_before=old.tasks,
@@ -320,6 +320,7 @@ class AdspLayoutStage:
             rebuild_fraction_of_master=rebuild,
             moved_master_bytes=moved * r_total,
             rows_rewritten=outcome.rows_added,
+            stored_keys=LayoutMigration.KEYS,
         )
         self._save(
             state,
@@ -361,7 +362,7 @@ class AdspLayoutStage:
         """Save the layout as ``state`` (the operator state read this run) with it."""
         previous = LayoutState.read(state)
         migrations = tuple(previous.migrations) if previous is not None else ()
-        layout = LayoutState.new(
+        layout = LayoutState(
             plan=plan_to_dict(plan),
             ranges=[None if r is None else [r.low, r.high] for r in stats.ranges],
             instances=instances,
@@ -370,6 +371,7 @@ class AdspLayoutStage:
             scheme=self.scheme,
             task_memory=self.task_memory,
             migrations=(*migrations, migration) if migration else migrations,
+            stored_keys=LayoutState.KEYS,
         )
         # The master version the layout was built from, and the layout version a migration
         # reads by time travel, pinned in the transaction that saves the state.

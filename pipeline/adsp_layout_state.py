@@ -4,7 +4,7 @@ from and the migrations so far (``pipeline.adsp_layout``).
 
 Held under the key ``layout`` of the stage's operator state, as a frozen value parsed
 once where a run reads it (:meth:`LayoutState.read`); a build or a migration saves a
-new one (:meth:`LayoutState.new`, :meth:`LayoutState.migrated`). Round-trips exactly
+new one, its migrations carried on. Round-trips exactly
 (``common.stored_object``).
 """
 
@@ -46,10 +46,6 @@ class LayoutMigration(Stored):
         "rows_rewritten",
     )
 
-    @classmethod
-    def new(cls, **values: Any) -> LayoutMigration:
-        return cls(**values, stored_keys=cls.KEYS)
-
 
 @dataclass(frozen=True)
 class LayoutState(Stored):
@@ -83,30 +79,6 @@ class LayoutState(Stored):
             return None
         return cls._read(
             raw, migrations=tuple(LayoutMigration._read(m) for m in raw.get("migrations", []))
-        )
-
-    @classmethod
-    def new(
-        cls,
-        plan: Mapping[str, Any],
-        ranges: Sequence[Sequence[float] | None],
-        instances: Sequence[int],
-        master_version: int,
-        layout_version: int,
-        scheme: str,
-        task_memory: float,
-        migrations: Sequence[LayoutMigration] = (),
-    ) -> LayoutState:
-        return cls(
-            plan=plan,
-            ranges=ranges,
-            instances=instances,
-            master_version=master_version,
-            layout_version=layout_version,
-            scheme=scheme,
-            task_memory=task_memory,
-            migrations=migrations,
-            stored_keys=cls.KEYS,
         )
 
     def in_operator_state(self, operator_state: Mapping[str, Any]) -> dict[str, Any]:

@@ -117,7 +117,7 @@ class AuditIntents:
                 interval,
             )
             state = state.with_intent(
-                AuditIntent.new(
+                AuditIntent(
                     run_id=run_id,
                     batch=list(batch),
                     action=audit.action,
@@ -127,6 +127,7 @@ class AuditIntents:
                     record=record,
                     expectations_evaluated=sum(len(o.expectations) for o in audit.outcomes),
                     expectations_failed=sum(len(o.failures) for o in audit.outcomes),
+                    stored_keys=AuditIntent.KEYS,
                 )
             )
             save_state(self.store, self.layout, table, state)

@@ -71,10 +71,6 @@ class AuditIntent(Stored):
     )
 
     @classmethod
-    def new(cls, **values: Any) -> AuditIntent:
-        return cls(**values, stored_keys=cls.KEYS)
-
-    @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> AuditIntent:
         return cls._read(raw, record=AuditRecord._read(raw.get("record") or {}))
 

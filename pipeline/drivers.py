@@ -3,7 +3,9 @@
 ``baseline``: equi stages in ``baseline`` mode; ``ssbj``: equi stages in ``ssbj`` or
 ``meshjoin`` mode; ``theta``: theta stages. An equi stage in ``auto`` mode gets one of the
 first two from :func:`joins.ssbj.choice.choose_equi_mode` over the Delta logs' sizes (no
-Spark job), decided once per command and logged with its reason. The runner and the audit
+Spark job) and, where the sizes give SSBJ, :func:`joins.ssbj.choice.measured_choice` over
+the costs per tuple of the stage's recent steps in each mode (``pipeline.mode_costs``),
+decided once per command and logged with its reason. The runner and the audit
 ask :class:`StageDrivers` for a stage's driver and use it only through the
 :class:`~pipeline.stage_driver.StageDriver` protocol.
 
@@ -23,10 +25,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError
-from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode
+from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode, measured_choice
 from pipeline.baseline_driver import EquiBaselineDriver
 from pipeline.config import PipelineConfig
 from pipeline.late_table import late_table
+from pipeline.mode_costs import recent_mode_costs
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj.state import held_back
 from pipeline.ssbj.warm import WarmCache
@@ -101,6 +104,11 @@ class StageDrivers:
                 "step) and run it once, then change it (nothing was read or written)"
             )
 
+    def decide_again(self) -> None:
+        """Forget ``auto``'s choices: the next ask weighs each stage again, with the steps
+        measured since (a long-lived stream asks once per micro-batch, as a command does)."""
+        self._choices.clear()
+
     def choice(self, stage: EquiStage) -> EquiChoice:
         """``auto``'s join for ``stage``, decided at the first ask of this registry."""
         known = self._choices.get(stage.name)
@@ -137,12 +145,23 @@ class StageDrivers:
         )
         params = stage.operator
         bound = stage.freshness.bound(self.config.schedule.interval_delta)
-        choice = choose_equi_mode(
+        sized = choose_equi_mode(
             sizes,
             params.ssbj_above_bytes,
             params.ssbj_master_batches,
             cycle_runs=min(bound.intervals, params.partitions),
         )
+        choice = sized
+        if sized.mode == "ssbj":
+            costs = recent_mode_costs(self.store, stage.name)
+            choice = measured_choice(
+                sized,
+                costs.ssbj,
+                costs.plain,
+                cycle_steps=params.partitions,
+                last=costs.last,
+                holds_tuples=held_back(self.store.operator_state(stage.name)) is not None,
+            )
         logger.info("stage %s: auto chose %s: %s", stage.name, choice.mode, choice.reason)
         self._choices[stage.name] = choice
         return choice

@@ -285,6 +285,7 @@ class StreamService:
         """Ingest, one step of every stage without closing, validate: one ledger run."""
         self.stats.last_activity = time.monotonic()
         pipeline = self.pipeline
+        pipeline.runner.drivers.decide_again()
         with pipeline.exclusive(f"stream {run_id}", self.settings.lease_wait_seconds):
             code = pipeline.execute("stream", run_id)
         self.stats.micro_batches += 1

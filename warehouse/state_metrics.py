@@ -6,7 +6,7 @@ their own; ``enrich plan`` and the run report read them back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -62,3 +62,20 @@ class Metrics(StoreSessions):
             if run_id is not None:
                 query = query.where(Metric.run_id == run_id)
             return list(session.scalars(query))
+
+    def recent_step_metrics(
+        self, stage: str, names: Sequence[str], limit: int
+    ) -> list[StepMetricValues]:
+        """The values named ``names`` of ``stage``'s latest steps, at most ``limit`` metric
+        rows read, newest step first (a step recorded twice, as a rerun does: its latest)."""
+        query = (
+            select(Metric.run_id, Metric.step, Metric.name, Metric.value)
+            .where(Metric.stage == stage, Metric.name.in_(list(names)))
+            .order_by(Metric.id.desc())
+            .limit(limit)
+        )
+        steps: dict[tuple[str, int], dict[str, float]] = {}
+        with self._session() as session:
+            for run_id, step, name, value in session.execute(query):
+                steps.setdefault((run_id, step), {}).setdefault(name, value)
+        return [StepMetricValues(r, s, values) for (r, s), values in steps.items()]

@@ -31,6 +31,13 @@ the plain job). Below 0.25 batches (no shape measured: the smallest, 0.4, still 
 the cheaper step) the master is joined whole.
 The sizes come from the Delta log (file sizes and ``numRecords`` statistics), so deciding
 runs no Spark job. A master with no record counts in its log is weighed by bytes alone.
+
+Where the sizes give SSBJ, the measured costs decide (:func:`measured_choice`): the
+seconds per tuple of the stage's recent steps in each mode, SSBJ's over one R-cycle at
+least (every partition read once). A stage that never ran the plain join runs it once
+first, to measure it; then SSBJ, as long as it costs no more per tuple, or 10% more when
+it is the mode that ran last (a margin that keeps two close modes from taking turns).
+Measurements only take SSBJ away: a master the sizes call small is always joined whole.
 """
 
 from __future__ import annotations
@@ -100,3 +107,69 @@ def choose_equi_mode(
         f"the master ({rows}{sizes.master_bytes:,} B) is over ssbj_above_bytes "
         f"({ssbj_above_bytes:,} B) and {against_batch}",
     )
+
+
+MEASURED_MARGIN = 0.1
+"""How much dearer per tuple the mode that ran last may be before the other replaces it."""
+
+
+@dataclass(frozen=True)
+class ModeCost:
+    """What a stage's recent steps in one mode cost: their seconds over the tuples they
+    took in (an SSBJ tuple is counted at its first step; the later steps that scan for it
+    add their seconds)."""
+
+    steps: int
+    tuples: float
+    seconds: float
+
+    def per_tuple(self) -> float | None:
+        return self.seconds / self.tuples if self.tuples > 0 else None
+
+
+def measured_choice(
+    sized: EquiChoice,
+    ssbj: ModeCost | None,
+    plain: ModeCost | None,
+    cycle_steps: int,
+    last: EquiMode | None,
+    holds_tuples: bool,
+) -> EquiChoice:
+    """The choice once the stage's measured costs are weighed (module docstring).
+
+    Invariant: the result is SSBJ only when ``sized`` (the sizes' choice) is SSBJ, and
+    then the plain join only when it was never measured and SSBJ holds no tuple (the
+    probe), or both are measured (SSBJ over ``cycle_steps`` steps at least) and the
+    plain join is cheaper per tuple by more than the margin the mode ``last`` run has.
+    """
+    if sized.mode == "baseline":
+        return sized
+    plain_cost = plain.per_tuple() if plain is not None else None
+    if plain is None or plain_cost is None:
+        if holds_tuples:
+            return sized  # a probe would drain H_S first: measure the plain join later
+        return EquiChoice(
+            "baseline",
+            f"{sized.reason}; the plain join was not measured on this stage yet, so this "
+            "step runs it once to weigh the two by their cost",
+        )
+    ssbj_cost = ssbj.per_tuple() if ssbj is not None and ssbj.steps >= cycle_steps else None
+    if ssbj is None or ssbj_cost is None:
+        return EquiChoice(
+            "ssbj",
+            f"{sized.reason}; SSBJ is measured over its first R-cycle ({cycle_steps} steps) "
+            f"before it is weighed against the plain join ({plain_cost * 1e6:.1f} us a tuple)",
+        )
+    # The mode that ran last keeps its place within the margin.
+    limit = plain_cost
+    if last == "ssbj":
+        limit = plain_cost * (1 + MEASURED_MARGIN)
+    elif last == "baseline":
+        limit = plain_cost / (1 + MEASURED_MARGIN)
+    measured = (
+        f"measured: SSBJ {ssbj_cost * 1e6:.1f} us a tuple over {ssbj.steps} steps, "
+        f"the plain join {plain_cost * 1e6:.1f} us over {plain.steps}"
+    )
+    if ssbj_cost <= limit:
+        return EquiChoice("ssbj", f"{sized.reason}; {measured}")
+    return EquiChoice("baseline", f"{measured}: the plain join costs less per tuple")

@@ -27,6 +27,7 @@ from pipeline.late_table import LATE_SINCE
 from pipeline.ssbj.stage import SsbjStage
 from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.warm import WarmCache
+from pipeline.ssbj.wiring import SsbjWiring
 from pipeline.stage_config import EquiStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
@@ -57,20 +58,18 @@ class SsbjDriver:
         self.engine = engine
         self.store = store
         self.inputs = inputs
-        self.operator = SsbjStage(
+        wiring = SsbjWiring.of(
             stage,
             config,
             spark,
             engine,
             store,
-            lambda after, to: inputs.new_rows(stage, after, to, keep_version=True).to_spark(),
+            lambda after, to: inputs.new_rows(stage, after, to, keep_version=True),
             output_path=inputs.layout.staged(stage.output),
             input_path=inputs.input_path(stage),
-            input_rows_arrow=lambda after, to: inputs.new_rows(
-                stage, after, to, keep_version=True
-            ).to_arrow(),
             warm=warm,
         )
+        self.operator = SsbjStage(stage, config.schedule.interval_delta, wiring)
         # A backfill is a stateless re-join of the interval.
         self._interval_join = _IntervalJoin(
             stage, spark, engine, store, inputs, self._waiting_tuples

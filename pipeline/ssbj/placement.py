@@ -89,7 +89,6 @@ def reads_in_driver(w: SsbjWiring, reads: Schedule, wide: WideTable, routing: Ke
     exactly as Spark hashes them, and no split keys (``WideTable.keyed_rows_arrow``)."""
     return (
         w.engine.arrow_in_driver
-        and w.input_rows_arrow is not None
         and reads.cache_from is None
         and reads.switch_from is None
         and not routing.split

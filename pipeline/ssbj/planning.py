@@ -166,7 +166,9 @@ def plan_step(
     if w.params.memory_bytes is not None and input_to > offset.input_version:
         if state.tuple_sizes() is None:  # the first step: sample the next input
             horizon = min(input_to, offset.input_version + 8)
-            measured = measure_sizes(w, lambda: w.input_rows(offset.input_version, horizon), master)
+            measured = measure_sizes(
+                w, lambda: w.new_rows(offset.input_version, horizon).to_spark(), master
+            )
             state = state if measured is None else state.with_sizes(measured)
         admission = admit_input(w, state, offset.input_version, input_to, master)
         input_to, backlog = admission.to_version, admission.backlog_rows

@@ -117,7 +117,7 @@ def master_deltas(
 def new_rows(w: SsbjWiring, state: ControllerState, plan: SavedPlan) -> DataFrame:
     """The step's new input rows, without those a backfill already joined."""
     return suppressed(
-        w.input_rows(plan.input_from, plan.input_to), state, INTERVAL_START, INPUT_VERSION
+        w.new_rows(plan.input_from, plan.input_to).to_spark(), state, INTERVAL_START, INPUT_VERSION
     )
 
 
@@ -185,11 +185,10 @@ def keyed_rows_in_driver(
 ) -> pa.Table:
     """The step's keyed rows read and laid out in the driver (:func:`spark_inputs` and
     ``WideTable.keyed_rows`` in memory): new tuples, stored state, master partitions."""
-    assert w.input_rows_arrow is not None
     # One chunk, not one per input file: the misses enter H_S as this step's chunk and
     # stay k steps, and a pass over H_S held in one Arrow chunk per input version (59
     # of them at 0.5 x M) cost 15-20% more than over one per entry step.
-    new = w.input_rows_arrow(plan.input_from, plan.input_to).combine_chunks()
+    new = w.new_rows(plan.input_from, plan.input_to).to_arrow().combine_chunks()
     new = suppressed(new, state, INTERVAL_START, INPUT_VERSION)
     inputs = [wide.stream_rows(new)]
     if STATE_TABLE in plan.tables:

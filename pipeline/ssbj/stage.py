@@ -45,22 +45,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import fields, replace
+from datetime import timedelta
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from common.errors import ConfigError
 from joins.ssbj.algorithm import StepCounts
 from joins.ssbj.step import JoinSpec
-from pipeline.config import PipelineConfig
 from pipeline.freshness import due_before
 from pipeline.ssbj import commit, planning, step_pass
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState
-from pipeline.ssbj.warm import WarmCache
 from pipeline.ssbj.wiring import SsbjWiring
 from pipeline.stage_config import EquiStage, SsbjParams
 from warehouse.delta import DeltaEngine
@@ -73,35 +70,12 @@ logger = logging.getLogger(__name__)
 class SsbjStage:
     """Runs SSBJ (or MESHJOIN, with the cache off) steps for one equi stage."""
 
-    def __init__(
-        self,
-        stage: EquiStage,
-        config: PipelineConfig,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-        input_rows: Callable[[int, int], DataFrame],
-        output_path: str,
-        input_path: str,
-        input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
-        warm: WarmCache | None = None,
-    ) -> None:
+    def __init__(self, stage: EquiStage, interval: timedelta, wiring: SsbjWiring) -> None:
+        """``interval``: the schedule's, by which the stage's freshness bound counts."""
         self.stage = stage
-        interval = config.schedule.interval_delta
         self._bound = stage.freshness.bound(interval)
         self._scheduled_steps = stage.scheduled_steps(interval)
-        self.wiring = SsbjWiring.of(
-            stage,
-            config,
-            spark,
-            engine,
-            store,
-            input_rows,
-            output_path=output_path,
-            input_path=input_path,
-            input_rows_arrow=input_rows_arrow,
-            warm=warm,
-        )
+        self.wiring = wiring
 
     @property
     def engine(self) -> DeltaEngine:

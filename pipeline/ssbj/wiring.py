@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
+from common.rows import Rows
 from joins.ssbj.step import JoinSpec
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
@@ -47,11 +47,10 @@ class SsbjWiring:
     output_path: str
     tables: dict[str, str]  # operator table (TABLES) -> its path
     scan_path: str
-    # (after_version, to_version) -> new input rows with _input_version and _interval_start
-    input_rows: Callable[[int, int], DataFrame]
-    # The same rows in the driver's memory, for a step that runs there
-    # (``pipeline.ssbj.placement.reads_in_driver``).
-    input_rows_arrow: Callable[[int, int], pa.Table] | None
+    # (after_version, to_version) -> new input rows with _input_version and _interval_start,
+    # read in the driver's memory for a step that runs there
+    # (``pipeline.ssbj.placement.reads_in_driver``), else as a Spark frame.
+    new_rows: Callable[[int, int], Rows]
     # What this process's steps hand to the next (``pipeline.ssbj.warm``).
     warm: WarmCache = field(default_factory=WarmCache, compare=False, repr=False)
 
@@ -67,10 +66,9 @@ class SsbjWiring:
         spark: SparkSession,
         engine: DeltaEngine,
         store: StateStore,
-        input_rows: Callable[[int, int], DataFrame],
+        new_rows: Callable[[int, int], Rows],
         output_path: str,
         input_path: str,
-        input_rows_arrow: Callable[[int, int], pa.Table] | None = None,
         warm: WarmCache | None = None,
     ) -> SsbjWiring:
         layout = WarehouseLayout.of(config)
@@ -94,7 +92,6 @@ class SsbjWiring:
             output_path=output_path,
             tables={t: layout.operator_state(stage.name, t) for t in TABLES},
             scan_path=layout.operator_state(stage.name, SCAN_TABLE),
-            input_rows=input_rows,
-            input_rows_arrow=input_rows_arrow,
+            new_rows=new_rows,
             warm=WarmCache() if warm is None else warm,
         )

@@ -49,8 +49,10 @@ def test_a_saved_layout_round_trips_exactly_and_keeps_the_rest_of_the_state() ->
 def test_a_new_layout_carries_the_migrations_on() -> None:
     layout = LayoutState.read(json.loads(json.dumps(SAVED)))
     assert layout is not None
-    moved = LayoutMigration.new(**{**SAVED[STATE_KEY]["migrations"][0], "run_id": "r2"})
-    after = LayoutState.new(
+    moved = LayoutMigration(
+        **{**SAVED[STATE_KEY]["migrations"][0], "run_id": "r2"}, stored_keys=LayoutMigration.KEYS
+    )
+    after = LayoutState(
         plan=layout.plan,
         ranges=layout.ranges,
         instances=[1, 0, 2],
@@ -59,6 +61,7 @@ def test_a_new_layout_carries_the_migrations_on() -> None:
         scheme="adsp",
         task_memory=1024.0,
         migrations=(*layout.migrations, moved),
+        stored_keys=LayoutState.KEYS,
     )
     stored = after.in_operator_state(SAVED)
     assert [m["run_id"] for m in stored[STATE_KEY]["migrations"]] == ["r1", "r2"]

@@ -81,7 +81,7 @@ def test_recording_a_live_intent_advances_the_versions_and_keeps_the_quarantine(
 def test_a_backfill_intent_ends_the_backfill_and_leaves_the_live_versions() -> None:
     state = AuditState.empty().with_backfill_running("b1", "2026-01-01T00:00", "2026-01-02T00:00")
     assert state.backfill_running is not None and state.backfill_running.run_id == "b1"
-    intent = AuditIntent.new(
+    intent = AuditIntent(
         run_id="b1",
         batch=[0, 2],
         action=PUBLISHED,
@@ -91,6 +91,7 @@ def test_a_backfill_intent_ends_the_backfill_and_leaves_the_live_versions() -> N
         record=AuditRecord(),
         expectations_evaluated=0,
         expectations_failed=0,
+        stored_keys=AuditIntent.KEYS,
     )
     with_intent = state.with_intent(intent)
     assert with_intent.to_dict()["intent"]["record"] == {}

@@ -1,6 +1,7 @@
 """``mode: auto`` for equi stages, through the runner, against DuckDB.
 
-The choice follows the Delta logs' sizes; switching between SSBJ and the plain join keeps
+The choice follows the Delta logs' sizes, then the measured costs per tuple of each mode's
+steps (the plain join measured once first); switching between SSBJ and the plain join keeps
 every tuple answered exactly once: leaving SSBJ drains its pending tuples first, and SSBJ
 resumes its step numbering above the plain join's (the output's app transactions).
 """
@@ -58,13 +59,57 @@ def test_auto_joins_a_small_master_whole_and_says_why(
     assert metrics["output_rows"] == len(h.oracle(how))
 
 
-def test_auto_picks_ssbj_for_a_master_over_its_thresholds(
-    spark: SparkSession, tmp_path: Path
+def next_command(h: SsbjHarness) -> None:
+    """The next command on the same warehouse: its registry decides ``auto`` anew."""
+    h.runner = PipelineRunner(h.config, h.spark, h.engine, h.store)
+
+
+def test_auto_measures_the_plain_join_once_then_picks_ssbj_for_a_large_master(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     h = SsbjHarness(spark, tmp_path, "auto", 2, 1, "left", operator=SSBJ_ALWAYS)
     h.load_master(MASTER, files=2)
     h.arrive([(0, 1), (1, 4)])
-    assert type(h.runner.driver(h.config.stage("enrich"))) is SsbjDriver
+    with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
+        assert type(h.runner.driver(h.config.stage("enrich"))) is EquiBaselineDriver
+    assert "the plain join was not measured on this stage yet" in caplog.text
+    h.run()
+    next_command(h)
+    h.arrive([(2, 2)])
+    with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
+        assert type(h.runner.driver(h.config.stage("enrich"))) is SsbjDriver
+    assert "measured over its first R-cycle (2 steps)" in caplog.text
+    h.run()
+    h.drain()
+    assert_same_multiset(h.output(), h.oracle("left"))
+
+
+def plant_steps(h: SsbjHarness, mode: str, steps: int, seconds: float, tuples: int) -> None:
+    """Step metrics as the runner records them: an SSBJ step counts its cache hits."""
+    for step in range(steps):
+        values = {"step_seconds": seconds, "tuples_in": float(tuples)}
+        if mode == "ssbj":
+            values["cache_hits"] = 0.0
+        h.store.record_metrics(f"{mode}-run", "enrich", step + 1, values)
+
+
+@pytest.mark.parametrize(("ssbj_seconds", "expected"), [(5.0, "baseline"), (0.05, "ssbj")])
+def test_auto_weighs_the_measured_costs_per_tuple(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    ssbj_seconds: float,
+    expected: str,
+) -> None:
+    h = SsbjHarness(spark, tmp_path, "auto", 2, 1, "left", operator=SSBJ_ALWAYS)
+    h.load_master(MASTER, files=2)
+    h.arrive([(0, 1)])
+    plant_steps(h, "baseline", 1, 0.5, 100)  # 5 ms a tuple
+    plant_steps(h, "ssbj", 2, ssbj_seconds, 100)  # a whole R-cycle of k = 2
+    with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
+        driver = h.runner.driver(h.config.stage("enrich"))
+    assert isinstance(driver, SsbjDriver if expected == "ssbj" else EquiBaselineDriver)
+    assert "measured: SSBJ" in caplog.text and "the plain join 5000.0 us over 1" in caplog.text
 
 
 def test_switching_between_ssbj_and_the_plain_join_answers_every_tuple_once(
@@ -73,7 +118,8 @@ def test_switching_between_ssbj_and_the_plain_join_answers_every_tuple_once(
     h = SsbjHarness(spark, tmp_path, "auto", 2, 1, "left", operator=SSBJ_ALWAYS)
     h.load_master(MASTER, files=2)
     h.arrive([(0, 1), (1, 2), (2, 2), (3, 99)])
-    h.run()
+    h.run()  # the plain join, measured once
+    next_command(h)
     h.arrive([(4, 3), (5, 4)])
     h.run()
     assert h.operator().pending_rows() > 0  # SSBJ holds tuples when the master "shrinks"

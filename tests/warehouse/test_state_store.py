@@ -500,3 +500,18 @@ def test_a_store_without_the_completeness_table_gains_it_when_opened(
     assert [r.tuples for r in reopened.interval_records("out")] == [1]
     assert [r.run_id for r in reopened.runs()] == ["r1"]
     reopened.dispose()
+
+
+def test_recent_step_metrics_read_the_latest_steps_of_one_stage(store: StateStore) -> None:
+    for step in range(1, 6):
+        store.record_metrics("r1", "enrich", step, {"step_seconds": step, "tuples_in": 10})
+    store.record_metrics("r1", "other", 1, {"step_seconds": 99.0})
+    store.record_metrics("r2", "enrich", 5, {"step_seconds": 7.0, "cache_hits": 1.0})
+    recent = store.recent_step_metrics("enrich", ("step_seconds", "cache_hits"), limit=4)
+    # Newest first; a step recorded again (a rerun) is read as its latest record; at most
+    # ``limit`` rows, of the names asked for only.
+    assert [(m.run_id, m.step, dict(m.values)) for m in recent] == [
+        ("r2", 5, {"cache_hits": 1.0, "step_seconds": 7.0}),
+        ("r1", 5, {"step_seconds": 5.0}),
+        ("r1", 4, {"step_seconds": 4.0}),
+    ]
