@@ -21,7 +21,8 @@ _BOOKKEEPING = ("stored_keys", "unknown")
 
 
 def _fields_of(cls: type) -> dict[str, Field[Any]]:
-    """The fields of a :class:`Stored` subclass that are keys of its JSON object."""
+    """The fields of a :class:`Stored` subclass that are keys of its JSON object (cached;
+    this plain signature is what mypy accepts where callers pass ``type(self)``)."""
     return _stored_fields(cls)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from common.errors import BackfillIncompleteError
+from common.errors import BackfillIncompleteError, StateStoreError
 from common.stored_object import Stored
 from pipeline.audit_batch import QUARANTINED
 from pipeline.layout import WarehouseLayout
@@ -169,9 +169,14 @@ class AuditState(Stored):
             state = state.without("backfill_running")
         else:
             record = intent.record
+            if record.input_version is None:
+                raise StateStoreError(
+                    f"the audit intent of run {intent.run_id} (batch {intent.versions}) is a "
+                    f"live batch's but its record lacks input_version: {record.to_dict()!r}"
+                )
             state = state.updated(
                 output_version=intent.versions[1],
-                input_version=int(record.input_version or 0),
+                input_version=record.input_version,
                 pending_version=record.pending_version,
                 pending_table=record.pending_table,
             )

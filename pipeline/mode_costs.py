@@ -9,6 +9,7 @@ the costs follow the stage's data; the ones older are read no more.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from joins.ssbj.choice import EquiMode, ModeCost
@@ -29,22 +30,22 @@ class ModeCosts:
 
 def recent_mode_costs(store: StateStore, stage: str) -> ModeCosts:
     """The costs of ``stage``'s latest steps in each mode (None: no step of that mode)."""
-    steps = store.recent_step_metrics(stage, _NAMES, limit=RECENT_STEPS * len(_NAMES))
-    totals: dict[EquiMode, list[float]] = {}
-    last: EquiMode | None = None
-    for step in steps:  # newest first
-        values = step.values
-        if "step_seconds" not in values:
-            continue
-        mode: EquiMode = "ssbj" if "cache_hits" in values else "baseline"
-        last = last or mode
-        total = totals.setdefault(mode, [0.0, 0.0, 0.0])
-        total[0] += 1
-        total[1] += values.get("tuples_in", 0.0)
-        total[2] += values["step_seconds"]
+    # At most len(_NAMES) rows a step: enough rows for RECENT_STEPS steps, then cut to them
+    # (a plain-join step records two of the names, so the rows hold more of its steps).
+    rows = store.recent_step_metrics(stage, _NAMES, limit=RECENT_STEPS * len(_NAMES))
+    steps = [step.values for step in rows if "step_seconds" in step.values][:RECENT_STEPS]
+    costs: dict[EquiMode, ModeCost] = {}
+    for values in steps:  # newest first
+        mode = _mode_of(values)
+        before = costs.get(mode, ModeCost(0, 0.0, 0.0))
+        costs[mode] = ModeCost(
+            before.steps + 1,
+            before.tuples + values.get("tuples_in", 0.0),
+            before.seconds + values["step_seconds"],
+        )
+    last = _mode_of(steps[0]) if steps else None
+    return ModeCosts(costs.get("ssbj"), costs.get("baseline"), last)
 
-    def cost(mode: EquiMode) -> ModeCost | None:
-        found = totals.get(mode)
-        return None if found is None else ModeCost(int(found[0]), found[1], found[2])
 
-    return ModeCosts(cost("ssbj"), cost("baseline"), last)
+def _mode_of(values: Mapping[str, float]) -> EquiMode:
+    return "ssbj" if "cache_hits" in values else "baseline"

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from common.errors import ConfigError
-from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.intake import Admission, OperatorMemory, admit, chunk_capacity
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.late import LateRule
@@ -24,7 +23,7 @@ from pipeline.pins import ssbj_holder
 from pipeline.ssbj.commit import pins
 from pipeline.ssbj.reading import file_rows, measure_sizes
 from pipeline.ssbj.scan_copy import scan_versions
-from pipeline.ssbj.state import ControllerState, SavedPlan
+from pipeline.ssbj.state import UNMEASURED_SIZES, ControllerState, SavedPlan
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
 from warehouse.state_tables import StageOffset
@@ -205,8 +204,7 @@ def admit_input(
     # Look a bounded number of versions ahead: each costs a log read, and a step rarely
     # has room for more (a longer backlog is admitted over the following steps).
     horizon = min(latest, offset + ADMISSION_HORIZON_VERSIONS)
-    # Nothing measured yet (no input to sample): a tuple and a row count as a byte each.
-    sizes = state.tuple_sizes() or TupleSizes(1.0, 1.0)
+    sizes = state.tuple_sizes() or UNMEASURED_SIZES
     k = w.params.partitions
     # The chunk that expires at the end of this step leaves room for this step's chunk.
     expiring = int(state.chunk_rows.get(str(step - k + 1), 0))

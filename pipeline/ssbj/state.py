@@ -28,6 +28,10 @@ from joins.ssbj.cache.inequality import TupleSizes
 
 logger = logging.getLogger(__name__)
 
+# What v_S and v_R are taken as before a step could measure them (no input to sample):
+# a tuple and a row count as a byte each.
+UNMEASURED_SIZES = TupleSizes(1.0, 1.0)
+
 # The operator-state layout this driver writes; state without it is from a release that
 # kept H_S, H_R and the counters in separate tables.
 STATE_LAYOUT = 2

@@ -28,7 +28,7 @@ from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.wide_table import WideTable
 from pipeline.ssbj import hot_keys, placement, planning, reading
 from pipeline.ssbj.report import SsbjStepReport
-from pipeline.ssbj.state import ControllerState, SavedPlan, StepOutcome
+from pipeline.ssbj.state import UNMEASURED_SIZES, ControllerState, SavedPlan, StepOutcome
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
 
@@ -95,8 +95,7 @@ def run_pass(
     new_rows = cache(lambda: reading.new_rows(w, state, plan))
     known = state.tuple_sizes()
     measured = None if known is not None else reading.measure_sizes(w, new_rows, master)
-    # Nothing measured yet (no input to sample): a tuple and a row count as a byte each.
-    sizes = known or measured or TupleSizes(1.0, 1.0)
+    sizes = known or measured or UNMEASURED_SIZES
     wide = WideTable.of(w.spec, reading.new_rows_schema(w, plan, new_rows), master.schema)
 
     late = planning.late_rule(w, state, plan)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from common.errors import StateStoreError
 from pipeline.audit_batch import PUBLISHED, QUARANTINED
 from pipeline.audit_state import AuditIntent, AuditRecord, AuditState
 
@@ -111,3 +112,10 @@ def test_resolving_marks_only_the_runs_unresolved_batches() -> None:
     assert resolved.unresolved() == []
     with pytest.raises(AttributeError):
         state.output_version = 9  # type: ignore[misc]
+
+
+def test_a_live_intent_without_its_input_version_is_refused_not_read_as_zero() -> None:
+    raw = json.loads(json.dumps(STORED))
+    del raw["intent"]["record"]["input_version"]
+    with pytest.raises(StateStoreError, match="lacks input_version"):
+        AuditState.from_dict(raw).recorded()
