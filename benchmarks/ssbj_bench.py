@@ -82,6 +82,7 @@ from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.least_state import StateBound, least_state
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
 from pipeline.config import PipelineConfig, parse_config
+from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
@@ -214,7 +215,7 @@ class Case:
             parsed,
             engine,
             store,
-            PipelineRunner(parsed, spark, engine, store),
+            PipelineRunner(PipelineHandles(parsed, spark, engine, store)),
             WarehouseLayout.of(parsed),
         )
 

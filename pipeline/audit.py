@@ -56,7 +56,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common.errors import ConfigError, ValidationFailedError
@@ -81,9 +80,8 @@ from pipeline.audit_publish import (
 from pipeline.audit_published import PublishedTuples
 from pipeline.audit_state import AuditRecord, load_state, require_no_backfill_running, save_state
 from pipeline.audit_validation import AuditValidation
-from pipeline.config import PipelineConfig
 from pipeline.drivers import StageDrivers
-from pipeline.layout import WarehouseLayout
+from pipeline.handles import PipelineHandles
 from quality.audit_views import (
     INPUT_VIEW,
     PENDING_VIEW,
@@ -91,9 +89,8 @@ from quality.audit_views import (
     no_pending,
     no_published,
 )
-from warehouse.delta import AppTransaction, DeltaEngine
+from warehouse.delta import AppTransaction
 from warehouse.delta.api import count_live_rows_added
-from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -102,24 +99,16 @@ class AuditPublisher:
     """Audits staged output batches and publishes or quarantines them."""
 
     def __init__(
-        self,
-        config: PipelineConfig,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-        gate: Any = None,
-        drivers: StageDrivers | None = None,
+        self, handles: PipelineHandles, gate: Any = None, drivers: StageDrivers | None = None
     ) -> None:
-        self.config = config
-        self.engine = engine
-        self.store = store
-        self.spark = spark
-        self.layout = WarehouseLayout.of(config)
-        self.drivers = drivers or StageDrivers(config, spark, engine, store)
+        self.handles = handles
+        self.config, self.spark = handles.config, handles.spark
+        self.engine, self.store, self.layout = handles.engine, handles.store, handles.layout
+        self.drivers = drivers or StageDrivers(handles)
         self.inputs = self.drivers.inputs
-        self.validation = AuditValidation(config, engine, self.layout, gate)
-        self.published = PublishedTuples(spark, engine, self.layout)
-        self.intents = AuditIntents(config, spark, engine, store, self.layout, self.validation)
+        self.validation = AuditValidation(self.config, self.engine, self.layout, gate)
+        self.published = PublishedTuples(self.spark, self.engine, self.layout)
+        self.intents = AuditIntents(handles, self.validation)
 
     @property
     def gate(self) -> Any:

@@ -14,7 +14,7 @@ import logging
 from datetime import datetime
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from common.faults import crash_point
 from common.phase_clock import optional_phase
@@ -22,11 +22,8 @@ from pipeline.audit_batch import AuditViews, StagedBatch, TableAudit, interval_b
 from pipeline.audit_publish import commit_decision
 from pipeline.audit_state import AuditIntent, AuditRecord, AuditState, record_intent, save_state
 from pipeline.audit_validation import AuditValidation
-from pipeline.config import PipelineConfig
-from pipeline.layout import WarehouseLayout
+from pipeline.handles import PipelineHandles
 from quality.batch_engine import choose_batch_engine, queries_views
-from warehouse.delta import DeltaEngine
-from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -35,20 +32,9 @@ class AuditIntents:
     """Decides and commits an output table's batch through an intent, and finishes an
     intent a crash left open."""
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-        layout: WarehouseLayout,
-        validation: AuditValidation,
-    ) -> None:
-        self.config = config
-        self.spark = spark
-        self.engine = engine
-        self.store = store
-        self.layout = layout
+    def __init__(self, handles: PipelineHandles, validation: AuditValidation) -> None:
+        self.config, self.spark = handles.config, handles.spark
+        self.engine, self.store, self.layout = handles.engine, handles.store, handles.layout
         self.validation = validation
 
     def decide_and_commit(

@@ -22,6 +22,7 @@ from common.phase_clock import SECONDS_PREFIX, TASK_PREFIX, TOTAL, PhaseClock
 from pipeline.audit import AuditPublisher
 from pipeline.backfill import backfill
 from pipeline.config import PipelineConfig
+from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from warehouse.delta import DeltaEngine, open_engine
@@ -57,9 +58,7 @@ class PipelineContext:
 
     @cached_property
     def auditor(self) -> AuditPublisher:
-        return AuditPublisher(
-            self.config, self.spark, self.engine, self.store, drivers=self.runner.drivers
-        )
+        return AuditPublisher(self.runner.handles, drivers=self.runner.drivers)
 
     @contextmanager
     def exclusive(self, purpose: str, wait_seconds: float = 0.0) -> Iterator[PipelineLease]:
@@ -234,7 +233,7 @@ def open_pipeline(
             session,
             engine,
             store,
-            PipelineRunner(config, session, engine, store),
+            PipelineRunner(PipelineHandles(config, session, engine, store)),
             session_seconds,
         )
     finally:

@@ -22,12 +22,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import SparkSession
-
 from common.errors import ConfigError
 from joins.ssbj.choice import EquiChoice, EquiSizes, choose_equi_mode, measured_choice
 from pipeline.baseline_driver import EquiBaselineDriver
-from pipeline.config import PipelineConfig
+from pipeline.handles import PipelineHandles
 from pipeline.late_table import late_table
 from pipeline.mode_costs import recent_mode_costs
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
@@ -38,9 +36,7 @@ from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.theta_driver import ThetaDriver
 from pipeline.waiting_tuples import waiting_records
-from warehouse.delta import DeltaEngine
 from warehouse.delta.api import rows_committed
-from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -57,18 +53,11 @@ def driver_kind(stage: AnyStage) -> str:
 class StageDrivers:
     """The drivers of one config's stages over one warehouse, engine and state store."""
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-    ) -> None:
-        self.config = config
-        self.inputs = StageInputs(config, engine)
-        self.spark = spark
-        self.engine = engine
-        self.store = store
+    def __init__(self, handles: PipelineHandles) -> None:
+        self.handles = handles
+        self.config, self.spark = handles.config, handles.spark
+        self.engine, self.store = handles.engine, handles.store
+        self.inputs = StageInputs(handles.config, handles.engine)
         self._factories: dict[str, Callable[[Any], StageDriver]] = {
             "baseline": self._baseline,
             "ssbj": self._ssbj,

@@ -14,17 +14,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
-from pipeline.config import PipelineConfig, StreamConfig
+from pipeline.config import StreamConfig
 from pipeline.drivers import StageDrivers
-from pipeline.layout import WarehouseLayout
+from pipeline.handles import PipelineHandles
 from pipeline.schemas import QUARANTINE_SCHEMA, bronze_schema, declared_schema
 from pipeline.stage_config import EquiStage, ThetaStage
 from pipeline.stage_driver import StageDriver, StageReport
-from warehouse.delta import DeltaEngine
 from warehouse.landing import IngestReport, StreamSource, ingest_stream
-from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -54,19 +50,14 @@ class PipelineRunner:
 
     def __init__(
         self,
-        config: PipelineConfig,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
+        handles: PipelineHandles,
         progress: Callable[[str], None] | None = None,
         drivers: StageDrivers | None = None,
     ) -> None:
-        self.config = config
-        self.spark = spark
-        self.engine = engine
-        self.store = store
-        self.layout = WarehouseLayout.of(config)
-        self.drivers = drivers or StageDrivers(config, spark, engine, store)
+        self.handles = handles
+        self.config, self.spark = handles.config, handles.spark
+        self.engine, self.store, self.layout = handles.engine, handles.store, handles.layout
+        self.drivers = drivers or StageDrivers(handles)
         self.progress = progress or (lambda message: logger.info("%s", message))
 
     # ------------------------------------------------------------------ ingestion

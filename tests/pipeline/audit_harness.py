@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from joins.ssbj.step import ENTRY_STEP
 from pipeline.drivers import StageDrivers
+from pipeline.handles import PipelineHandles
 from tests.pipeline.ssbj_harness import SsbjHarness
 from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, PartitionFilter
 
@@ -173,7 +174,7 @@ def defect_in(
     """Stage steps run inside the block write through a :class:`DefectEngine`."""
     real = h.runner.drivers
     defective = DefectEngine(h.engine, path, defect)
-    h.runner.drivers = StageDrivers(h.config, h.spark, defective, h.store)  # type: ignore[arg-type]
+    h.runner.drivers = StageDrivers(PipelineHandles(h.config, h.spark, defective, h.store))  # type: ignore[arg-type]
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from pipeline.handles import PipelineHandles
 from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
 from pipeline.status import pipeline_status
@@ -58,7 +59,9 @@ class LateHarness(SsbjHarness):
     def reconfigure(self, wait: str | None) -> None:
         operator = {"late_master": {"wait": wait}} if wait else {}
         self.config = config_for(self.root, self.mode, 1, 1, self.how, operator=operator)
-        self.runner = PipelineRunner(self.config, self.spark, self.engine, self.store)
+        self.runner = PipelineRunner(
+            PipelineHandles(self.config, self.spark, self.engine, self.store)
+        )
 
     def late_oracle(self) -> list[tuple[Any, ...]]:
         con = duckdb.connect()

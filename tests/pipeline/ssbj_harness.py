@@ -18,6 +18,7 @@ from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.step import cache_entries
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.context import PipelineContext
+from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
@@ -110,7 +111,7 @@ class SsbjHarness:
         self.master_schema = master_schema(key_type)
         self.engine: DeltaEngine = open_engine(spark, engine)
         self.store = StateStore(self.config.warehouse.resolved_state_store())
-        self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
+        self.runner = PipelineRunner(PipelineHandles(self.config, spark, self.engine, self.store))
         self.context = PipelineContext(self.config, spark, self.engine, self.store, self.runner)
         self.layout = WarehouseLayout.of(self.config)
         self.master = self.layout.master(self.config, "m")

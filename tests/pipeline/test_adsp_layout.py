@@ -21,6 +21,7 @@ from joins.theta.adsp.plan import plan_from_dict
 from pipeline.adsp_layout import SLOTS
 from pipeline.adsp_layout_state import STATE_KEY
 from pipeline.config import parse_config
+from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
@@ -71,7 +72,7 @@ class ThetaHarness:
         )  # fmt: skip
         self.engine = EmbeddedDeltaEngine(spark)
         self.store = StateStore(self.config.warehouse.resolved_state_store())
-        self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
+        self.runner = PipelineRunner(PipelineHandles(self.config, spark, self.engine, self.store))
         self.layout = WarehouseLayout.of(self.config)
         self.master = self.layout.master(self.config, "m")
         self.bronze = self.layout.bronze("s")

@@ -27,6 +27,7 @@ from pipeline.completeness import (
 )
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.context import PipelineContext
+from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
@@ -227,7 +228,7 @@ class Chained:
         self.spark = spark
         self.engine: DeltaEngine = open_engine(spark, "embedded")
         self.store = StateStore(self.config.warehouse.resolved_state_store())
-        self.runner = PipelineRunner(self.config, spark, self.engine, self.store)
+        self.runner = PipelineRunner(PipelineHandles(self.config, spark, self.engine, self.store))
         self.context = PipelineContext(self.config, spark, self.engine, self.store, self.runner)
         layout = WarehouseLayout.of(self.config)
         self.bronze = layout.bronze("s")

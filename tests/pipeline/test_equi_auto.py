@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline.baseline_driver import EquiBaselineDriver
+from pipeline.handles import PipelineHandles
 from pipeline.runner import PipelineRunner
 from pipeline.ssbj.driver import SsbjDrainingDriver, SsbjDriver
 from pipeline.ssbj.state import held_back
@@ -32,7 +33,7 @@ MASTER = [(k, s, float(10 * k + s)) for k in range(1, 7) for s in range(1 + k % 
 def reconfigure(h: SsbjHarness, root: Path, how: str, operator: dict[str, Any]) -> None:
     """The same warehouse under a changed config, as the next command would load it."""
     h.config = config_for(root, "auto", 2, 1, how, operator=operator)
-    h.runner = PipelineRunner(h.config, h.spark, h.engine, h.store)
+    h.runner = PipelineRunner(PipelineHandles(h.config, h.spark, h.engine, h.store))
 
 
 @pytest.mark.parametrize("how", ["inner", "left"])
@@ -61,7 +62,7 @@ def test_auto_joins_a_small_master_whole_and_says_why(
 
 def next_command(h: SsbjHarness) -> None:
     """The next command on the same warehouse: its registry decides ``auto`` anew."""
-    h.runner = PipelineRunner(h.config, h.spark, h.engine, h.store)
+    h.runner = PipelineRunner(PipelineHandles(h.config, h.spark, h.engine, h.store))
 
 
 def test_auto_measures_the_plain_join_once_then_picks_ssbj_for_a_large_master(
@@ -130,7 +131,9 @@ def test_switching_between_ssbj_and_the_plain_join_answers_every_tuple_once(
     h.run()  # drains H_S with SSBJ, new tuples included
     assert held_back(h.store.operator_state("enrich")) is None
     h.arrive([(9, 2), (10, 77)])
-    h.runner = PipelineRunner(h.config, h.spark, h.engine, h.store)  # the next command
+    h.runner = PipelineRunner(
+        PipelineHandles(h.config, h.spark, h.engine, h.store)
+    )  # the next command
     assert isinstance(h.runner.driver(h.config.stage("enrich")), EquiBaselineDriver)
     h.run()
 

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from common.errors import ConfigError, ValidationFailedError
 from pipeline.backfill import rejoin_interval
 from pipeline.baseline_driver import EquiBaselineDriver
+from pipeline.handles import PipelineHandles
 from pipeline.late_table import late_table
 from pipeline.runner import PipelineRunner
 from pipeline.stage_config import SsbjParams
@@ -223,11 +224,11 @@ def test_leaving_the_plain_join_while_tuples_wait_is_refused(
     h.arrive([(0, 9)])
     h.step()
     ssbj = config_for(tmp_path, "ssbj", 2, 1, "left")
-    runner = PipelineRunner(ssbj, spark, h.engine, h.store)
+    runner = PipelineRunner(PipelineHandles(ssbj, spark, h.engine, h.store))
     with pytest.raises(ConfigError, match=r"stages\.enrich: .*1 tuple\(s\) wait in its late table"):
         runner.driver(ssbj.stage("enrich"))
     auto = config_for(tmp_path, "auto", 2, 1, "left", operator={"ssbj_above_bytes": 0})
-    runner = PipelineRunner(auto, spark, h.engine, h.store)
+    runner = PipelineRunner(PipelineHandles(auto, spark, h.engine, h.store))
     with caplog.at_level(logging.INFO, logger="pipeline.drivers"):
         assert type(runner.driver(auto.stage("enrich"))) is EquiBaselineDriver
     assert "still wait in its late table" in caplog.text

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from common.errors import EXIT_OK
 from jobs.enrich import main
 from pipeline.config import load_config, parse_config
+from pipeline.handles import PipelineHandles
 from pipeline.runner import PipelineRunner
 from pipeline.status import pipeline_status
 from tests.helpers import tiny_pipeline
@@ -26,7 +27,7 @@ from warehouse.state_store import StateStore
 def test_status_lists_rejected_files_still_in_place(spark: SparkSession, tmp_path: Path) -> None:
     config = parse_config(tiny_pipeline(tmp_path, "k", "bigint"))
     store = StateStore(config.warehouse.resolved_state_store())
-    runner = PipelineRunner(config, spark, EmbeddedDeltaEngine(spark), store)
+    runner = PipelineRunner(PipelineHandles(config, spark, EmbeddedDeltaEngine(spark), store))
     landing = Path(config.streams["s"].landing)
     landing.mkdir(parents=True)
     (landing / "drift.json").write_text(json.dumps({"id": 1, "zzz": 2}) + "\n")

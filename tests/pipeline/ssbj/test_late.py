@@ -35,6 +35,7 @@ from joins.ssbj.late import (
     sort_late_rows,
 )
 from pipeline.backfill import rejoin_interval
+from pipeline.handles import PipelineHandles
 from pipeline.runner import PipelineRunner
 from pipeline.status import pipeline_status
 from tests.helpers import assert_same_multiset
@@ -218,7 +219,7 @@ def test_status_counts_waiting_tuples_and_leaving_ssbj_while_they_wait_is_refuse
     assert stage["late_master_waiting"] == 1
     assert stage["late_master_oldest_since"] is not None
     baseline = config_for(tmp_path, "baseline", 1, 1, "left")
-    runner = PipelineRunner(baseline, spark, h.engine, h.store)
+    runner = PipelineRunner(PipelineHandles(baseline, spark, h.engine, h.store))
     with pytest.raises(ConfigError, match=r"1 tuple\(s\) wait for late master rows"):
         runner.driver(baseline.stage("enrich"))
 

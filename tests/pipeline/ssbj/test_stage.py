@@ -24,6 +24,7 @@ from joins.ssbj.roles import BUCKET
 from joins.ssbj.segments import SEGMENT
 from joins.ssbj.step import SCAN_PART, JoinSpec, scan_rows
 from joins.ssbj.wide_table import WideTable
+from pipeline.handles import PipelineHandles
 from pipeline.runner import PipelineRunner
 from tests.helpers import assert_same_multiset
 from tests.pipeline.ssbj_harness import SsbjHarness
@@ -547,7 +548,7 @@ def test_a_step_writes_the_segments_that_changed_and_a_cold_process_goes_on_exac
     next_id = 0
     for run in range(7):
         if run == 4:  # a cold process: the runner's drivers and warm caches are new
-            h.runner = PipelineRunner(h.config, spark, h.engine, h.store)
+            h.runner = PipelineRunner(PipelineHandles(h.config, spark, h.engine, h.store))
         keys = zipf_keys(rng, [*range(1, 9), 900], 1.0, 6)
         h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
         next_id += len(keys)
@@ -589,7 +590,7 @@ def test_a_state_table_of_an_earlier_release_stays_whole_and_exact(
     assert controller is not None
     controller.pop("segments")
     h.store.save_operator_state("enrich", controller)
-    h.runner = PipelineRunner(h.config, spark, h.engine, h.store)
+    h.runner = PipelineRunner(PipelineHandles(h.config, spark, h.engine, h.store))
     for run in range(3):
         h.arrive([(100 + 10 * run + i, 1 + (run + i) % 6) for i in range(5)])
         h.run()
