@@ -38,7 +38,10 @@ still holds after the last interval is drained, and the drain is counted (``with
 drain``); each table gives the tuple waits from landing to gold (:class:`WaitClock`). The first interval of
 each mode is warm-up (the first touch of each table, the JIT); the table reports the
 median of the others, the steady state of a scheduled pipeline, and the ratios against
-``plain`` in the same run.
+``plain`` in the same run. The modes run interleaved (:func:`run_interleaved`), each in a
+process and a JVM of its own: every mode's interval 0, then every mode's interval 1, one
+mode working at a time, so the machine's drift over the run falls on all of them alike and
+none runs on code another mode's work compiled.
 
 With ``--object-store`` the run starts a SeaweedFS server on loopback
 (:mod:`warehouse.object_store_server`) and every mode's tables go to a bucket of its
@@ -60,15 +63,18 @@ import argparse
 import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -840,6 +846,83 @@ def deliver_interval(prepared: Prepared, index: int, landing: str) -> None:
             deliver(files[index], Path(landing) / name)
 
 
+# ---------------------------------------------------------------------------- pacing
+
+Pace = Callable[[], None]
+"""Called by a mode before each timed step (an interval, the drain): returns when it is
+the mode's turn (:func:`run_interleaved`)."""
+
+
+def no_pace() -> None:
+    """A mode run on its own takes its steps one after another."""
+
+
+@dataclass(frozen=True)
+class ModeFailed:
+    mode: str
+    error: str
+
+
+def _mode_process(mode: str, prepared: Prepared, conn: Connection) -> None:
+    """One mode's whole run in a process of its own, a step at a time when told to."""
+
+    def pace() -> None:
+        conn.send("ready")
+        conn.recv()
+
+    try:
+        conn.send(MODES[mode](prepared, pace))
+    except BaseException:  # noqa: BLE001 - the parent reports it, with the traceback
+        conn.send(ModeFailed(mode, traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def run_interleaved(prepared: Prepared, modes: Sequence[str]) -> dict[str, ModeResult]:
+    """Run ``modes`` side by side, each in a process (and so a JVM) of its own, taking
+    their steps in turn: interval 0 of every mode, then interval 1 of every mode (each
+    round starting one mode later), and so on. Whatever the machine does over the run
+    (its load, the page cache, thermal drift) falls on every mode alike, and no mode
+    inherits another's JIT-compiled code or heap. Only one mode works at a time: the
+    others wait between steps, and each mode's set-up runs before the next one starts.
+    """
+    context = multiprocessing.get_context("fork")  # the prepared shape holds closures
+    conns: dict[str, Connection] = {}
+    processes = []
+    for mode in modes:
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_mode_process, args=(mode, prepared, child), name=f"bench-{mode}"
+        )
+        process.start()
+        child.close()
+        processes.append(process)
+        conns[mode] = parent
+        _check_message(mode, parent.recv())  # set up and ready for its first step
+    results: dict[str, ModeResult] = {}
+    turn = 0
+    while len(results) < len(modes):
+        waiting = [mode for mode in modes if mode not in results]
+        first = turn % len(waiting)
+        for mode in waiting[first:] + waiting[:first]:
+            conns[mode].send("go")
+            message = _check_message(mode, conns[mode].recv())
+            if isinstance(message, ModeResult):
+                results[mode] = message
+        turn += 1
+    for process in processes:
+        process.join()
+    return results
+
+
+def _check_message(mode: str, message: object) -> object:
+    if isinstance(message, ModeFailed):
+        raise RuntimeError(f"mode {mode} failed:\n{message.error}")
+    if message != "ready" and not isinstance(message, ModeResult):
+        raise RuntimeError(f"mode {mode} sent {message!r}, expected 'ready' or its result")
+    return message
+
+
 # ---------------------------------------------------------------------------- results
 
 
@@ -995,7 +1078,7 @@ def _window(index: int) -> list[str]:
     return ["--start", start.isoformat(), "--end", (start + INTERVAL).isoformat()]
 
 
-def run_warm(prepared: Prepared) -> ModeResult:
+def run_warm(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     """Every command of every interval through ``jobs.enrich.main`` in this process."""
     from jobs.enrich import main
 
@@ -1010,6 +1093,7 @@ def run_warm(prepared: Prepared) -> ModeResult:
             raise RuntimeError(f"enrich {' '.join(argv)} exited {code}")
 
     for index in range(prepared.intervals):
+        pace()
         deliver_interval(prepared, index, where.landing)
         with counted(prepared, where, result):
             started = time.perf_counter()
@@ -1023,6 +1107,7 @@ def run_warm(prepared: Prepared) -> ModeResult:
         logger.info("warm: interval %d in %.2fs", index, result.interval_seconds[-1])
     # Whatever an operator still holds is joined and published, so every mode has
     # published the same tuples; it counts, as the run after the last interval.
+    pace()
     started = time.perf_counter()
     enrich("drain", "--run-id", "final")
     enrich("validate", "--run-id", "final")
@@ -1033,7 +1118,7 @@ def run_warm(prepared: Prepared) -> ModeResult:
     return result
 
 
-def run_tasks(prepared: Prepared) -> ModeResult:
+def run_tasks(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     """Every task of every interval as its own ``enrich`` process, as Airflow runs them."""
     where, config_path = _pipeline_folder(prepared, "tasks")
     result = ModeResult("tasks", load=[os.getloadavg()[0]])
@@ -1065,6 +1150,7 @@ def run_tasks(prepared: Prepared) -> ModeResult:
         return time.perf_counter() - started
 
     for index in range(prepared.intervals):
+        pace()
         deliver_interval(prepared, index, where.landing)
         window = ["--run-id", f"i{index}", *_window(index)]
         seconds = 0.0
@@ -1080,6 +1166,7 @@ def run_tasks(prepared: Prepared) -> ModeResult:
         result.interval_seconds.append(seconds)
         clock.after_run(result, index, seconds)
         logger.info("tasks: interval %d in %.2fs", index, seconds)
+    pace()
     result.drain_seconds = enrich("drain", "--run-id", "final")
     result.drain_seconds += enrich("validate", "--run-id", "final")
     clock.after_run(result, prepared.intervals, result.drain_seconds)
@@ -1161,7 +1248,7 @@ def _sorted_rows(table: pa.Table, columns: Sequence[str]) -> list[tuple[Any, ...
 # ---------------------------------------------------------------------------- plain modes
 
 
-def run_plain(prepared: Prepared) -> ModeResult:
+def run_plain(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     """The same work as a plain PySpark script in one warm session, with delta-spark."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -1214,6 +1301,7 @@ def run_plain(prepared: Prepared) -> ModeResult:
     gold = at(where.tables, "gold")
     clock = WaitClock(prepared, gold)
     for index in range(prepared.intervals):
+        pace()
         deliver_interval(prepared, index, where.landing)
         with counted(prepared, where, result):
             started = time.perf_counter()
@@ -1300,7 +1388,7 @@ def plain_join(batch: Any, master: Any, join: Predicate, F: Any) -> Any:  # noqa
     return joined.drop("_bin")
 
 
-def run_duckdb(prepared: Prepared) -> ModeResult:
+def run_duckdb(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     """The same joins and checks in DuckDB over the same files, writing Parquet."""
     import duckdb
 
@@ -1321,6 +1409,7 @@ def run_duckdb(prepared: Prepared) -> ModeResult:
     }
     result = ModeResult("duckdb")
     for index in range(prepared.intervals):
+        pace()
         started = time.perf_counter()
         for stream in shape.streams:
             source = prepared.stream_files[stream.name][index]
@@ -1386,7 +1475,7 @@ def _duckdb_checks(checks: Checks) -> str:
     return " + ".join(terms) or "0"
 
 
-MODES: dict[str, Callable[[Prepared], ModeResult]] = {
+MODES: dict[str, Callable[[Prepared, Pace], ModeResult]] = {
     "tasks": run_tasks,
     "warm": run_warm,
     "plain": run_plain,
@@ -1697,12 +1786,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shape = SHAPES[name]
             prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
             prepared = replace(prepared, store=store)
-            # The plain job runs first: its session loads delta-spark's jars into the
-            # process's JVM, which only the first session of a process can do (the
-            # pipeline's sessions leave them off for the embedded engine, and a later
-            # session reuses that JVM); in an object-store run S3A's jars with them.
-            order = sorted(args.modes, key=lambda mode: mode != "plain")
-            done = {mode: MODES[mode](prepared) for mode in order}
+            done = run_interleaved(prepared, args.modes)
             results = [done[mode] for mode in args.modes]
             problems += check_equal(shape, results)
             problems += check_bound(shape, results, args.bound)

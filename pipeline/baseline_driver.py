@@ -24,7 +24,7 @@ from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
 from pipeline.pins import late_holder
 from pipeline.stage_config import EquiStage
 from pipeline.stage_driver import StageReport
-from pipeline.stateless_driver import StatelessDriver, without_tuples
+from pipeline.stateless_driver import StatelessDriver, StepBatch, without_tuples
 from pipeline.waiting_tuples import (
     answered,
     nothing_to_do,
@@ -204,25 +204,10 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             prefilter=prefilters(batch_rows, master.num_records),
         )
 
-    def join_step(
-        self,
-        rows: DataFrame,
-        master: Snapshot,
-        run_id: str,
-        report: StageReport,
-        tuples_in: int | None = None,
-    ) -> DataFrame:
-        return self.join(rows, master, tuples_in)
+    def join_step(self, step: StepBatch) -> DataFrame:
+        return self.join(step.rows, step.master, step.tuples_in)
 
-    def join_and_write(
-        self,
-        rows: DataFrame,
-        master: Snapshot,
-        run_id: str,
-        report: StageReport,
-        txn: AppTransaction,
-        tuples_in: int | None = None,
-    ) -> None:
+    def join_and_write(self, step: StepBatch) -> None:
         """One Spark job: the write, with the counts observed as the rows pass.
 
         With ``tuples_in`` known from the log, only the join's output is observed
@@ -233,11 +218,12 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
         once). A matched tuple is one that is not unmatched. A stage with tuples that may
         wait for late master rows joins them too (:meth:`_late_join_and_write`).
         """
+        rows, master, report, txn = step.rows, step.master, step.report, step.txn
         if self._keeps_late():
             self._late_join_and_write(rows, master, report, txn)
             return
-        if tuples_in is not None:
-            super().join_and_write(rows, master, run_id, report, txn, tuples_in)
+        if step.tuples_in is not None:
+            super().join_and_write(step)
             return
         # Unique names: a retry of the step in this session observes afresh.
         tag = f"{txn.app_id}.{txn.version}.{uuid.uuid4().hex[:8]}"

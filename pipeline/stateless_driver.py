@@ -20,6 +20,7 @@ import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
@@ -42,6 +43,21 @@ from warehouse.state_store import StateStore
 logger = logging.getLogger(__name__)
 
 StageT = TypeVar("StageT", EquiStage, ThetaStage)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """The work of one scheduled step: the stage input's new ``rows`` (with
+    ``_interval_start``), the ``master`` snapshot they join, the run, the step's report,
+    its commit's app transaction, and how many tuples ``rows`` holds when the Delta log
+    tells without a job (``tuples_in``)."""
+
+    rows: DataFrame
+    master: Snapshot
+    run_id: str
+    report: StageReport
+    txn: AppTransaction
+    tuples_in: int | None = None
 
 
 class StatelessDriver(ABC, Generic[StageT]):
@@ -107,14 +123,16 @@ class StatelessDriver(ABC, Generic[StageT]):
         master = self.engine.snapshot(master_path, plan.planned_master_version)
         report.master_bytes_read = master.size_bytes
         self.join_and_write(
-            new_rows,
-            master,
-            run_id,
-            report,
-            AppTransaction(f"stage.{stage.name}", step),
-            count_live_rows_added(
-                self.engine, input_path, offset.input_version, plan.planned_input_version
-            ),
+            StepBatch(
+                new_rows,
+                master,
+                run_id,
+                report,
+                AppTransaction(f"stage.{stage.name}", step),
+                count_live_rows_added(
+                    self.engine, input_path, offset.input_version, plan.planned_input_version
+                ),
+            )
         )
         crash_point("stage.after_output_commit")
         self.store.set_offset(stage.name, plan.planned_input_version, step)
@@ -214,28 +232,12 @@ class StatelessDriver(ABC, Generic[StageT]):
         """Matches flagged, unmatched stream rows once with nulls (``baseline.finish``
         makes the output of it); ``rows`` carry ``_interval_start``."""
 
-    def join_step(
-        self,
-        rows: DataFrame,
-        master: Snapshot,
-        run_id: str,
-        report: StageReport,
-        tuples_in: int | None = None,
-    ) -> DataFrame:
-        """The join of a scheduled step (a driver may keep structures between steps);
-        ``tuples_in`` is how many rows ``rows`` holds, when known without a job."""
-        return self.join(rows, master)
+    def join_step(self, step: StepBatch) -> DataFrame:
+        """The join of a scheduled step (a driver may keep structures between steps)."""
+        return self.join(step.rows, step.master)
 
-    def join_and_write(
-        self,
-        rows: DataFrame,
-        master: Snapshot,
-        run_id: str,
-        report: StageReport,
-        txn: AppTransaction,
-        tuples_in: int | None = None,
-    ) -> None:
-        """Join a step's rows, count them into ``report`` and append the output.
+    def join_and_write(self, step: StepBatch) -> None:
+        """Join a step's rows, count them into its report and append the output.
 
         ``tuples_in`` is how many rows ``rows`` holds when the Delta log tells
         (:func:`count_live_rows_added`). Then the step is one Spark job: the write, with the
@@ -246,10 +248,11 @@ class StatelessDriver(ABC, Generic[StageT]):
         a layout), which would fill the observation. Without ``tuples_in`` the joined rows
         are cached, counted, then written.
         """
+        report, txn, tuples_in = step.report, step.txn, step.tuples_in
         if tuples_in is not None:
             tag = f"{txn.app_id}.{txn.version}.{uuid.uuid4().hex[:8]}"
             joined_out = Observation(f"{tag}.out")
-            joined = self.join_step(rows, master, run_id, report, tuples_in).observe(
+            joined = self.join_step(step).observe(
                 joined_out,
                 F.sum(F.col(MATCHED).cast("long")).alias("match_rows"),
                 F.sum((~F.col(MATCHED)).cast("long")).alias("unmatched"),
@@ -271,9 +274,9 @@ class StatelessDriver(ABC, Generic[StageT]):
                 )
             # The commit landed before a crash (no write job ran now, nothing observed),
             # or the sums do not add up: the rows are joined and counted again.
-            self._count(self.join(rows, master), report)
+            self._count(self.join(step.rows, step.master), report)
             return
-        joined = self.join_step(rows, master, run_id, report).cache()
+        joined = self.join_step(step).cache()
         try:
             self._count(joined, report)
             self._write_output(baseline.finish(joined, self._stage.join), txn, report)

@@ -17,8 +17,7 @@ from pipeline.adsp_layout import AdspLayoutStage
 from pipeline.emission import theta_input_accounting
 from pipeline.row_bytes import MeasuredRowBytes
 from pipeline.stage_config import LAYOUT_SCHEMES, ThetaStage
-from pipeline.stage_driver import StageReport
-from pipeline.stateless_driver import StatelessDriver
+from pipeline.stateless_driver import StatelessDriver, StepBatch
 from warehouse.delta import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -29,31 +28,18 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
     ``persist_layout`` the master's routed layout is kept between steps."""
 
     def join(self, rows: DataFrame, master: Snapshot) -> DataFrame:
-        return self._join(rows, master, None, None)
+        return self._join(rows, master, None)
 
     def input_accounting(self, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:
         return theta_input_accounting(self.stage, tuples, waiting, id_column)
 
-    def join_step(
-        self,
-        rows: DataFrame,
-        master: Snapshot,
-        run_id: str,
-        report: StageReport,
-        tuples_in: int | None = None,
-    ) -> DataFrame:
-        return self._join(rows, master, run_id, report, tuples_in)
+    def join_step(self, step: StepBatch) -> DataFrame:
+        return self._join(step.rows, step.master, step)
 
-    def _join(
-        self,
-        rows: DataFrame,
-        master: Snapshot,
-        run_id: str | None,
-        report: StageReport | None,
-        tuples_in: int | None = None,
-    ) -> DataFrame:
-        """A scheduled step (``run_id`` set) may use the persisted layout; a backfill re-joins
-        against an older master, so it plans afresh."""
+    def _join(self, rows: DataFrame, master: Snapshot, step: StepBatch | None) -> DataFrame:
+        """A scheduled step (``step`` given) may use the persisted layout; a backfill
+        re-joins against an older master, so it plans afresh."""
+        tuples_in = step.tuples_in if step is not None else None
         stage = self.stage
         operator = stage.operator
         stream, master_rows = self._stream_and_master(rows, master)
@@ -73,18 +59,13 @@ class ThetaDriver(StatelessDriver[ThetaStage]):
             logger.info(
                 "theta stage %s: auto chose %s: %s", stage.name, choice.scheme, choice.reason
             )
-        if report is not None:
-            report.extra[f"theta_scheme_{choice.scheme}"] = 1.0
-        if (
-            choice.scheme in LAYOUT_SCHEMES
-            and operator.persist_layout
-            and run_id is not None
-            and report is not None
-        ):
+        if step is not None:
+            step.report.extra[f"theta_scheme_{choice.scheme}"] = 1.0
+        if step is not None and choice.scheme in LAYOUT_SCHEMES and operator.persist_layout:
             joined, layout = self.theta_layout(choice.scheme).join_flagged(
-                stream, master, master_rows, ROW_ID, run_id, samples
+                stream, master, master_rows, ROW_ID, step.run_id, samples
             )
-            report.extra.update(layout.as_metrics())
+            step.report.extra.update(layout.as_metrics())
             return joined
         return scheme_join_flagged(
             self.spark,

@@ -75,6 +75,19 @@ def tiny_pipeline(root: Path, key: str, key_type: str) -> dict[str, Any]:
     }
 
 
+def equi_stage(**keys: Any) -> dict[str, Any]:
+    """Config keys of equi stage ``enrich`` of :func:`tiny_pipeline`'s stream ``s`` with
+    master ``m`` on ``k = mk`` into ``out``; ``keys`` replace or add keys."""
+    return {
+        "name": "enrich",
+        "kind": "equi",
+        "input": "s",
+        "master": "m",
+        "join_on": {"k": "mk"},
+        "output": "out",
+    } | keys
+
+
 def assert_imports_none_of(code: str, packages: Iterable[str], cwd: Path) -> None:
     """Run ``code`` in a fresh interpreter and fail if it imported any of ``packages``."""
     probe = (

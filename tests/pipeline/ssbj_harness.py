@@ -24,7 +24,7 @@ from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
 from pipeline.ssbj.driver import SsbjDriver
 from pipeline.ssbj.stage import SsbjStage
-from tests.helpers import tiny_pipeline
+from tests.helpers import equi_stage, tiny_pipeline
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
 from warehouse.delta.api import EngineChoice
 from warehouse.state_store import StateStore
@@ -69,21 +69,15 @@ def config_for(
                 "m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "supplier", "price"]}
             },
             "stages": [
-                {
-                    "name": "enrich",
-                    "kind": "equi",
-                    "input": "s",
-                    "master": "m",
-                    "join_on": {"k": "mk"},
-                    "join": how,
-                    "output": "out",
-                    "operator": {"mode": mode, "partitions": partitions}
+                equi_stage(
+                    join=how,
+                    operator={"mode": mode, "partitions": partitions}
                     | steps_per_run
                     | (operator or {}),
                     # By default the bound these steps keep: tuples wait across runs as the
                     # tests mean.
-                    "freshness": {"complete_within": bound},
-                }
+                    freshness={"complete_within": bound},
+                )
             ],
         }
     )

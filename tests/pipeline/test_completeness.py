@@ -31,7 +31,7 @@ from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from pipeline.runner import PipelineRunner
 from pipeline.schemas import bronze_schema
-from tests.helpers import tiny_pipeline
+from tests.helpers import equi_stage, tiny_pipeline
 from tests.pipeline.late_harness import LateHarness
 from tests.pipeline.ssbj_harness import MASTER_SCHEMA, SsbjHarness
 from warehouse.delta import AppTransaction, DeltaEngine, open_engine
@@ -194,17 +194,11 @@ def chained_config(root: Path) -> PipelineConfig:
                 "sup": {"table": "masters/sup", "keys": ["skey"], "columns": ["skey", "sname"]},
             },
             "stages": [
-                {
-                    "name": "enrich",
-                    "kind": "equi",
-                    "input": "s",
-                    "master": "m",
-                    "join_on": {"k": "mk"},
-                    "join": "left",
-                    "output": "out",
-                    "operator": {"mode": "ssbj", "partitions": 2, "steps_per_run": 1},
-                    "freshness": {"complete_within": "2 intervals"},
-                },
+                equi_stage(
+                    join="left",
+                    operator={"mode": "ssbj", "partitions": 2, "steps_per_run": 1},
+                    freshness={"complete_within": "2 intervals"},
+                ),
                 {
                     "name": "name",
                     "kind": "equi",

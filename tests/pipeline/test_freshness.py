@@ -22,6 +22,7 @@ from pipeline.freshness import (
     stream_need,
     stream_trigger,
 )
+from tests.helpers import equi_stage
 
 HOUR = timedelta(hours=1)
 
@@ -44,17 +45,7 @@ def _config(stage: dict[str, Any], interval: str = "1h") -> dict[str, Any]:
             }
         },
         "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "v"]}},
-        "stages": [
-            {
-                "name": "e",
-                "kind": "equi",
-                "input": "s",
-                "master": "m",
-                "join_on": {"k": "mk"},
-                "output": "o",
-            }
-            | stage
-        ],
+        "stages": [equi_stage(name="e", output="o", **stage)],
     }
 
 

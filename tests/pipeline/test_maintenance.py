@@ -19,7 +19,7 @@ from pipeline.layout import WarehouseLayout
 from pipeline.maintenance import OwnedTable, maintain, only_maintenance_since, vacuum_table
 from pipeline.pins import audit_pins, table_key
 from pipeline.ssbj.wiring import STATE_TABLE as SSBJ_STATE_TABLE
-from tests.helpers import assert_same_multiset, tiny_pipeline
+from tests.helpers import assert_same_multiset, equi_stage, tiny_pipeline
 from tests.pipeline.audit_harness import (
     FIRST_BATCH,
     SECOND_BATCH,
@@ -283,17 +283,7 @@ def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
     monkeypatch.chdir(tmp_path)
     raw = tiny_pipeline(tmp_path, "k", "bigint") | {
         "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "price"]}},
-        "stages": [
-            {
-                "name": "enrich",
-                "kind": "equi",
-                "input": "s",
-                "master": "m",
-                "join_on": {"k": "mk"},
-                "output": "out",
-                "operator": {"mode": "meshjoin", "partitions": 2},
-            }
-        ],
+        "stages": [equi_stage(operator={"mode": "meshjoin", "partitions": 2})],
     }
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(raw))

@@ -12,7 +12,7 @@ from common.errors import EXIT_CONFIG, EXIT_OK, ConfigError
 from jobs.enrich import main
 from pipeline.config import parse_config
 from pipeline.stage_plan import MIN_STEPS, SsbjPlan, ThetaStagePlan, describe, plan_stage
-from tests.helpers import tiny_pipeline
+from tests.helpers import equi_stage, tiny_pipeline
 from tests.pipeline.ssbj_harness import SsbjHarness
 from warehouse.state_store import StateStore
 
@@ -62,15 +62,7 @@ def test_baseline_stages_have_nothing_to_plan_and_theta_stages_show_their_scheme
     raw = tiny_pipeline(tmp_path, "k", "bigint") | {
         "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "lo", "hi"]}},
         "stages": [
-            {
-                "name": "plain",
-                "kind": "equi",
-                "input": "s",
-                "master": "m",
-                "join_on": {"k": "mk"},
-                "output": "o1",
-                "operator": {"mode": "baseline"},
-            },
+            equi_stage(name="plain", output="o1", operator={"mode": "baseline"}),
             {
                 "name": "band",
                 "kind": "theta",

@@ -82,6 +82,7 @@ import pyarrow as pa
 import yaml
 from deltalake import DeltaTable, write_deltalake
 
+from tests.helpers import equi_stage
 from warehouse.object_store import ObjectLocation, ObjectStore, object_stamp, storage_options
 
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -283,19 +284,13 @@ def config(
             "p": {"table": "masters/p", "keys": ["pid"], "columns": ["pid", "lo", "hi", "pname"]},
         },
         "stages": [
-            {
-                "name": "enrich",
-                "kind": "equi",
-                "input": "s",
-                "master": "m",
-                "join_on": {"k": "mk"},
-                "join": "left",
-                "output": "out",
-                "operator": operator,
+            equi_stage(
+                join="left",
+                operator=operator,
                 # One step a run over k = 2 partitions: a tuple waits up to two runs, and
                 # a late master row up to two hours.
-                "freshness": {"complete_within": "2 intervals"},
-            },
+                freshness={"complete_within": "2 intervals"},
+            ),
             {
                 "name": "promo",
                 "kind": "theta",

@@ -77,6 +77,14 @@ LABELS = [(1, "a", None, None, 1.0), (2, "b", None, None, 2.0)]
 REPLACEMENT = [(9, "a", None, None, 9.0), (10, "a", None, None, 10.0)]
 
 
+def labelled_table(spark: SparkSession, engine: DeltaEngine, tmp_path: Path) -> str:
+    """A table of LABELS partitioned by label, at version 1; its path."""
+    path = str(tmp_path / "t")
+    engine.create_table(path, SCHEMA, ("label",))
+    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    return path
+
+
 def naive(rows: list[tuple]) -> list[tuple]:
     """Spark returns UTC timestamps as naive datetimes in a UTC session."""
     return [tuple(plain(v) for v in r) for r in rows]
@@ -292,9 +300,7 @@ def test_vacuum_without_pins_drops_old_versions_files(
 def test_replace_predicates_and_rows_outside_them(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "t")
-    engine.create_table(path, SCHEMA, ("label",))
-    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    path = labelled_table(spark, engine, tmp_path)
     data = spark.createDataFrame([(1, "a", None, None, 5.0)], SCHEMA)
     with pytest.raises(DeltaTableError, match="outside the replace predicate"):
         engine.replace(path, data, [PartitionFilter("label", "=", "b")])
@@ -645,36 +651,51 @@ def test_missing_table_is_a_clear_error(engine: DeltaEngine, tmp_path: Path) -> 
 # ---------------------------------------------------------------------- commits
 
 
-@pytest.mark.parametrize(
-    "operation", ["append", "replace", "overwrite", "delete_partitions", "merge"]
-)
+WRITES = ("append", "replace", "overwrite", "delete_partitions", "merge")
+# The rows each write of REPLACEMENT (replace and delete_partitions: label = 'a') leaves in a
+# table that held LABELS.
+AFTER_WRITE = {
+    "append": LABELS + REPLACEMENT,
+    "replace": [LABELS[1], *REPLACEMENT],
+    "overwrite": REPLACEMENT,
+    "delete_partitions": [LABELS[1]],
+    "merge": LABELS + REPLACEMENT,
+}
+
+
+def labelled_table_write(
+    spark: SparkSession, engine: DeltaEngine, tmp_path: Path
+) -> tuple[str, Callable[[str, AppTransaction | None], Any]]:
+    """A table of LABELS partitioned by label, and a call of each write of REPLACEMENT to it
+    by name, with an app transaction or none."""
+    path = labelled_table(spark, engine, tmp_path)
+    data = spark.createDataFrame(REPLACEMENT, SCHEMA)
+    where = [PartitionFilter("label", "=", "a")]
+
+    def write(operation: str, txn: AppTransaction | None = None) -> Any:
+        writes: dict[str, Callable[[], Any]] = {
+            "append": lambda: engine.append(path, data, txn),
+            "replace": lambda: engine.replace(path, data, where, txn),
+            "overwrite": lambda: engine.overwrite(path, data, txn),
+            "delete_partitions": lambda: engine.delete_partitions(path, where, txn),
+            "merge": lambda: engine.merge(path, data, ["id"], txn=txn),
+        }
+        return writes[operation]()
+
+    return path, write
+
+
+@pytest.mark.parametrize("operation", WRITES)
 def test_app_transaction_commits_once(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path, operation: str
 ) -> None:
-    path = str(tmp_path / "t")
-    engine.create_table(path, SCHEMA, ("label",))
-    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
-    data = spark.createDataFrame(REPLACEMENT, SCHEMA)
-    where = [PartitionFilter("label", "=", "a")]
-    writes: dict[str, Callable[[AppTransaction], Any]] = {
-        "append": lambda txn: engine.append(path, data, txn),
-        "replace": lambda txn: engine.replace(path, data, where, txn),
-        "overwrite": lambda txn: engine.overwrite(path, data, txn),
-        "delete_partitions": lambda txn: engine.delete_partitions(path, where, txn),
-        "merge": lambda txn: engine.merge(path, data, ["id"], txn=txn),
-    }
-    expected = {
-        "append": LABELS + REPLACEMENT,
-        "replace": [LABELS[1], *REPLACEMENT],
-        "overwrite": REPLACEMENT,
-        "delete_partitions": [LABELS[1]],
-        "merge": LABELS + REPLACEMENT,
-    }[operation]
+    path, write = labelled_table_write(spark, engine, tmp_path)
+    expected = AFTER_WRITE[operation]
     txn = AppTransaction("pipeline.stage", 7)
 
-    first = writes[operation](txn)
-    again = writes[operation](txn)
-    older = writes[operation](AppTransaction("pipeline.stage", 3))
+    first = write(operation, txn)
+    again = write(operation, txn)
+    older = write(operation, AppTransaction("pipeline.stage", 3))
 
     assert first.committed and first.table_version == 2
     assert not again.committed and not older.committed
@@ -689,47 +710,27 @@ class LeaseLostError(Exception):
     """What the pipeline's lease fencing check raises in production."""
 
 
-@pytest.mark.parametrize(
-    "operation", ["append", "replace", "overwrite", "delete_partitions", "merge"]
-)
+@pytest.mark.parametrize("operation", WRITES)
 def test_commit_guard_runs_before_every_commit_and_can_stop_it(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path, operation: str
 ) -> None:
-    path = str(tmp_path / "t")
-    engine.create_table(path, SCHEMA, ("label",))
-    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
-    data = spark.createDataFrame(REPLACEMENT, SCHEMA)
-    where = [PartitionFilter("label", "=", "a")]
-    writes: dict[str, Callable[[], object]] = {
-        "append": lambda: engine.append(path, data),
-        "replace": lambda: engine.replace(path, data, where),
-        "overwrite": lambda: engine.overwrite(path, data),
-        "delete_partitions": lambda: engine.delete_partitions(path, where),
-        "merge": lambda: engine.merge(path, data, ["id"]),
-    }
-    expected = {
-        "append": LABELS + REPLACEMENT,
-        "replace": [LABELS[1], *REPLACEMENT],
-        "overwrite": REPLACEMENT,
-        "delete_partitions": [LABELS[1]],
-        "merge": LABELS + REPLACEMENT,
-    }
+    path, write = labelled_table_write(spark, engine, tmp_path)
 
     def lost() -> None:
         raise LeaseLostError("pipeline lease t lost to run r2")
 
     engine.commit_guard = lost
     with pytest.raises(LeaseLostError, match="lease t lost"):
-        writes[operation]()
+        write(operation)
     assert engine.snapshot(path).version == 1
     assert_same_multiset(engine.read(path), LABELS)
 
     calls: list[int] = []
     engine.commit_guard = lambda: calls.append(engine.snapshot(path).version)
-    writes[operation]()
+    write(operation)
     assert calls == [1]
     assert engine.snapshot(path).version == 2
-    assert_same_multiset(engine.read(path), expected[operation])
+    assert_same_multiset(engine.read(path), AFTER_WRITE[operation])
 
 
 def test_commit_info_carries_a_commit_id_and_the_commit_metadata(
@@ -799,9 +800,7 @@ def test_schema_drift_append_is_refused_with_column_names(
 def test_replace_refuses_a_concurrent_append_into_its_partition_and_retries_clean(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "t")
-    engine.create_table(path, SCHEMA, ("label",))
-    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    path = labelled_table(spark, engine, tmp_path)
     concurrent = [(3, "a", None, None, 3.0)]
     other = make_engine(spark, engine.name)
     where = [PartitionFilter("label", "=", "a")]
@@ -828,9 +827,7 @@ def test_replace_refuses_a_concurrent_append_into_its_partition_and_retries_clea
 def test_replace_commits_over_a_concurrent_append_into_another_partition(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "t")
-    engine.create_table(path, SCHEMA, ("label",))
-    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    path = labelled_table(spark, engine, tmp_path)
     concurrent = [(3, "b", None, None, 3.0), (4, "c", None, None, 4.0)]
     other = make_engine(spark, engine.name)
     gate = Gate(tmp_path / "gate")
@@ -849,9 +846,7 @@ def test_replace_commits_over_a_concurrent_append_into_another_partition(
 def test_overwrite_refuses_a_concurrent_append_anywhere(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "t")
-    engine.create_table(path, SCHEMA, ("label",))
-    engine.append(path, spark.createDataFrame(LABELS, SCHEMA))
+    path = labelled_table(spark, engine, tmp_path)
     concurrent = [(3, "c", None, None, 3.0)]
     other = make_engine(spark, engine.name)
     gate = Gate(tmp_path / "gate")
