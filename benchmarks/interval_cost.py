@@ -35,10 +35,11 @@ equal freshness: each must publish every tuple within ``--bound`` runs of the on
 ingested it (the pipeline's ``freshness.complete_within``, 1 interval by default; set a
 longer one for the pipeline with ``--set``), or the benchmark fails; whatever a pipeline
 still holds after the last interval is drained, and the drain is counted (``with
-drain``); each table gives the tuple waits from landing to gold (:class:`WaitClock`). The first interval of
-each mode is warm-up (the first touch of each table, the JIT); the table reports the
-median of the others, the steady state of a scheduled pipeline, and the ratios against
-``plain`` in the same run. The modes run interleaved (:func:`run_interleaved`), each in a
+drain``); each table gives the tuple waits from landing to gold (:class:`WaitClock`).
+The first intervals of each mode (``--warmup``, 1 by default) are warm-up (the first touch
+of each table, the JIT compiling each code path in the mode's new JVM); the table reports
+the median of the others, the steady state of a scheduled pipeline whose worker stays up,
+and the ratios against ``plain`` in the same run. The modes run interleaved (:func:`run_interleaved`), each in a
 process and a JVM of its own: every mode's interval 0, then every mode's interval 1, one
 mode working at a time, so the machine's drift over the run falls on all of them alike and
 none runs on code another mode's work compiled.
@@ -582,6 +583,9 @@ class Prepared:
     stream_schemas: dict[str, pa.Schema]
     store: ObjectStoreRun | None = None
     """The object store of an ``--object-store`` run (None: every mode on local disk)."""
+    warmup: int = 1
+    """The first intervals of every mode that are warm-up (``--warmup``): left out of the
+    medians, the with-drain sums and the tuple waits."""
 
     @property
     def intervals(self) -> int:
@@ -949,10 +953,15 @@ class ModeResult:
     buckets: dict[str, str] = field(default_factory=dict)
     load: list[float] = field(default_factory=list)
     """The 1-minute load average when the mode started and when it ended."""
+    warmup: int = 1
+    """How many of the first intervals are warm-up (:attr:`Prepared.warmup`)."""
+
+    def measured(self) -> list[float]:
+        """The seconds of every interval after the warm-up."""
+        return self.interval_seconds[self.warmup :] or self.interval_seconds
 
     def steady(self) -> float:
-        rest = self.interval_seconds[1:] or self.interval_seconds
-        return statistics.median(rest)
+        return statistics.median(self.measured())
 
     def add_phase(self, name: str, seconds: float) -> None:
         self.phases.setdefault(name, []).append(seconds)
@@ -966,7 +975,7 @@ class WaitClock:
     ``j`` ends, every tuple newly in a published table waited ``(j - i)`` intervals plus
     run ``j``'s seconds: the wait a scheduled pipeline's consumer sees. Tuples are counted
     per output (a tuple in two outputs waits twice), by their stream id, once however
-    many rows they have there; the warm-up interval's tuples are left out. Reading gold
+    many rows they have there; the warm-up intervals' tuples are left out. Reading gold
     happens outside the timed work.
     """
 
@@ -995,8 +1004,8 @@ class WaitClock:
             landed = ((times - np.datetime64(FIRST_INTERVAL)) // np.timedelta64(INTERVAL)).astype(
                 np.int64
             )
-            # The warm-up interval's tuples are left out, as its seconds are.
-            waited = (run - landed)[landed >= 1]
+            # The warm-up intervals' tuples are left out, as their seconds are.
+            waited = (run - landed)[landed >= self.prepared.warmup]
             result.runs_waited += waited.tolist()
             result.waits += (waited * INTERVAL.total_seconds() + run_seconds).tolist()
             self.seen[stage.published] = np.concatenate([seen, ids])
@@ -1083,7 +1092,7 @@ def run_warm(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     from jobs.enrich import main
 
     where, config_path = _pipeline_folder(prepared, "warm")
-    result = ModeResult("warm", load=[os.getloadavg()[0]])
+    result = ModeResult("warm", warmup=prepared.warmup, load=[os.getloadavg()[0]])
     base = ["--config", str(config_path)]
     clock = WaitClock(prepared, at(where.tables, "gold"))
 
@@ -1121,7 +1130,7 @@ def run_warm(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
 def run_tasks(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     """Every task of every interval as its own ``enrich`` process, as Airflow runs them."""
     where, config_path = _pipeline_folder(prepared, "tasks")
-    result = ModeResult("tasks", load=[os.getloadavg()[0]])
+    result = ModeResult("tasks", warmup=prepared.warmup, load=[os.getloadavg()[0]])
     in_worker = bool(
         yaml.safe_load(config_path.read_text())
         .get("schedule", {})
@@ -1297,7 +1306,7 @@ def run_plain(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
         # Written as the pipeline modes' masters are (delta-rs): a delta-spark write of
         # SF10 partsupp in this session's 1 GiB driver failed ("unread block data").
         write_master_delta(prepared, name, path)
-    result = ModeResult("plain", load=[os.getloadavg()[0]])
+    result = ModeResult("plain", warmup=prepared.warmup, load=[os.getloadavg()[0]])
     gold = at(where.tables, "gold")
     clock = WaitClock(prepared, gold)
     for index in range(prepared.intervals):
@@ -1407,7 +1416,7 @@ def run_duckdb(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
         "date": "DATE",
         "timestamp": "TIMESTAMPTZ",
     }
-    result = ModeResult("duckdb")
+    result = ModeResult("duckdb", warmup=prepared.warmup)
     for index in range(prepared.intervals):
         pace()
         started = time.perf_counter()
@@ -1532,8 +1541,8 @@ def check_bound(shape: Shape, results: Sequence[ModeResult], bound: int) -> list
 
 
 def _with_drain(r: ModeResult) -> float:
-    """Every measured interval but the warm-up, plus the drain."""
-    return sum(r.interval_seconds[1:] or r.interval_seconds) + r.drain_seconds
+    """Every measured interval (the warm-up left out), plus the drain."""
+    return sum(r.measured()) + r.drain_seconds
 
 
 def report(shape: Shape, results: Sequence[ModeResult], commit: str, bound: int) -> list[str]:
@@ -1544,8 +1553,9 @@ def report(shape: Shape, results: Sequence[ModeResult], commit: str, bound: int)
     lines = [
         f"### {shape.name}: {shape.description}",
         "",
-        f"Commit {commit}; {len(results[0].interval_seconds)} intervals per mode, the first "
-        "is warm-up; seconds are medians of the others. With drain: the measured intervals "
+        f"Commit {commit}; {len(results[0].interval_seconds)} intervals per mode, interleaved, "
+        f"each mode in a JVM of its own; the first {results[0].warmup} are warm-up; seconds "
+        "are medians of the others. With drain: the measured intervals "
         "plus what the mode ran after the last one until nothing was pending. Tuple wait: "
         f"landing to gold in schedule time (1 interval = {_wait(INTERVAL.total_seconds())}), "
         f"every published tuple of every output; in bound: published within {bound} run(s).",
@@ -1564,7 +1574,7 @@ def report(shape: Shape, results: Sequence[ModeResult], commit: str, bound: int)
         inside, total = in_bound(r, bound)
         share = f"{inside / total:.1%}" if total else "-"
         phases = ", ".join(
-            f"{name} {statistics.median(values[1:] or values):.2f}"
+            f"{name} {statistics.median(values[r.warmup :] or values):.2f}"
             for name, values in r.phases.items()
         )
         if r.drain_seconds:
@@ -1737,6 +1747,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--intervals", type=int, default=4, help="intervals per mode (>= 2)")
     parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the first N intervals of every mode are warm-up, left out of the figures: each "
+        "mode's JVM is new, and it compiles the code of each path the first times it runs",
+    )
+    parser.add_argument(
         "--bound",
         type=int,
         default=1,
@@ -1768,8 +1786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(default: local folders)",
     )
     args = parser.parse_args(argv)
-    if args.intervals < 2:
-        parser.error("--intervals: at least 2 (the first is warm-up)")
+    if args.warmup < 1 or args.intervals <= args.warmup:
+        parser.error("--warmup: at least 1, and fewer than --intervals")
     if args.landing_in_store and not args.object_store:
         parser.error("--landing-in-store: only with --object-store")
     OVERRIDES[:] = args.overrides
@@ -1785,7 +1803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.shapes:
             shape = SHAPES[name]
             prepared = prepare(shape, args.work / name, args.intervals, args.work / "tpch")
-            prepared = replace(prepared, store=store)
+            prepared = replace(prepared, store=store, warmup=args.warmup)
             done = run_interleaved(prepared, args.modes)
             results = [done[mode] for mode in args.modes]
             problems += check_equal(shape, results)
