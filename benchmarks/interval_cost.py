@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -892,34 +893,47 @@ def run_interleaved(prepared: Prepared, modes: Sequence[str]) -> dict[str, ModeR
     """
     context = multiprocessing.get_context("fork")  # the prepared shape holds closures
     conns: dict[str, Connection] = {}
-    processes = []
-    for mode in modes:
-        parent, child = context.Pipe()
-        process = context.Process(
-            target=_mode_process, args=(mode, prepared, child), name=f"bench-{mode}"
-        )
-        process.start()
-        child.close()
-        processes.append(process)
-        conns[mode] = parent
-        _check_message(mode, parent.recv())  # set up and ready for its first step
+    processes: dict[str, multiprocessing.process.BaseProcess] = {}
     results: dict[str, ModeResult] = {}
-    turn = 0
-    while len(results) < len(modes):
-        waiting = [mode for mode in modes if mode not in results]
-        first = turn % len(waiting)
-        for mode in waiting[first:] + waiting[:first]:
-            conns[mode].send("go")
-            message = _check_message(mode, conns[mode].recv())
-            if isinstance(message, ModeResult):
-                results[mode] = message
-        turn += 1
-    for process in processes:
-        process.join()
+    try:
+        for mode in modes:
+            parent, child = context.Pipe()
+            process = context.Process(
+                target=_mode_process, args=(mode, prepared, child), name=f"bench-{mode}"
+            )
+            process.start()
+            child.close()
+            processes[mode], conns[mode] = process, parent
+            _next_message(mode, parent, process)  # set up and ready for its first step
+        turn = 0
+        while len(results) < len(modes):
+            waiting = [mode for mode in modes if mode not in results]
+            first = turn % len(waiting)
+            for mode in waiting[first:] + waiting[:first]:
+                conns[mode].send("go")
+                message = _next_message(mode, conns[mode], processes[mode])
+                if isinstance(message, ModeResult):
+                    results[mode] = message
+            turn += 1
+    finally:
+        for each in processes.values():
+            if len(results) < len(modes) and each.is_alive():
+                each.terminate()  # a mode failed: the others wait for a turn forever
+            each.join()
     return results
 
 
-def _check_message(mode: str, message: object) -> object:
+def _next_message(
+    mode: str, conn: Connection, process: multiprocessing.process.BaseProcess
+) -> object:
+    try:
+        message = conn.recv()
+    except EOFError:
+        process.join()
+        raise RuntimeError(
+            f"mode {mode}'s process ended without its result (exit code "
+            f"{process.exitcode}; -9: killed, the kernel's OOM killer among others)"
+        ) from None
     if isinstance(message, ModeFailed):
         raise RuntimeError(f"mode {mode} failed:\n{message.error}")
     if message != "ready" and not isinstance(message, ModeResult):
@@ -936,8 +950,10 @@ class ModeResult:
     interval_seconds: list[float] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=dict)
     """Seconds per phase per interval (what each mode can tell apart)."""
-    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
-    """Published rows per output, sorted, for the multiset comparison."""
+    rows: dict[str, Path] = field(default_factory=dict)
+    """Per output, a Parquet file of the published rows in a canonical form, sorted
+    (:func:`canonical_rows`), for the multiset comparison: the modes' processes hand over
+    files, as their rows would not fit the memory of one process twice over."""
     process_start: float | None = None
     drain_seconds: float = 0.0
     """What the mode still had to do after the last interval so that every tuple is
@@ -1122,7 +1138,7 @@ def run_warm(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
     enrich("validate", "--run-id", "final")
     result.drain_seconds = time.perf_counter() - started
     clock.after_run(result, prepared.intervals, result.drain_seconds)
-    result.rows = published_rows(prepared, at(where.tables, "gold"))
+    result.rows = published_rows(prepared, at(where.tables, "gold"), result.mode)
     result.load.append(os.getloadavg()[0])
     return result
 
@@ -1183,7 +1199,7 @@ def run_tasks(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
         from jobs.worker import stop_worker
 
         stop_worker(config_path)
-    result.rows = published_rows(prepared, at(where.tables, "gold"))
+    result.rows = published_rows(prepared, at(where.tables, "gold"), result.mode)
     result.load.append(os.getloadavg()[0])
     return result
 
@@ -1226,7 +1242,8 @@ def process_start_seconds(in_worker: bool) -> float:
     return time.perf_counter() - started
 
 
-def published_rows(prepared: Prepared, gold: str) -> dict[str, list[tuple[Any, ...]]]:
+def published_rows(prepared: Prepared, gold: str, mode: str) -> dict[str, Path]:
+    """Every output's published rows (:func:`canonical_rows`), read from ``gold``."""
     from deltalake import DeltaTable
 
     rows = {}
@@ -1236,22 +1253,38 @@ def published_rows(prepared: Prepared, gold: str) -> dict[str, list[tuple[Any, .
         table = DeltaTable(path, storage_options=storage_options(path)).to_pyarrow_table(
             columns=columns
         )
-        rows[stage.published] = _sorted_rows(table, columns)
+        rows[stage.published] = canonical_rows(prepared, mode, stage.published, table, columns)
     return rows
 
 
-def _plain_value(value: Any) -> Any:
-    """Timestamps as naive UTC, whichever time zone a reader attached."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).replace(tzinfo=None)
-    return value
-
-
-def _sorted_rows(table: pa.Table, columns: Sequence[str]) -> list[tuple[Any, ...]]:
-    values = [[_plain_value(v) for v in table.column(c).to_pylist()] for c in columns]
-    return sorted(
-        zip(*values, strict=True), key=lambda row: tuple((v is None, v) for v in row)
-    )  # nulls last
+def canonical_rows(
+    prepared: Prepared, mode: str, output: str, table: pa.Table, columns: Sequence[str]
+) -> Path:
+    """``columns`` of ``table`` in a form every mode's rows share, sorted (nulls last), in
+    a Parquet file: numbers as doubles (an integer equals the same double, as Python
+    compares them), timestamps as microseconds since the epoch in UTC (naive ones are
+    UTC already), strings as large strings. Equal multisets give equal files' tables."""
+    canonical = {}
+    for name in columns:
+        column = table.column(name)
+        kind = column.type
+        if pa.types.is_dictionary(kind):
+            column = column.cast(kind.value_type)
+            kind = kind.value_type
+        if pa.types.is_timestamp(kind):
+            column = column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64())
+        elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            column = column.cast(pa.float64())
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            column = column.cast(pa.large_string())
+        canonical[name] = column
+    rows = pa.table(canonical)
+    order = pc.sort_indices(
+        rows, sort_keys=[(name, "ascending") for name in columns], null_placement="at_end"
+    )
+    target = prepared.folder / f"published-{mode}-{output}.parquet"
+    pq.write_table(rows.take(order).combine_chunks(), target)
+    return target
 
 
 # ---------------------------------------------------------------------------- plain modes
@@ -1339,7 +1372,9 @@ def run_plain(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
         table = DeltaTable(path, storage_options=storage_options(path)).to_pyarrow_table(
             columns=columns
         )
-        result.rows[stage.published] = _sorted_rows(table, columns)
+        result.rows[stage.published] = canonical_rows(
+            prepared, "plain", stage.published, table, columns
+        )
     spark.stop()
     result.load.append(os.getloadavg()[0])
     return result
@@ -1462,7 +1497,9 @@ def run_duckdb(prepared: Prepared, pace: Pace = no_pace) -> ModeResult:
         columns = prepared.columns(stage.published)
         files = sorted((root / "gold").glob(f"{stage.published}-*.parquet"))
         table = pa.concat_tables([pq.read_table(p) for p in files])
-        result.rows[stage.published] = _sorted_rows(table.select(columns), columns)
+        result.rows[stage.published] = canonical_rows(
+            prepared, "duckdb", stage.published, table, columns
+        )
     return result
 
 
@@ -1498,11 +1535,12 @@ def check_equal(shape: Shape, results: Sequence[ModeResult]) -> list[str]:
     first = results[0]
     for other in results[1:]:
         for stage in shape.stages:
-            mine, theirs = first.rows[stage.published], other.rows[stage.published]
-            if mine != theirs:
+            mine = pq.read_table(first.rows[stage.published])
+            theirs = pq.read_table(other.rows[stage.published])
+            if not mine.equals(theirs):
                 problems.append(
-                    f"{shape.name} {stage.published}: {first.mode} published {len(mine)} "
-                    f"row(s), {other.mode} {len(theirs)}, and they differ"
+                    f"{shape.name} {stage.published}: {first.mode} published {mine.num_rows} "
+                    f"row(s), {other.mode} {theirs.num_rows}, and they differ"
                 )
     return problems
 

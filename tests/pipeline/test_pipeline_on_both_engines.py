@@ -4,9 +4,10 @@ cluster: every table it writes equal.
 The demo config (configs/demo.yaml) trimmed to its orders stream: the SSBJ stage
 orders_customer feeding the A-DSP stage orders_promotions, both with their quality gates.
 It runs through ``jobs.enrich.main`` once with ``warehouse.engine: embedded`` and once with
-``native``, on the same generated TPC-H data: masters, ingest + one step of every stage
-(``run``) and write-audit-publish (``validate``) of one hourly interval, then a backfill of
-that interval (which replaces its silver partitions, audits and publishes them); the tables
+``native``, on the same TPC-H data (the embedded run generates it and its masters, the
+native run starts from a copy): ingest + one step of every stage (``run``) and
+write-audit-publish (``validate``) of one hourly interval, then a backfill of that
+interval (which replaces its silver partitions, audits and publishes them); the tables
 are compared after the live interval and again after the backfill. Every
 table the pipeline owns (masters, bronze, silver, gold, quarantine) is read back with
 delta-rs on its own, an engine-independent reader, and compared as a multiset across the
@@ -115,8 +116,8 @@ def run_pipeline(
     With ``remote`` each command is a child process connected to that Spark Connect server;
     with ``master`` a child process running Spark against that cluster. ``keep_seed``
     receives a copy of what ``demo-data`` wrote (data and masters); a run given it as
-    ``seed`` starts from that copy instead of generating the data again, and leaves the
-    backfill to the in-process runs: what it proves is that the stages and the
+    ``seed`` starts from that copy instead of generating the data again. Only the
+    in-process runs backfill: what the others prove is that the stages and the
     write-audit-publish of the same data give the same tables over Connect and on a cluster.
     With ``bucket`` the warehouse and the landing zone are in that bucket of the object
     store the environment names (the seed's masters uploaded there).
@@ -205,7 +206,7 @@ def run_pipeline(
         }
 
     found = {"live": tables()}
-    if seed is None:
+    if not child:
         # The backfill replaces the interval's silver partitions, then audits and publishes.
         end = START + dt.timedelta(seconds=manifest["interval_seconds"])
         step("backfill", "--run-id", "bf", "--start", START.isoformat(), "--end", end.isoformat())
@@ -290,7 +291,7 @@ def test_demo_pipeline_writes_the_same_tables_on_both_engines_over_connect_and_o
     seed = tmp_path / "seed"
     results = {
         "embedded": run_pipeline("embedded", tmp_path / "embedded", monkeypatch, keep_seed=seed),
-        "native": run_pipeline("native", tmp_path / "native", monkeypatch),
+        "native": run_pipeline("native", tmp_path / "native", monkeypatch, seed=seed),
     }
     results["connect"] = run_pipeline("embedded", tmp_path / "connect", monkeypatch, url, seed=seed)
     for name, value in s3_server.environment().items():
