@@ -101,7 +101,6 @@ class AuditPublisher:
     def __init__(
         self, handles: PipelineHandles, gate: Any = None, drivers: StageDrivers | None = None
     ) -> None:
-        self.handles = handles
         self.config, self.spark = handles.config, handles.spark
         self.engine, self.store, self.layout = handles.engine, handles.store, handles.layout
         self.drivers = drivers or StageDrivers(handles)

@@ -54,7 +54,6 @@ class StageDrivers:
     """The drivers of one config's stages over one warehouse, engine and state store."""
 
     def __init__(self, handles: PipelineHandles) -> None:
-        self.handles = handles
         self.config, self.spark = handles.config, handles.spark
         self.engine, self.store = handles.engine, handles.store
         self.inputs = StageInputs(handles.config, handles.engine)
