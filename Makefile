@@ -12,6 +12,9 @@ STAMP  := $(VENV)/.installed
 # site and points its pages at the copies (quality/docs_offline.py), so the site renders
 # offline. The list below must match quality/docs_offline.py's VENDORED.
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Set-up steps run side by side (SETUP_JOBS below) and apt-get refuses to start while another
+# holds dpkg's lock: every apt-get here waits for this lock first.
+APT_GET     := $(SUDO) flock /tmp/stream-enrichment-apt.lock apt-get
 CHROMIUM    := /usr/bin/chromium
 DOCS_ASSETS := var/docs-assets
 DOCS_NPM    := jquery@3.7.1 popper.js@1.12.9 bootstrap@4.3.1 bootstrap-table@1.19.1 \
@@ -60,7 +63,15 @@ SEAWEEDFS_VERSION := v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_CACHE   := $${XDG_CACHE_HOME:-$$HOME/.cache}/stream-enrichment/seaweedfs-$(SEAWEEDFS_VERSION)
 WEED              := var/bin/weed
 
-.PHONY: setup bytecode jvm-archive jars docs-assets compose-schema browser-deps postgres-deps object-store-deps demo demo-s3 spark-server test lint typecheck unit bench clean
+# `make demo` and `make test` run the set-up's steps up to SETUP_JOBS at a time, each step's
+# output kept together. On a fresh machine most steps wait on a download (PyPI, Maven
+# Central, npm, Debian, the Go proxy) and the others compile (bytecode, SeaweedFS's Go build,
+# the JVM archive), so side by side the downloads overlap the compiling; make still runs a
+# step only after the steps it needs. SETUP_JOBS=1 runs them one after another.
+SETUP_JOBS ?= 4
+SETUP_MAKE  = $(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target
+
+.PHONY: setup test-deps bytecode jvm-archive jars docs-assets compose-schema browser-deps postgres-deps object-store-deps demo demo-s3 spark-server test lint typecheck unit bench clean
 
 setup: $(STAMP) bytecode jars docs-assets compose-schema jvm-archive
 
@@ -100,8 +111,8 @@ jars: $(DELTA_JARS_DIR)/.fetched $(OBJECT_STORE_JARS_DIR)/.fetched
 # of a previous version never stay on the classpath beside the new ones.
 $(DELTA_JARS_DIR)/.fetched: Makefile
 	@command -v mvn >/dev/null || { \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
+		$(APT_GET) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq maven >/dev/null; }
 	rm -rf $(DELTA_JARS_DIR).tmp && mkdir -p $(DELTA_JARS_DIR).tmp
 	for artifact in $(DELTA_JARS); do \
 		mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
@@ -116,8 +127,8 @@ $(DELTA_JARS_DIR)/.fetched: Makefile
 # spark.jars for a pipeline that uses an object store.
 $(OBJECT_STORE_JARS_DIR)/.fetched: deps/object-store-jars.xml
 	@command -v mvn >/dev/null || { \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
+		$(APT_GET) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq maven >/dev/null; }
 	rm -rf $(OBJECT_STORE_JARS_DIR).tmp
 	mvn -q -B -f deps/object-store-jars.xml \
 		org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
@@ -141,13 +152,13 @@ browser-deps: $(CHROMIUM) docs-assets
 docs-assets: $(DOCS_ASSETS)/.fetched
 
 $(CHROMIUM):
-	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
+	$(APT_GET) update -qq
+	DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null
 
 postgres-deps:
 	@ls $(PG_INITDB) >/dev/null 2>&1 || { \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+		$(APT_GET) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq postgresql >/dev/null; }
 	@ls $(PG_INITDB) >/dev/null 2>&1 || { echo "error: no $(PG_INITDB) after installing postgresql"; exit 2; }
 
 # Phony: the cache lives outside the checkout, so the check runs every time (instantly once
@@ -167,8 +178,8 @@ object-store-deps:
 # Re-fetched into a fresh folder when the Makefile (the list) changes.
 $(DOCS_ASSETS)/.fetched: Makefile
 	@command -v npm >/dev/null || { \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm >/dev/null; }
+		$(APT_GET) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq npm >/dev/null; }
 	rm -rf $(DOCS_ASSETS).tmp && mkdir -p $(DOCS_ASSETS).tmp
 	cd $(DOCS_ASSETS).tmp && npm pack --silent $(DOCS_NPM) >/dev/null
 	cd $(DOCS_ASSETS).tmp && for f in *.tgz; do d=$${f%.tgz}; d=$${d#fortawesome-}; \
@@ -176,7 +187,8 @@ $(DOCS_ASSETS)/.fetched: Makefile
 	touch $(DOCS_ASSETS).tmp/.fetched
 	rm -rf $(DOCS_ASSETS) && mv $(DOCS_ASSETS).tmp $(DOCS_ASSETS)
 
-demo: setup
+demo:
+	$(SETUP_MAKE) setup
 	$(PY) -m orchestration.demo_run
 
 # The same demo with the warehouse and the landing zones in an S3-compatible object store: a
@@ -210,10 +222,14 @@ typecheck: setup
 # (PYTEST_WORKERS=3) took 49.3 min where two took 44.6 min.
 PYTEST_WORKERS ?= 2
 
-unit: setup browser-deps postgres-deps object-store-deps
+test-deps: browser-deps postgres-deps object-store-deps
+
+unit: setup test-deps
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
-test: lint typecheck unit
+test:
+	$(SETUP_MAKE) setup test-deps
+	$(MAKE) --no-print-directory lint typecheck unit
 
 bench: setup
 	$(PY) -m benchmarks.ssbj_bench

@@ -42,6 +42,12 @@ class SparkCluster:
     url: str  # spark://127.0.0.1:<port>
     status_url: str  # the master's JSON status page
     logs: Path
+    worker_pids: tuple[int, ...]  # the workers' JVMs (their executors are their children)
+
+    def listings_on_workers(self, folder: Path) -> list[list[str]]:
+        """What each worker's JVM (and so its executors) sees in ``folder``: read through
+        ``/proc/<pid>/root``, which resolves paths in that process's mount namespace."""
+        return [sorted(os.listdir(f"/proc/{pid}/root{folder}")) for pid in self.worker_pids]
 
     def status(self) -> dict[str, object]:
         with urllib.request.urlopen(self.status_url, timeout=5) as response:
@@ -113,7 +119,7 @@ def spark_cluster(
         "SPARK_LOG_DIR": str(base / "logs"),
         "SPARK_NO_DAEMONIZE": "1",
     }
-    cluster = SparkCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}/json/", base)
+    url, status_url = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}/json/"
     processes = [
         _launch(
             [MASTER_CLASS, "--host", "127.0.0.1", "--port", str(port), "--webui-port",
@@ -132,13 +138,15 @@ def spark_cluster(
                         WORKER_CLASS,
                         *("--host", "127.0.0.1", "--cores", "1", "--memory", worker_memory),
                         *("--webui-port", str(free_port()), "--work-dir", str(work)),
-                        cluster.url,
+                        url,
                     ],
                     base / f"worker{index}.log",
                     {**env, "SPARK_LOG_DIR": str(work / "logs")} if hidden_from_workers else env,
                     hidden_from_workers,
                 )
             )
+        # unshare, sh and spark-class each exec the next: a worker's pid is its JVM's.
+        cluster = SparkCluster(url, status_url, base, tuple(p.pid for p in processes[1:]))
         deadline = time.monotonic() + timeout
         while cluster.alive_workers() < workers:
             for process in processes:

@@ -113,6 +113,7 @@ class SsbjHarness:
         self.batches: list[tuple[list[tuple[int, int]], int]] = []
         self.pending_batches: list[list[tuple[int, int]]] = []
         self.batch_no = 0
+        self.next_id = 0  # the id arrive_keys gives its next tuple
         self.engine.create_table(self.bronze, bronze_schema(self.config.streams["s"]))
 
     def load_master(
@@ -145,6 +146,12 @@ class SsbjHarness:
                 ["mk", "supplier"],
                 "deleted",
             )
+
+    def arrive_keys(self, keys: Sequence[Any]) -> None:
+        """Tuples with these keys, each with the next unused id (ids count from 0, for
+        tests that never give their own)."""
+        self.arrive([(self.next_id + i, k) for i, k in enumerate(keys)])
+        self.next_id += len(keys)
 
     def arrive(self, tuples: Sequence[tuple[int, Any]], at: dt.datetime | None = None) -> None:
         """Append stream tuples (id, key) to bronze, as ingestion would: event times

@@ -327,6 +327,16 @@ def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
     assert "compacted" not in capsys.readouterr().out  # nothing small is left
 
 
+def drain_and_check_gold(h: SsbjHarness) -> None:
+    """Drain and publish what is left: gold must then equal the oracle's left join."""
+    h.drain()
+    assert validate(h, "drain") == 0
+    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
+    assert_same_multiset(
+        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
+    )
+
+
 def test_maintain_between_runs_compacts_every_table_and_the_pipeline_loses_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -355,12 +365,7 @@ def test_maintain_between_runs_compacts_every_table_and_the_pipeline_loses_nothi
 
     h.run("r2")
     assert validate(h, "r2") == 0
-    h.drain()
-    assert validate(h, "drain") == 0
-    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
-    assert_same_multiset(
-        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
-    )
+    drain_and_check_gold(h)
     assert h.context.auditor.unresolved() == []
     h.store.dispose()
 
@@ -387,12 +392,7 @@ def test_maintain_before_an_output_s_first_audit_keeps_the_batches_it_will_publi
     assert silver.retention_hours >= 1  # stretched over every commit after version 0
 
     assert validate(h, "r1") == 0
-    h.drain()
-    assert validate(h, "drain") == 0
-    oracle_columns = ["id", "k", "mk", "supplier", "price", "_version_m"]
-    assert_same_multiset(
-        h.engine.read(h.layout.published("out")).select(*oracle_columns), h.oracle("left")
-    )
+    drain_and_check_gold(h)
     h.store.dispose()
 
 

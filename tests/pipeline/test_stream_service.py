@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -44,8 +45,15 @@ BATCHES = [
 COLUMNS = ["id", "k", "mk", "supplier", "price", "_version_m"]
 
 
-def land(landing: Path, name: str, tuples: list[tuple[int, int]]) -> None:
-    """One JSON file, placed atomically as a producer must (temporary name, then rename)."""
+def land(
+    h: SsbjHarness, name: str, tuples: list[tuple[int, int]], version: int | None = None
+) -> None:
+    """One JSON file in the stream's landing zone, placed atomically as a producer must
+    (temporary name, then rename); with ``version``, recorded in the harness as answered
+    at that master version (for its oracle)."""
+    if version is not None:
+        h.batches.append((tuples, version))
+    landing = Path(h.config.streams["s"].landing)
     landing.mkdir(parents=True, exist_ok=True)
     staging = landing / f"_{name}.tmp"
     lines = [
@@ -54,6 +62,21 @@ def land(landing: Path, name: str, tuples: list[tuple[int, int]]) -> None:
     ]
     staging.write_text("\n".join(lines) + "\n")
     os.replace(staging, landing / name)
+
+
+def in_thread(work: Callable[[], StreamStats]) -> tuple[threading.Thread, list[object]]:
+    """``work`` started in a thread of its own; the list receives its result or error."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
 
 
 def published(h: SsbjHarness) -> list[tuple[object, ...]]:
@@ -88,20 +111,9 @@ def test_the_stream_answers_and_publishes_every_tuple_once_as_files_land(
     h.load_master(MASTER, files=2)
     version = h.engine.snapshot(h.master).version
     service = StreamService(h.context, StreamSettings(trigger_seconds=0.5, idle_stop_seconds=5))
-    outcome: list[StreamStats | BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(service.run())
-        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
-            outcome.append(e)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    landing = Path(h.config.streams["s"].landing)
+    thread, outcome = in_thread(service.run)
     for index, batch in enumerate(BATCHES):
-        land(landing, f"b{index}.json", batch)
-        h.batches.append((batch, version))
+        land(h, f"b{index}.json", batch, version)
         time.sleep(1.5)
     thread.join(timeout=180)
     assert not thread.is_alive(), "the stream did not stop once idle"
@@ -129,10 +141,8 @@ def test_a_stream_killed_in_a_micro_batch_resumes_where_it_stopped(
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
     h.load_master(MASTER, files=2)
     version = h.engine.snapshot(h.master).version
-    landing = Path(h.config.streams["s"].landing)
     for index, batch in enumerate(BATCHES):
-        land(landing, f"b{index}.json", batch)
-        h.batches.append((batch, version))
+        land(h, f"b{index}.json", batch, version)
     config = _config_file(h, tmp_path)
     command = [sys.executable, "-m", "jobs.enrich", "--config", str(config), "stream"]
     options = ["--trigger", "1s", "--idle-stop", "5"]
@@ -180,17 +190,8 @@ def test_tuples_waiting_for_late_master_rows_let_the_stream_go_idle_until_the_ma
     stream must not step for it every tick, and must step once the master has moved."""
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", operator={"late_master": {"wait": "1h"}})
     h.load_master(MASTER, files=2)
-    land(Path(h.config.streams["s"].landing), "b0.json", [(0, 1), (1, 99)])
-    done: list[StreamStats | BaseException] = []
-
-    def run() -> None:
-        try:
-            done.append(_run_until_idle(h))
-        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
-            done.append(e)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    land(h, "b0.json", [(0, 1), (1, 99)])
+    thread, done = in_thread(lambda: _run_until_idle(h))
     thread.join(timeout=120)
     assert not thread.is_alive(), "a late tuple kept the stream stepping: it never went idle"
     assert isinstance(done[0], StreamStats), done[0]

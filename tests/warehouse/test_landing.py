@@ -228,16 +228,21 @@ def test_parquet_with_wrong_types_is_rejected(spark: SparkSession, tmp_path: Pat
     assert "id: declared bigint, file has string" in report.errors[0]
 
 
-def ingest_killed_after_the_bronze_commit(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One ingest that dies at its first quarantine append, after the bronze commit."""
+def fail_appends_to(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every append to a table whose path ends with ``table`` dies before it commits."""
     real_append = EmbeddedDeltaEngine.append
 
-    def fail_on_quarantine(self: EmbeddedDeltaEngine, path: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
-        if path.endswith("quarantine"):
-            raise OSError("killed after the bronze commit")
+    def append(self: EmbeddedDeltaEngine, path: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+        if path.endswith(table):
+            raise OSError(f"killed before the {table} commit")
         return real_append(self, path, *args, **kw)
 
-    monkeypatch.setattr(EmbeddedDeltaEngine, "append", fail_on_quarantine)
+    monkeypatch.setattr(EmbeddedDeltaEngine, "append", append)
+
+
+def ingest_killed_after_the_bronze_commit(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ingest that dies at its first quarantine append, after the bronze commit."""
+    fail_appends_to("quarantine", monkeypatch)
     with pytest.raises(OSError, match="killed"):
         h.ingest()
     monkeypatch.undo()
@@ -373,24 +378,13 @@ def test_unreadable_parquet_is_rejected_and_siblings_load(
     assert h.staged() == []
 
 
-def fail_bronze_appends(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_append = EmbeddedDeltaEngine.append
-
-    def append(self: EmbeddedDeltaEngine, path: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
-        if path.endswith("bronze"):
-            raise OSError("killed before the bronze commit")
-        return real_append(self, path, *args, **kw)
-
-    monkeypatch.setattr(EmbeddedDeltaEngine, "append", append)
-
-
 def test_registered_file_that_vanished_is_marked_missing_and_reported_once(
     json_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h = json_harness
     gone = h.landing / "gone.json"
     gone.write_text(json_lines([good(1)]))
-    fail_bronze_appends(monkeypatch)
+    fail_appends_to("bronze", monkeypatch)
     with pytest.raises(OSError, match="killed"):
         h.ingest()
     monkeypatch.undo()
@@ -419,7 +413,7 @@ def test_file_held_back_behind_a_later_batch_is_rejected_not_skipped(
     h = json_harness
     original = json_lines([good(1)])
     (h.landing / "a.json").write_text(original)
-    fail_bronze_appends(monkeypatch)
+    fail_appends_to("bronze", monkeypatch)
     with pytest.raises(OSError, match="killed"):
         h.ingest()
     monkeypatch.undo()

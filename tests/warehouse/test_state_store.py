@@ -147,31 +147,51 @@ def test_store_written_by_newer_code_is_refused(state_store_url: str) -> None:
         StateStore(state_store_url)
 
 
+# The landing_files columns each schema version added after the first.
+ADDED_COLUMNS = {2: ("records_resent",), 3: ("etag",)}
+
+
+def upgraded_from(url: str, version: int, path: str) -> StateStore:
+    """A store with one loaded landing file at ``path`` (3 records), taken back to what
+    schema ``version`` wrote (the later versions' columns dropped), then opened again: the
+    upgrade under test."""
+    store = StateStore(url)
+    row = store.register_landing_file("s", path, 10, "0" * 64, "r1")
+    store.update_landing_file(row.id, status="loaded", records_loaded=3)
+    with store._engine.begin() as connection:
+        for later in range(version + 1, SCHEMA_VERSION + 1):
+            for column in ADDED_COLUMNS[later]:
+                connection.execute(text(f"ALTER TABLE landing_files DROP COLUMN {column}"))
+        connection.execute(text("DELETE FROM schema_version"))
+        for earlier in range(1, version + 1):
+            connection.execute(
+                text(
+                    "INSERT INTO schema_version (version, applied_at) "
+                    f"VALUES ({earlier}, CURRENT_TIMESTAMP)"
+                )
+            )
+    store.dispose()
+    return StateStore(url)
+
+
+def applied_versions(store: StateStore) -> list[int]:
+    with store._engine.connect() as connection:
+        versions = connection.execute(text("SELECT version FROM schema_version")).all()
+    return sorted(v for (v,) in versions)
+
+
 def test_a_version_1_store_gains_the_resent_count_and_keeps_its_rows(
     state_store_url: str,
 ) -> None:
     """Schema version 2 adds ``landing_files.records_resent`` to a store written by older
     code; its ledger rows stay, with no count until a file records one."""
-    store = StateStore(state_store_url)
-    row = store.register_landing_file("s", "/l/a.json", 10, "0" * 64, "r1")
-    store.update_landing_file(row.id, status="loaded", records_loaded=3)
-    with store._engine.begin() as connection:  # back to what version 1 wrote
-        connection.execute(text("ALTER TABLE landing_files DROP COLUMN records_resent"))
-        connection.execute(text("ALTER TABLE landing_files DROP COLUMN etag"))
-        connection.execute(text("DELETE FROM schema_version"))
-        connection.execute(
-            text("INSERT INTO schema_version (version, applied_at) VALUES (1, CURRENT_TIMESTAMP)")
-        )
-    store.dispose()
-    upgraded = StateStore(state_store_url)
+    upgraded = upgraded_from(state_store_url, 1, "/l/a.json")
     found = upgraded.landing_file("s", "/l/a.json")
     assert found is not None and (found.records_loaded, found.records_resent) == (3, None)
     upgraded.update_landing_file(found.id, records_resent=4)
     again = upgraded.landing_file("s", "/l/a.json")
     assert again is not None and again.records_resent == 4
-    with upgraded._engine.connect() as connection:
-        versions = connection.execute(text("SELECT version FROM schema_version")).all()
-    assert sorted(v for (v,) in versions) == [1, 2, 3]
+    assert applied_versions(upgraded) == [1, 2, 3]
     upgraded.dispose()
 
 
@@ -180,20 +200,7 @@ def test_a_version_2_store_gains_the_etag_column_and_keeps_its_rows(
 ) -> None:
     """Schema version 3 adds ``landing_files.etag`` to a store written by version 2: its
     rows have none (ingestion reads such objects once more), new rows and updates keep one."""
-    store = StateStore(state_store_url)
-    row = store.register_landing_file("s", "s3://b/l/a.json", 10, "0" * 64, "r1")
-    store.update_landing_file(row.id, status="loaded", records_loaded=3)
-    with store._engine.begin() as connection:  # back to what version 2 wrote
-        connection.execute(text("ALTER TABLE landing_files DROP COLUMN etag"))
-        connection.execute(text("DELETE FROM schema_version"))
-        connection.execute(
-            text(
-                "INSERT INTO schema_version (version, applied_at) "
-                "VALUES (1, CURRENT_TIMESTAMP), (2, CURRENT_TIMESTAMP)"
-            )
-        )
-    store.dispose()
-    upgraded = StateStore(state_store_url)
+    upgraded = upgraded_from(state_store_url, 2, "s3://b/l/a.json")
     found = upgraded.landing_file("s", "s3://b/l/a.json")
     assert found is not None
     assert (found.status, found.records_loaded, found.etag) == ("loaded", 3, None)
@@ -203,9 +210,7 @@ def test_a_version_2_store_gains_the_etag_column_and_keeps_its_rows(
     assert again is not None and again.etag == tag
     new = upgraded.register_landing_file("s", "s3://b/l/b.json", 5, "1" * 64, "r2", etag='"x"')
     assert new.etag == '"x"' and new.id > found.id
-    with upgraded._engine.connect() as connection:
-        versions = connection.execute(text("SELECT version FROM schema_version")).all()
-    assert sorted(v for (v,) in versions) == [1, 2, 3] == [*range(1, SCHEMA_VERSION + 1)]
+    assert applied_versions(upgraded) == [1, 2, 3] == [*range(1, SCHEMA_VERSION + 1)]
     upgraded.dispose()
 
 

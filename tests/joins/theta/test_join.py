@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import duckdb
 import pyarrow as pa
@@ -196,16 +198,33 @@ def left_join_pairs(
     return finish(joined, "left").select("sid", "rid").collect()
 
 
+def band_master(rng: random.Random, rows: int, widths: tuple[float, float]) -> list[tuple]:
+    """Master rows (id, value, lo, hi) on [0, 60] with bands of either width."""
+    master = []
+    for i in range(rows):
+        lo = round(rng.uniform(0, 60), 1)
+        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice(widths)))
+    return master
+
+
+@contextmanager
+def broadcast_threshold(spark: SparkSession, value: str) -> Iterator[None]:
+    """``spark.sql.autoBroadcastJoinThreshold`` set to ``value`` for the block."""
+    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", value)
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
+
+
 @pytest.mark.parametrize("kind", sorted(ORACLE))
 def test_auto_joins_like_duckdb_for_every_predicate_kind(spark: SparkSession, kind: str) -> None:
     """``scheme: auto`` end to end (choice, then the chosen join) on the flagged left join."""
 
     rng = random.Random(len(kind))
     stream = [(i, None if i % 17 == 0 else round(rng.uniform(0, 60), 1)) for i in range(90)]
-    master = []
-    for i in range(50):
-        lo = round(rng.uniform(0, 60), 1)
-        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 4.0])))
+    master = band_master(rng, 50, (0.5, 4.0))
     predicate = predicate_for(kind, 0.5, 2.0)
     s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid"))
     m_df = spark.createDataFrame(master, MASTER)
@@ -240,33 +259,30 @@ def test_auto_decides_a_small_join_on_size_estimates_with_no_job(
 
     rng = random.Random(11)
     stream = [(i, 7.0 if i < 140 else round(rng.uniform(0, 60), 1)) for i in range(160)]
-    master = []
-    for i in range(50):
-        lo = round(rng.uniform(0, 60), 1)
-        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 9.0])))
+    master = band_master(rng, 50, (0.5, 9.0))
     predicate = predicate_for(kind, 0.5, 2.0)
     s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid")).cache()
     m_df = spark.createDataFrame(master, MASTER).cache()
-    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1" if kind == "band" else "10m")
     tracker = spark.sparkContext.statusTracker()
     try:
-        assert (s_df.count(), m_df.count()) == (160, 50)  # materialized: exact row counts
-        spark.sparkContext.setJobGroup("auto-by-size", "choosing may run no job")
-        try:
-            choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, UNMEASURED)
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        assert tracker.getJobIdsForGroup("auto-by-size") == []
-        assert samples is None
-        assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
-        assert "estimated" in choice.reason
-        # Neither scheme plans, so neither measures rows.
-        actual = left_join_pairs(
-            spark, s_df, m_df, predicate, choice.scheme, 600.0, 20, None, UNMEASURED
-        )
+        with broadcast_threshold(spark, "-1" if kind == "band" else "10m"):
+            assert (s_df.count(), m_df.count()) == (160, 50)  # materialized: exact row counts
+            spark.sparkContext.setJobGroup("auto-by-size", "choosing may run no job")
+            try:
+                choice, samples = resolve_scheme(
+                    spark, s_df, m_df, predicate, "auto", 20, UNMEASURED
+                )
+            finally:
+                spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            assert tracker.getJobIdsForGroup("auto-by-size") == []
+            assert samples is None
+            assert choice.scheme == ("binning" if kind == "band" else "spark"), choice
+            assert "estimated" in choice.reason
+            # Neither scheme plans, so neither measures rows.
+            actual = left_join_pairs(
+                spark, s_df, m_df, predicate, choice.scheme, 600.0, 20, None, UNMEASURED
+            )
     finally:
-        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
         s_df.unpersist()
         m_df.unpersist()
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
@@ -283,16 +299,11 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
 
     rng = random.Random(5)
     stream = [(i, 7.0 if i < 155 else round(rng.uniform(0, 60), 1)) for i in range(160)]
-    master = []
-    for i in range(10):
-        lo = round(rng.uniform(0, 60), 1)
-        master.append((i, round(rng.uniform(0, 60), 1), lo, lo + rng.choice([0.5, 9.0])))
+    master = band_master(rng, 10, (0.5, 9.0))
     predicate = predicate_for(kind, 0.5, 2.0)
     s_df = spark.createDataFrame(stream, STREAM).withColumn("_row_id", F.col("sid"))
     m_df = spark.createDataFrame(master, MASTER)
-    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
-    try:
+    with broadcast_threshold(spark, "-1"):
         # sample_above_bytes 0: inputs this small would bin on their size estimate alone.
         choice, samples = resolve_scheme(spark, s_df, m_df, predicate, "auto", 20, ROW_BYTES, 0)
         assert choice.scheme == "adsp", choice
@@ -300,8 +311,6 @@ def test_auto_without_broadcast_runs_adsp_from_its_own_samples(
         actual = left_join_pairs(
             spark, s_df, m_df, predicate, choice.scheme, 600.0, 20, samples, broadcast=False
         )
-    finally:
-        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
     expected = duckdb_pairs(stream, master, ORACLE[kind].format(lower=0.5, upper=2.0), "LEFT")
     assert_same_multiset(actual, expected)
 

@@ -65,19 +65,19 @@ def test_a_sample_counts_every_row_and_draws_from_the_keys(
 def test_a_sample_is_uniform_across_uneven_partitions(
     spark: SparkSession, known_rows: list[int | None] | None
 ) -> None:
-    """400 keys, 320 in one partition and 80 in the other: a 10-key sample holds each key
-    with probability 1/40, so the small partition gives 1/5 of all draws. Taking the first
-    k rows, or k per partition, would not."""
+    """400 keys, 320 in one partition and 80 in the other: a 40-key sample holds each key
+    with probability 1/10, so the small partition gives 1/5 of all draws. Taking the first
+    k rows (none, or all, from it), or k/2 per partition (1/2), would not."""
     frame = (
         spark.createDataFrame([(float(v), None) for v in range(400)], SCHEMA)
         .repartitionByRange(2, F.when(F.col("key") < 320, 0).otherwise(1))
         .cache()
     )
     assert sorted(len(p) for p in frame.rdd.glom().collect()) == [80, 320]
-    trials, small = 40, 0
+    trials, small = 10, 0  # 10 sampling jobs (40 of 10-key samples: the same spread)
     for seed in range(trials):
-        (sample,) = key_samples([(frame, F.col("key"), None)], 10, seed, known_rows)
-        assert len(sample.keys) == 10
+        (sample,) = key_samples([(frame, F.col("key"), None)], 40, seed, known_rows)
+        assert len(sample.keys) == 40
         small += int((sample.keys >= 320).sum())
     frame.unpersist()
     # 400 draws, 80 expected from the small partition (sd about 8)

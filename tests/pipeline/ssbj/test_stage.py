@@ -58,11 +58,8 @@ def test_drained_output_equals_oracle_per_pinned_version(
         ]
         h.load_master(master, files=rng.randint(1, 4))
         domain = [*range(1, 9), 900, 901]
-        next_id = 0
         for run in range(5):
-            size = rng.randint(0, 8)
-            h.arrive([(next_id + i, k) for i, k in enumerate(zipf_keys(rng, domain, z, size))])
-            next_id += size
+            h.arrive_keys(zipf_keys(rng, domain, z, rng.randint(0, 8)))
             if run == 2:  # a master update between steps: upsert, new row, delete
                 h.update_master([(1, 0, -5.0), (3, 7, 3.5)], [(2, 0)])
             h.run()
@@ -84,13 +81,10 @@ def test_stage_equals_oracle_on_the_native_engine(spark: SparkSession, tmp_path:
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", engine="native")
     h.load_master([(k, s, float(10 * k + s)) for k in range(1, 9) for s in range(k % 3 + 1)], 2)
     domain = [*range(1, 9), 900]
-    next_id = 0
     # Two runs (the second after the merge) and the drain: each delta-spark commit costs
     # about a second here, and the embedded oracle test above covers longer histories.
     for run in range(2):
-        keys = zipf_keys(rng, domain, 1.0, 6)
-        h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
-        next_id += len(keys)
+        h.arrive_keys(zipf_keys(rng, domain, 1.0, 6))
         if run == 1:
             h.update_master([(1, 0, -5.0), (3, 7, 3.5)], [(2, 0)])
         h.run()
@@ -110,10 +104,8 @@ def test_hot_key_switches_into_cache_and_pending_tuples_complete_once(
     # key 1: one master row, three tuples per run (cheaper in the cache);
     # key 5: six master rows, one tuple per run (cheaper pending in H_S)
     h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)
-    next_id = 0
     for _ in range(8):  # cycles: steps 0-1 incrementing, 2-3 switching, 4-5 phase-out, 6-7 ...
-        h.arrive([(next_id, 1), (next_id + 1, 1), (next_id + 2, 1), (next_id + 3, 5)])
-        next_id += 4
+        h.arrive_keys([1, 1, 1, 5])
         h.run()
     h.drain()
     assert_same_multiset(h.output(), h.oracle("inner"))
@@ -155,11 +147,8 @@ def test_floating_join_values_meet_as_in_spark_and_duckdb(
     h.load_master(
         [(nan, 0, 1.0), (nan, 1, 2.0), (0.0, 0, 3.0), (-0.0, 1, 4.0), (1.5, 0, 5.0)], files=2
     )
-    next_id = 0
     for _ in range(6):  # past the first phase-out: the hot NaN key is served from H_R
-        keys = [nan, nan, nan, -0.0, 0.0, 1.5, None, 7.0]
-        h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
-        next_id += len(keys)
+        h.arrive_keys([nan, nan, nan, -0.0, 0.0, 1.5, None, 7.0])
         h.run()
     h.drain()
     out = h.output()
@@ -177,10 +166,8 @@ def test_a_run_with_nothing_to_do_takes_no_step_and_the_cache_catches_up_after(
     so a cached key's tuples join the new row."""
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
     h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)
-    next_id = 0
     for _ in range(6):
-        h.arrive([(next_id, 1), (next_id + 1, 1), (next_id + 2, 1), (next_id + 3, 5)])
-        next_id += 4
+        h.arrive_keys([1, 1, 1, 5])
         h.run()
     h.drain()
     assert h.cached_keys() == {1}
@@ -203,7 +190,7 @@ def test_a_run_with_nothing_to_do_takes_no_step_and_the_cache_catches_up_after(
     hits = h.metric_sum("cache_hits")
 
     h.update_master([(1, 0, 99.0)], [])
-    h.arrive([(next_id, 1), (next_id + 1, 1)])
+    h.arrive_keys([1, 1])
     assert not stage.idle(take_input=True)
     h.run()
     h.drain()
@@ -227,14 +214,10 @@ def test_master_changed_without_change_feed_refreshes_the_cache(
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "inner")
     before = [(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)], (6, 0, 6.0)]
     h.load_master(before, files=2, change_feed=False)
-    next_id = 0
 
     def arrive_and_run(runs: int) -> None:
-        nonlocal next_id
         for _ in range(runs):
-            keys = [1, 1, 1, 5, 6, 7]
-            h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
-            next_id += len(keys)
+            h.arrive_keys([1, 1, 1, 5, 6, 7])
             h.run()
 
     arrive_and_run(6)  # past the phase-out: keys 1, 6 and 7 (no rows) are in the cache
@@ -267,12 +250,9 @@ def test_cache_entries_without_hits_are_evicted_in_a_run_and_the_output_stays_ex
     phase, and every tuple still meets each of its matches once (DuckDB oracle)."""
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", operator={"eviction_cycles": 4})
     h.load_master([(1, 0, 1.0), *[(5, s, 5.0 + s) for s in range(6)]], files=2)
-    next_id = 0
 
     def arrive_and_run(keys: list[int]) -> None:
-        nonlocal next_id
-        h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
-        next_id += len(keys)
+        h.arrive_keys(keys)
         h.run()
 
     for _ in range(4):  # steps 0-3: keys 1, 6 and 7 are counted and marked
@@ -499,15 +479,12 @@ def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
         h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left", operator=operator)
         h.load_master([(k, s, float(10 * k + s)) for k in range(1, 13) for s in range(k % 3)], 2)
         domain = [*range(1, 13), 900]
-        next_id = 0
         replicas: list[int] = []  # each split key's replica count, after every run
         routing: dict = {}  # of the next step, as the last one left it
         # the cache fills at step 4 (phase-out, k = 2): runs after it meet replicas' copies
         for run in range(8 if split else 6):
             had_split_keys = bool(routing.get("split"))
-            keys = zipf_keys(rng, domain, 1.5, 12)
-            h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
-            next_id += len(keys)
+            h.arrive_keys(zipf_keys(rng, domain, 1.5, 12))
             if run == 2:
                 h.update_master([(1, 0, -5.0), (4, 9, 3.5)], [(2, 0)])
             h.run()
@@ -545,13 +522,10 @@ def test_a_step_writes_the_segments_that_changed_and_a_cold_process_goes_on_exac
     rng = random.Random(5)
     h = SsbjHarness(spark, tmp_path, "meshjoin", 4, 1, how)
     h.load_master([(k, s, float(10 * k + s)) for k in range(1, 9) for s in range(k % 3)], 2)
-    next_id = 0
     for run in range(7):
         if run == 4:  # a cold process: the runner's drivers and warm caches are new
             h.runner = PipelineRunner(PipelineHandles(h.config, spark, h.engine, h.store))
-        keys = zipf_keys(rng, [*range(1, 9), 900], 1.0, 6)
-        h.arrive([(next_id + i, k) for i, k in enumerate(keys)])
-        next_id += len(keys)
+        h.arrive_keys(zipf_keys(rng, [*range(1, 9), 900], 1.0, 6))
         h.run()
     state_path = h.paths_of("state")
     assert h.engine.snapshot(state_path).partition_columns == (SEGMENT,)

@@ -22,12 +22,18 @@ def commit(root: Path, value: int) -> None:
     write_deltalake(str(root), pa.table({"a": [value]}), mode="append")
 
 
-def test_the_held_state_is_served_for_its_version_only(tmp_path: Path) -> None:
-    root = tmp_path / "state"
+def held_at_version_1(root: Path) -> WarmCache:
+    """A state table at ``root`` with versions 0 and 1, its state held at version 1."""
     commit(root, 1)
     commit(root, 2)
     warm = WarmCache()
     warm.hold_state(str(root), 1, ROWS)
+    return warm
+
+
+def test_the_held_state_is_served_for_its_version_only(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    warm = held_at_version_1(root)
     assert warm.held_state(str(root), 1) is ROWS
     assert warm.held_state(str(root), 0) is None
     warm.hold_state(str(root), None, ROWS)  # a commit whose version is not known
@@ -36,10 +42,7 @@ def test_the_held_state_is_served_for_its_version_only(tmp_path: Path) -> None:
 
 def test_a_table_created_again_at_the_path_is_read_not_served(tmp_path: Path) -> None:
     root = tmp_path / "state"
-    commit(root, 1)
-    commit(root, 2)
-    warm = WarmCache()
-    warm.hold_state(str(root), 1, ROWS)
+    warm = held_at_version_1(root)
     shutil.rmtree(root)
     commit(root, 3)
     commit(root, 4)  # version 1 again, of another table

@@ -46,7 +46,13 @@ from common.errors import (
 )
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
-from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, open_engine
+from warehouse.delta import (
+    AppTransaction,
+    CommitOutcome,
+    DeltaEngine,
+    PartitionFilter,
+    open_engine,
+)
 from warehouse.delta.embedded import COMMIT_ID_KEY, EmbeddedDeltaEngine
 from warehouse.spark import DELTA_JARS_ENV
 
@@ -364,16 +370,24 @@ def test_replace_range_of_dates(spark: SparkSession, engine: DeltaEngine, tmp_pa
     )
 
 
+KV_SCHEMA = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType())])
+
+
+def merge_into_a_cdf_table(spark: SparkSession, engine: DeltaEngine, path: str) -> CommitOutcome:
+    """A change-data-feed table of (1, a), (2, b), (3, c) (version 1), then one MERGE on
+    ``k``: 2 updated to B, 3 deleted, (4, d) inserted (version 2)."""
+    engine.create_table(path, KV_SCHEMA, (), {"delta.enableChangeDataFeed": "true"})
+    engine.append(path, spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], KV_SCHEMA))
+    flagged = T.StructType([*KV_SCHEMA.fields, T.StructField("deleted", T.BooleanType())])
+    changes = spark.createDataFrame([(2, "B", False), (3, None, True), (4, "d", False)], flagged)
+    return engine.merge(path, changes, ["k"], delete_flag="deleted")
+
+
 def test_merge_upserts_and_deletes_and_feeds_cdf(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path
 ) -> None:
     path = str(tmp_path / "m")
-    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType())])
-    engine.create_table(path, schema, (), {"delta.enableChangeDataFeed": "true"})
-    engine.append(path, spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], schema))
-    flagged = T.StructType([*schema.fields, T.StructField("deleted", T.BooleanType())])
-    changes = spark.createDataFrame([(2, "B", False), (3, None, True), (4, "d", False)], flagged)
-    outcome = engine.merge(path, changes, ["k"], delete_flag="deleted")
+    outcome = merge_into_a_cdf_table(spark, engine, path)
 
     assert outcome.committed and outcome.table_version == 2
     assert_same_multiset(engine.read(path), [(1, "a"), (2, "B"), (4, "d")])
@@ -932,6 +946,34 @@ def test_engine_choice_without_the_jars_is_embedded_and_native_is_refused() -> N
 # ---------------------------------------------------------------------- embedded engine internals
 
 
+def _around_first_commit(
+    monkeypatch: pytest.MonkeyPatch,
+    before: Callable[[], object] = lambda: None,
+    after: Callable[[], object] = lambda: None,
+    mode: str | None = None,
+) -> None:
+    """Run ``before`` and ``after`` around the first delta-rs commit call (of ``mode``).
+
+    ``before`` is the latest a concurrent writer can land before this commit: after the
+    data files are written and the removes chosen, before the log entry is written;
+    ``after``, the first moment after it landed.
+    """
+    real_commit = DeltaTable.create_write_transaction
+    done = False
+
+    def commit(self: DeltaTable, actions: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal done
+        first = not done and (mode is None or kwargs.get("mode") == mode)
+        done = done or first
+        if first:
+            before()
+        real_commit(self, actions, *args, **kwargs)
+        if first:
+            after()
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit)
+
+
 def test_error_after_commit_landed_is_not_retried_into_a_duplicate(
     spark: SparkSession,
     through_delta_rs: EmbeddedDeltaEngine,
@@ -942,13 +984,11 @@ def test_error_after_commit_landed_is_not_retried_into_a_duplicate(
     path = str(tmp_path / "t")
     through_delta_rs.create_table(path, SCHEMA)
     data = spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA)
-    real_commit = DeltaTable.create_write_transaction
 
-    def commit_then_fail(self: DeltaTable, *args: object, **kwargs: object) -> None:
-        real_commit(self, *args, **kwargs)
+    def fail() -> None:
         raise OSError("post-commit checkpoint failed")
 
-    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_fail)
+    _around_first_commit(monkeypatch, after=fail)
     first = through_delta_rs.append(path, data, AppTransaction("app", 1))
     assert first.committed
     monkeypatch.undo()
@@ -978,27 +1018,6 @@ def test_error_before_commit_raises_commit_error(
     assert through_delta_rs.read(path).count() == 0
 
 
-def _before_first_commit(
-    monkeypatch: pytest.MonkeyPatch, concurrent: Callable[[], object], mode: str | None = None
-) -> None:
-    """Run ``concurrent`` once, inside the first delta-rs commit call (of ``mode``), first.
-
-    That is the latest a concurrent writer can land before this commit: after the data
-    files are written and the removes chosen, before the log entry is written.
-    """
-    real_commit = DeltaTable.create_write_transaction
-    done = False
-
-    def commit(self: DeltaTable, actions: Any, *args: Any, **kwargs: Any) -> None:
-        nonlocal done
-        if not done and (mode is None or kwargs.get("mode") == mode):
-            done = True
-            concurrent()
-        real_commit(self, actions, *args, **kwargs)
-
-    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit)
-
-
 def test_outcome_reports_the_version_of_our_commit_not_a_later_one(
     spark: SparkSession,
     through_delta_rs: EmbeddedDeltaEngine,
@@ -1008,17 +1027,10 @@ def test_outcome_reports_the_version_of_our_commit_not_a_later_one(
     path = str(tmp_path / "t")
     through_delta_rs.create_table(path, SCHEMA)
     other = EmbeddedDeltaEngine(spark)
-    real_commit = DeltaTable.create_write_transaction
-    calls = 0
-
-    def commit_then_another_writer_commits(self: DeltaTable, *args: Any, **kwargs: Any) -> None:
-        nonlocal calls
-        calls += 1
-        real_commit(self, *args, **kwargs)
-        if calls == 1:
-            other.append(path, spark.createDataFrame(AWKWARD_ROWS[3:], SCHEMA))
-
-    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_another_writer_commits)
+    _around_first_commit(
+        monkeypatch,
+        after=lambda: other.append(path, spark.createDataFrame(AWKWARD_ROWS[3:], SCHEMA)),
+    )
     outcome = through_delta_rs.append(path, spark.createDataFrame(AWKWARD_ROWS[:3], SCHEMA))
 
     assert outcome.committed and outcome.table_version == 1
@@ -1046,9 +1058,9 @@ def test_delete_partitions_checks_commits_made_inside_its_commit_call(
     through_delta_rs.append(path, spark.createDataFrame(LABELS, SCHEMA))
     concurrent = [(3, concurrent_label, None, None, 3.0)]
     other = EmbeddedDeltaEngine(spark)
-    _before_first_commit(
+    _around_first_commit(
         monkeypatch,
-        lambda: other.append(path, spark.createDataFrame(concurrent, SCHEMA)),
+        before=lambda: other.append(path, spark.createDataFrame(concurrent, SCHEMA)),
         mode="overwrite",
     )
     where = [PartitionFilter("label", "=", "a")]

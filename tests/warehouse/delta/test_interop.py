@@ -19,7 +19,14 @@ from pyspark.sql import types as T
 
 from common.errors import UnsupportedTableFeatureError
 from tests.helpers import assert_same_multiset
-from tests.warehouse.delta.test_engines import AWKWARD_ROWS, SCHEMA, make_engine, naive, plain
+from tests.warehouse.delta.test_engines import (
+    AWKWARD_ROWS,
+    SCHEMA,
+    make_engine,
+    merge_into_a_cdf_table,
+    naive,
+    plain,
+)
 from warehouse.delta import DeltaEngine, PartitionFilter
 
 UTC = dt.UTC
@@ -126,12 +133,7 @@ def test_change_data_feed_of_a_merge_reads_the_same_on_both_engines(
 ) -> None:
     writer, reader = make_engine(spark, writer_name), make_engine(spark, reader_name)
     path = str(tmp_path / "m")
-    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType())])
-    writer.create_table(path, schema, (), {"delta.enableChangeDataFeed": "true"})
-    writer.append(path, spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], schema))
-    flagged = T.StructType([*schema.fields, T.StructField("deleted", T.BooleanType())])
-    source = spark.createDataFrame([(2, "B", False), (3, None, True), (4, "d", False)], flagged)
-    assert writer.merge(path, source, ["k"], delete_flag="deleted").committed
+    assert merge_into_a_cdf_table(spark, writer, path).committed
 
     expected = [
         (1, "a", "insert", 1),
