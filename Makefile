@@ -222,14 +222,13 @@ typecheck: setup
 # (PYTEST_WORKERS=3) took 49.3 min where two took 44.6 min.
 PYTEST_WORKERS ?= 2
 
-# SeaweedFS's Go build is the longest step: named first, it starts first.
-test-deps: object-store-deps browser-deps postgres-deps
+test-deps: browser-deps postgres-deps object-store-deps
 
 unit: setup test-deps
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test:
-	$(SETUP_MAKE) test-deps setup
+	$(SETUP_MAKE) setup test-deps
 	$(MAKE) --no-print-directory lint typecheck unit
 
 bench: setup
