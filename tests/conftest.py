@@ -36,8 +36,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # runs on: C1 only measured 408 s -> 272 s for tests/warehouse/test_crash_and_concurrency.py
 # alone. It changes how fast code runs, never what it computes.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-# ... except the in-process session's JVM, which lives the whole run (see ``spark``).
-SESSION_JVM_OPTIONS = "-XX:TieredStopAtLevel=4"
 if TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
     os.environ["JAVA_TOOL_OPTIONS"] = (
         f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {TEST_JVM_OPTIONS}".strip()
@@ -100,10 +98,6 @@ def spark() -> Iterator[SparkSession]:
                 **TEST_SPARK_CONF,
                 "spark.sql.shuffle.partitions": "2",
                 "spark.driver.memory": "2g",
-                # This JVM lives the whole run: C2's compilations pay back here (the JVM
-                # options come after JAVA_TOOL_OPTIONS, so this one wins). Measured:
-                # tests/warehouse/delta/test_engines.py alone 296 s -> 266 s.
-                "spark.driver.extraJavaOptions": SESSION_JVM_OPTIONS,
                 # Hadoop S3A, so that in-process tests reach the object store too (each
                 # points the session at its server: warehouse.spark.use_object_store).
                 "spark.jars": ",".join(object_store_jars()),
