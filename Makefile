@@ -63,7 +63,7 @@ SEAWEEDFS_VERSION := v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_CACHE   := $${XDG_CACHE_HOME:-$$HOME/.cache}/stream-enrichment/seaweedfs-$(SEAWEEDFS_VERSION)
 WEED              := var/bin/weed
 
-# `make demo` and `make test` run the set-up's steps up to SETUP_JOBS at a time, each step's
+# `make demo`, `make demo-s3` and `make test` run the set-up's steps up to SETUP_JOBS at a time, each step's
 # output kept together. On a fresh machine most steps wait on a download (PyPI, Maven
 # Central, npm, Debian, the Go proxy) and the others compile (bytecode, SeaweedFS's Go build,
 # the JVM archive), so side by side the downloads overlap the compiling; make still runs a
@@ -193,7 +193,8 @@ demo:
 
 # The same demo with the warehouse and the landing zones in an S3-compatible object store: a
 # SeaweedFS server (object-store-deps) started on loopback for the demo's duration.
-demo-s3: setup object-store-deps
+demo-s3:
+	$(SETUP_MAKE) setup object-store-deps
 	$(PY) -m orchestration.demo_run --object-store
 
 # A warm Spark Connect server for commands whose config sets spark.remote (or SPARK_REMOTE);

@@ -64,9 +64,11 @@ def land(
     os.replace(staging, landing / name)
 
 
-def in_thread(work: Callable[[], StreamStats]) -> tuple[threading.Thread, list[object]]:
+def in_thread(
+    work: Callable[[], StreamStats],
+) -> tuple[threading.Thread, list[StreamStats | BaseException]]:
     """``work`` started in a thread of its own; the list receives its result or error."""
-    outcome: list[object] = []
+    outcome: list[StreamStats | BaseException] = []
 
     def run() -> None:
         try:
