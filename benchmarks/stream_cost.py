@@ -8,7 +8,10 @@ per freshness bound, at the same bound, on the same micro-batch files.
 A producer places one Parquet file of ``--tuples`` Zipf(1) lineitem tuples every
 ``--every`` seconds for ``--minutes`` into the landing zone (temporary name, then rename),
 against TPC-H partsupp at ``--scale``. Each mode runs in a process of its own, started
-before the first file lands:
+before the first file lands, and the modes run side by side, in the same window: each file
+lands in every mode's landing zone at the same moment, so a change in the machine's speed
+during the run touches every mode alike (each is idle most of the window; run one after
+the other, the plain job's cost moved 23.8 -> 41.6 CPU s between two sessions):
 
 - ``stream``: ``enrich stream`` on a one-stage pipeline (SSBJ, k = ``--partitions``,
   inner join, a value-range suite, ``freshness.stream_within`` = the bound): its trigger
@@ -208,17 +211,22 @@ def cpu_of_tree(process: psutil.Process) -> float:
     return total
 
 
-def produce(shape: Shape, files: list[Path], landing: Path, landed: dict[int, float]) -> None:
-    """Place file ``i`` at the start plus ``i * every`` seconds, recording when it landed."""
-    landing.mkdir(parents=True, exist_ok=True)
+def produce(
+    shape: Shape, files: list[Path], landings: list[Path], landed: dict[int, float]
+) -> None:
+    """Place file ``i`` at the start plus ``i * every`` seconds in every landing zone (one
+    after the other, a copy each), recording when it landed."""
+    for landing in landings:
+        landing.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     for index, source in enumerate(files):
         delay = began + index * shape.every - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        staging = landing / f"_{source.name}.tmp"
-        shutil.copyfile(source, staging)
-        os.replace(staging, landing / source.name)
+        for landing in landings:
+            staging = landing / f"_{source.name}.tmp"
+            shutil.copyfile(source, staging)
+            os.replace(staging, landing / source.name)
         landed[index] = time.monotonic()
 
 
@@ -265,27 +273,41 @@ class Watch:
             self._stop.wait(1.0)
 
 
-def run_mode(
-    mode: str,
-    command: list[str],
-    gold: Path,
-    shape: Shape,
-    files: list[Path],
-    warmup: Path,
-    landing: Path,
-    expected_rows: int,
-) -> tuple[ModeResult, dict[int, float]]:
+@dataclass
+class ModeRun:
+    """One mode's process through the measured window."""
+
+    mode: str
+    process: subprocess.Popen[bytes]
+    tree: psutil.Process
+    log: Any
+    gold: Path
+    landing: Path
+    result: ModeResult
+    watch: Watch | None = None
+    cpu_before: float = 0.0
+
+    def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def start_mode(
+    mode: str, command: list[str], gold: Path, shape: Shape, warmup: Path, landing: Path
+) -> ModeRun:
     """Start the mode's process; land ``warmup`` and wait for its tuples (the session, the
-    first steps, SSBJ's scan copy of the master: what a long-lived process pays once);
-    then the measured window: every file lands on schedule, until every expected row of
-    the measured tuples is published."""
-    result = ModeResult(mode)
-    measured_ids = shape.files * shape.tuples
-    log = open(landing.parent / f"{mode}.log", "w")  # noqa: SIM115 - closed below
+    first steps, SSBJ's scan copy of the master: what a long-lived process pays once)."""
+    log = open(landing.parent / f"{mode}.log", "w")  # noqa: SIM115 - closed by ModeRun.stop
     process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    tree = psutil.Process(process.pid)
+    run = ModeRun(mode, process, psutil.Process(process.pid), log, gold, landing, ModeResult(mode))
     try:
-        warm = Watch(gold, measured_ids + shape.tuples).start()
+        warm = Watch(gold, (shape.files + 1) * shape.tuples).start()
         landing.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(warmup, landing / f"_{warmup.name}.tmp")
         os.replace(landing / f"_{warmup.name}.tmp", landing / warmup.name)
@@ -297,44 +319,66 @@ def run_mode(
         warm.stop()
         if len(warm.counts) < shape.tuples:
             raise RuntimeError(f"{mode}: the warm-up file was not published; see {log.name}")
-        time.sleep(10)  # past the warm-up's work
-        landed: dict[int, float] = {}
-        watch = Watch(gold, measured_ids).start()
-        cpu_before, began = cpu_of_tree(tree), time.monotonic()
-        produce(shape, files, landing, landed)
-        deadline = time.monotonic() + shape.bound * 3 + 120
-        while watch.rows < expected_rows and time.monotonic() < deadline:
-            if process.poll() is not None:
-                break
-            time.sleep(0.5)
-        result.answer_cpu_seconds = cpu_of_tree(tree) - cpu_before
-        result.answer_seconds = time.monotonic() - began
-        # Every mode is charged for the same span, the one within which each must answer
-        # every tuple: a mode that finishes early idles (and pays for idling) to its end.
-        common_end = began + shape.minutes * 60 + shape.bound + SETTLE_SECONDS
-        while time.monotonic() < common_end and process.poll() is None:
-            time.sleep(0.5)
-        result.cpu_seconds = cpu_of_tree(tree) - cpu_before
-        result.window_seconds = time.monotonic() - began
-        watch.stop()
-        result.seen = watch.changed
-        if watch.rows < expected_rows:
+    except BaseException:
+        run.stop()
+        raise
+    return run
+
+
+def measure(
+    runs: list[ModeRun], shape: Shape, files: list[Path], expected_rows: int
+) -> dict[int, float]:
+    """The measured window, every mode in it at once: each file lands in every mode's
+    landing zone on schedule; a mode's answer time is when every expected row of the
+    measured tuples is in its gold. Every mode is charged for the same span, the one within
+    which each must answer every tuple: a mode that finishes early idles (and pays for
+    idling) to its end. Side by side, a change in the machine's speed during the run
+    touches every mode alike (each is idle most of the window)."""
+    time.sleep(10)  # past the warm-ups' work
+    measured_ids = shape.files * shape.tuples
+    for run in runs:
+        run.watch = Watch(run.gold, measured_ids).start()
+        run.cpu_before = cpu_of_tree(run.tree)
+    landed: dict[int, float] = {}
+    began = time.monotonic()
+    producer = threading.Thread(
+        target=produce, args=(shape, files, [r.landing for r in runs], landed), daemon=True
+    )
+    producer.start()
+    deadline = began + shape.minutes * 60 + shape.bound * 3 + 120
+    waiting = list(runs)
+    while waiting and time.monotonic() < deadline:
+        for run in list(waiting):
+            assert run.watch is not None
+            if run.watch.rows >= expected_rows or run.process.poll() is not None:
+                run.result.answer_cpu_seconds = cpu_of_tree(run.tree) - run.cpu_before
+                run.result.answer_seconds = time.monotonic() - began
+                waiting.remove(run)
+        time.sleep(0.5)
+    producer.join()
+    common_end = began + shape.minutes * 60 + shape.bound + SETTLE_SECONDS
+    while time.monotonic() < common_end:
+        time.sleep(0.5)
+    for run in runs:
+        assert run.watch is not None
+        run.result.cpu_seconds = cpu_of_tree(run.tree) - run.cpu_before
+        run.result.window_seconds = time.monotonic() - began
+        run.watch.stop()
+        run.result.seen = run.watch.changed
+        if run.watch.rows < expected_rows:
             raise RuntimeError(
-                f"{mode}: {watch.rows} of {expected_rows} rows published; see {log.name}"
+                f"{run.mode}: {run.watch.rows} of {expected_rows} rows published; see "
+                f"{run.log.name}"
             )
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    return landed
+
+
+def published_rows(gold: Path, shape: Shape) -> list[tuple[Any, ...]]:
     from deltalake import DeltaTable
 
     table = DeltaTable(str(gold)).to_pyarrow_table(columns=list(COLUMNS))
     rows = zip(*[table.column(c).to_pylist() for c in COLUMNS], strict=True)
-    result.rows = sorted(r for r in rows if r[0] < measured_ids)
-    return result, landed
+    return sorted(r for r in rows if r[0] < shape.files * shape.tuples)
 
 
 def oracle_rows(files: list[Path], master: pa.Table) -> list[tuple[Any, ...]]:
@@ -451,51 +495,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup = sources / "li-warmup.parquet"  # ids above the measured files'
     pq.write_table(stream_file(parts, shape.files, shape.tuples), warmup)
     expected = oracle_rows(files, master)
-    results: list[tuple[ModeResult, np.ndarray]] = []
-    for mode in args.modes:
-        root = args.work / mode
-        shutil.rmtree(root, ignore_errors=True)
-        root.mkdir(parents=True)
-        from deltalake import write_deltalake
+    runs: list[ModeRun] = []
+    try:
+        for mode in args.modes:
+            root = args.work / mode
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            from deltalake import write_deltalake
 
-        master_path = root / "warehouse" / "masters" / "partsupp"
-        write_deltalake(
-            str(master_path), master, configuration={"delta.enableChangeDataFeed": "true"}
-        )
-        if mode == "stream":
-            config = root / "pipeline.yaml"
-            config.write_text(yaml.safe_dump(pipeline_config(root, shape), sort_keys=False))
-            command = [
-                sys.executable,
-                "-m",
-                "jobs.enrich",
-                "--config",
-                str(config),
-                "stream",
-                "--trigger",
-                str(shape.trigger),
-            ]
-            gold = root / "warehouse" / "gold" / "li_parts"
-            stream_history(shape, parts, command, root, sources)
-            if shape.trigger is None:
-                command = command[:-2]  # derived from the bound
-        else:
-            gold = root / "gold"
-            command = [
-                sys.executable,
-                "-c",
-                PLAIN,
-                str(root / "landing"),
-                str(master_path),
-                str(gold),
-                str(shape.bound),
-            ]
-        logger.info("mode %s: %s", mode, " ".join(command[:6]))
-        result, landed = run_mode(
-            mode, command, gold, shape, files, warmup, root / "landing", len(expected)
-        )
-        results.append((result, waits(result, landed, shape)))
-        logger.info("mode %s done: %d tuples", mode, len(result.seen))
+            master_path = root / "warehouse" / "masters" / "partsupp"
+            write_deltalake(
+                str(master_path), master, configuration={"delta.enableChangeDataFeed": "true"}
+            )
+            if mode == "stream":
+                config = root / "pipeline.yaml"
+                config.write_text(yaml.safe_dump(pipeline_config(root, shape), sort_keys=False))
+                command = [
+                    sys.executable,
+                    "-m",
+                    "jobs.enrich",
+                    "--config",
+                    str(config),
+                    "stream",
+                    "--trigger",
+                    str(shape.trigger),
+                ]
+                gold = root / "warehouse" / "gold" / "li_parts"
+                stream_history(shape, parts, command, root, sources)
+                if shape.trigger is None:
+                    command = command[:-2]  # derived from the bound
+            else:
+                gold = root / "gold"
+                command = [
+                    sys.executable,
+                    "-c",
+                    PLAIN,
+                    str(root / "landing"),
+                    str(master_path),
+                    str(gold),
+                    str(shape.bound),
+                ]
+            logger.info("mode %s: %s", mode, " ".join(command[:6]))
+            runs.append(start_mode(mode, command, gold, shape, warmup, root / "landing"))
+        landed = measure(runs, shape, files, len(expected))
+    finally:
+        for run in runs:
+            run.stop()
+    results: list[tuple[ModeResult, np.ndarray]] = []
+    for run in runs:
+        run.result.rows = published_rows(run.gold, shape)
+        results.append((run.result, waits(run.result, landed, shape)))
+        logger.info("mode %s done: %d tuples", run.mode, len(run.result.seen))
     problems = [
         f"{r.mode} published {len(r.rows)} rows, DuckDB's join {len(expected)}, and they differ"
         for r, _ in results

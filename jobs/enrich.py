@@ -173,9 +173,12 @@ def _dispatch(args: JobArgs) -> int:
     from pipeline.context import open_pipeline
 
     if args.command == "stream":
-        from pipeline.stream_service import with_stream_memory
+        from pipeline.stream_service import with_stream_memory, with_stream_session
+        from warehouse.spark import effective_remote
 
-        config = with_stream_memory(config)
+        config = with_stream_session(
+            with_stream_memory(config), effective_remote(config.spark.remote)
+        )
     with open_pipeline(config, master=args.master) as pipeline:
         if args.command == "stream":
             return _serve_stream(pipeline, args)

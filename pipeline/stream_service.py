@@ -82,6 +82,37 @@ def with_stream_memory(config: PipelineConfig) -> PipelineConfig:
     return config.model_copy(update={"stages": stages})
 
 
+STREAM_SPARK_DEFAULTS: dict[str, str] = {
+    # In local mode the heartbeat only carries metrics; every one gathers the JVM's memory
+    # and GC figures. Every 10 s (Spark's default) the heartbeat threads were the idle
+    # stream's largest cost after the JIT compiler's. It must stay below
+    # spark.network.timeout (120 s by default).
+    "spark.executor.heartbeatInterval": "60s",
+}
+STREAM_GC_OPTION = "-XX:+UseSerialGC"
+"""The idle stream's driver JVM collects with one thread: G1's service and refinement
+threads woke all the time on a heap that barely changes between micro-batches."""
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def with_stream_session(config: PipelineConfig, remote: str | None) -> PipelineConfig:
+    """``config`` with the continuous mode's session settings under its own
+    (``spark.conf`` wins; driver JVM options that choose a collector keep it).
+
+    A stream process is idle between micro-batches most of its life, and its JVM's
+    housekeeping was most of its cost (measured on an idle ``enrich stream``, 120 s each:
+    13.4 CPU s with Spark's defaults, 10.1 with the heartbeat every 60 s, 7.7 with the
+    serial collector too; BENCHMARKS.md section 1). Over Spark Connect the JVM is the
+    server's, and nothing is changed."""
+    if remote is not None:
+        return config
+    conf = {**STREAM_SPARK_DEFAULTS, **config.spark.conf}
+    options = conf.get(JAVA_OPTIONS, "")
+    if not any(o.startswith("-XX:+Use") and o.endswith("GC") for o in options.split()):
+        conf[JAVA_OPTIONS] = f"{STREAM_GC_OPTION} {options}".strip()
+    return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
+
+
 def stream_needs(config: PipelineConfig) -> list[StreamNeed]:
     """Every stage's demand on the trigger. An equi stage that may run SSBJ (``ssbj``,
     ``meshjoin``, ``auto``) needs its R-cycle of k steps; a plain or theta stage one step."""

@@ -30,6 +30,7 @@ from pipeline.stream_service import (
     resolve_trigger,
     stream_needs,
     with_stream_memory,
+    with_stream_session,
 )
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset
@@ -177,6 +178,31 @@ def test_the_continuous_mode_holds_a_memory_budget_unless_a_stage_sets_one() -> 
     assert budgets == {"e": STREAM_MEMORY_BYTES, "own": 5_000_000}
     # The scheduled config is untouched.
     assert config.stages[0].operator.memory_bytes is None  # type: ignore[union-attr]
+
+
+def test_the_continuous_mode_s_session_idles_cheaply_unless_the_config_says_otherwise() -> None:
+    raw = freshness_config({"operator": {"mode": "ssbj", "partitions": 4}})
+    config = parse_config(raw)
+    conf = with_stream_session(config, None).spark.conf
+    assert conf["spark.executor.heartbeatInterval"] == "60s"
+    assert conf["spark.driver.extraJavaOptions"] == "-XX:+UseSerialGC"
+    assert {k: conf[k] for k in config.spark.conf} == config.spark.conf
+    assert "spark.executor.heartbeatInterval" not in config.spark.conf  # the scheduled config
+    # The config's own settings win; its own collector is kept, its other options too.
+    raw.setdefault("spark", {}).setdefault("conf", {}).update(
+        {
+            "spark.executor.heartbeatInterval": "20s",
+            "spark.driver.extraJavaOptions": "-Dx=1",
+        }
+    )
+    own = with_stream_session(parse_config(raw), None).spark.conf
+    assert own["spark.executor.heartbeatInterval"] == "20s"
+    assert own["spark.driver.extraJavaOptions"] == "-XX:+UseSerialGC -Dx=1"
+    raw["spark"]["conf"]["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+    own = with_stream_session(parse_config(raw), None).spark.conf
+    assert own["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    # Over Spark Connect the JVM is the server's: nothing to set.
+    assert with_stream_session(config, "sc://127.0.0.1:15002") == config
 
 
 def _run_until_idle(h: SsbjHarness) -> StreamStats:
