@@ -83,10 +83,9 @@ def with_stream_memory(config: PipelineConfig) -> PipelineConfig:
 
 
 STREAM_SPARK_DEFAULTS: dict[str, str] = {
-    # In local mode the heartbeat only carries metrics; every one gathers the JVM's memory
-    # and GC figures. Every 10 s (Spark's default) the heartbeat threads were the idle
-    # stream's largest cost after the JIT compiler's. It must stay below
-    # spark.network.timeout (120 s by default).
+    # A local session has this by default (warehouse.spark.LOCAL_HEARTBEAT); a stream's
+    # executors on a cluster report to a driver idle between micro-batches too, and their
+    # loss is found by spark.network.timeout (120 s), not by the heartbeat's period.
     "spark.executor.heartbeatInterval": "60s",
 }
 STREAM_GC_OPTION = "-XX:+UseSerialGC"

@@ -42,6 +42,17 @@ if TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
     )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def workers_stopped_after_each_file(pipeline_workers: Path) -> Iterator[None]:
+    """The warm workers a test file's DAG runs started are stopped when the file ends: an
+    idle worker's JVM still spends CPU (heartbeats, the JIT, the collector), and the
+    test processes share two cores; a later file that needs one starts its own."""
+    yield
+    from jobs.worker import stop_workers_in
+
+    stop_workers_in(pipeline_workers)
+
+
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An isolated Airflow home (SQLite metadata DB), set before anything imports Airflow:

@@ -83,6 +83,20 @@ def test_the_master_comes_from_the_command_line_then_the_environment_then_the_co
     assert effective_master("spark://cli:7077", "local[4]") == "spark://cli:7077"
 
 
+def test_a_local_session_heartbeats_every_minute_unless_the_caller_set_the_timing(
+    spark: SparkSession,
+) -> None:
+    from warehouse.spark import HEARTBEAT_INTERVAL, LOCAL_HEARTBEAT, session_conf
+
+    assert spark.conf.get(HEARTBEAT_INTERVAL) == LOCAL_HEARTBEAT  # the tests' own session
+    assert session_conf({}, "local[2]")[HEARTBEAT_INTERVAL] == LOCAL_HEARTBEAT
+    assert session_conf({HEARTBEAT_INTERVAL: "5s"}, "local")[HEARTBEAT_INTERVAL] == "5s"
+    # A shorter network timeout than the minute would make Spark refuse to start.
+    assert HEARTBEAT_INTERVAL not in session_conf({"spark.network.timeout": "30s"}, "local[2]")
+    # A cluster's executors are the cluster's business.
+    assert HEARTBEAT_INTERVAL not in session_conf({}, "spark://h:7077")
+
+
 SCHEMA = T.StructType([T.StructField("sid", T.LongType()), T.StructField("x", T.DoubleType())])
 
 

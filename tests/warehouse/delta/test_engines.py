@@ -58,6 +58,18 @@ from warehouse.spark import DELTA_JARS_ENV
 
 UTC = dt.UTC
 ENGINES = ["embedded", "native"]
+ALL_PARTITIONS = ("label", "day", "at")
+
+
+def layouts(*partition_bys: tuple[str, ...]) -> pytest.MarkDecorator:
+    """``engine`` (indirect) and ``partition_by``: every layout on the embedded engine,
+    whose own code writes each; on the native one, whose writes are delta-spark's, the
+    layout with every partition column (the superset case: partition paths, typed
+    values, awkward characters). Each native case costs several delta-spark commits."""
+    cases = [("embedded", p) for p in partition_bys]
+    cases += [("native", p) for p in partition_bys if p == ALL_PARTITIONS]
+    return pytest.mark.parametrize(("engine", "partition_by"), cases, indirect=["engine"])
+
 
 SCHEMA = T.StructType(
     [
@@ -180,7 +192,7 @@ class Gate:
 # ---------------------------------------------------------------------- reads and writes
 
 
-@pytest.mark.parametrize("partition_by", [(), ("label",), ("label", "day", "at")])
+@layouts((), ("label",), ALL_PARTITIONS)
 def test_round_trip_keeps_awkward_partition_values(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
 ) -> None:
@@ -470,7 +482,7 @@ def test_rows_added_are_the_live_rows_of_files_added_in_the_range(
     assert engine.rows_by_version(path, 5, 5) == []
 
 
-@pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
+@layouts((), ALL_PARTITIONS)
 def test_read_arrow_reads_what_read_files_reads(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
 ) -> None:
@@ -496,7 +508,7 @@ def test_read_arrow_reads_what_read_files_reads(
         engine.read_arrow(snapshot, columns=["id", "nope"])
 
 
-@pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
+@layouts((), ALL_PARTITIONS)
 def test_append_rows_added_appends_exactly_those_rows_once(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
 ) -> None:
@@ -527,7 +539,7 @@ def test_append_rows_added_appends_exactly_those_rows_once(
     assert_same_multiset(engine.read(target), naive(AWKWARD_ROWS[5:]))
 
 
-@pytest.mark.parametrize("partition_by", [(), ("label", "day", "at")])
+@layouts((), ALL_PARTITIONS)
 def test_arrow_rows_append_and_overwrite_once_like_a_dataframe(
     spark: SparkSession, engine: DeltaEngine, tmp_path: Path, partition_by: tuple[str, ...]
 ) -> None:
