@@ -20,9 +20,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -59,6 +61,10 @@ EMBEDDED_DEFAULTS: Mapping[str, str] = {
 
 HEARTBEAT_INTERVAL = "spark.executor.heartbeatInterval"
 NETWORK_TIMEOUT = "spark.network.timeout"
+PYTHON_DAEMON = "spark.python.daemon.module"
+LOCAL_PYTHON_DAEMON = "warehouse.python_daemon"
+"""A local Spark's Python workers come from this daemon: pyspark's, without pyspark's zips
+on the path (:mod:`warehouse.python_daemon`: each task re-read pyspark.zip's directory)."""
 LOCAL_HEARTBEAT = "60s"
 """On a local master the executor is the driver's own JVM: its heartbeat carries only
 metrics (the JVM's memory and GC figures, gathered each time), and at Spark's 10 s it was
@@ -244,8 +250,11 @@ def session_conf(
     jars and settings for ``object_store``, the driver's class archive
     (:mod:`warehouse.jvm_archive`), then ``REQUIRED_CONF``."""
     merged = {**EMBEDDED_DEFAULTS, **conf}
-    if _local_cores(master) is not None and NETWORK_TIMEOUT not in merged:
-        merged.setdefault(HEARTBEAT_INTERVAL, LOCAL_HEARTBEAT)
+    if _local_cores(master) is not None:
+        if NETWORK_TIMEOUT not in merged:
+            merged.setdefault(HEARTBEAT_INTERVAL, LOCAL_HEARTBEAT)
+        if PYTHON_DAEMON not in merged and _workers_import(LOCAL_PYTHON_DAEMON):
+            merged[PYTHON_DAEMON] = LOCAL_PYTHON_DAEMON
     if object_store is not None:
         merged = with_object_store(merged, object_store)
     jars = delta_jars()
@@ -253,6 +262,21 @@ def session_conf(
         merged = with_delta_jars(merged, jars, master)
     merged = on_driver_class_path(merged, jars)
     return {**with_class_archive(merged, archive_path()), **REQUIRED_CONF}
+
+
+@functools.cache
+def _workers_import(module: str) -> bool:
+    """Whether the Python a local Spark starts its workers with (``PYSPARK_PYTHON``, else
+    this interpreter), in this working directory and environment, imports ``module``: a
+    daemon module it could not import would fail every Python task."""
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        logger.info("Python workers keep pyspark's own daemon: %s", e)
+        return False
+    return done.returncode == 0
 
 
 def is_connect(session: Any) -> bool:
