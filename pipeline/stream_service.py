@@ -45,6 +45,8 @@ from pipeline.context import PipelineContext
 from pipeline.freshness import StreamNeed, stream_need, stream_trigger
 from pipeline.schemas import declared_schema
 from pipeline.stage_config import EquiStage
+from warehouse.jvm_archive import DRIVER_OPTIONS
+from warehouse.spark import with_idle_heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +84,9 @@ def with_stream_memory(config: PipelineConfig) -> PipelineConfig:
     return config.model_copy(update={"stages": stages})
 
 
-STREAM_SPARK_DEFAULTS: dict[str, str] = {
-    # A local session has this by default (warehouse.spark.LOCAL_HEARTBEAT); a stream's
-    # executors on a cluster report to a driver idle between micro-batches too, and their
-    # loss is found by spark.network.timeout (120 s), not by the heartbeat's period.
-    "spark.executor.heartbeatInterval": "60s",
-}
 STREAM_GC_OPTION = "-XX:+UseSerialGC"
 """The idle stream's driver JVM collects with one thread: G1's service and refinement
 threads woke all the time on a heap that barely changes between micro-batches."""
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def with_stream_session(config: PipelineConfig, remote: str | None) -> PipelineConfig:
@@ -105,10 +100,13 @@ def with_stream_session(config: PipelineConfig, remote: str | None) -> PipelineC
     server's, and nothing is changed."""
     if remote is not None:
         return config
-    conf = {**STREAM_SPARK_DEFAULTS, **config.spark.conf}
-    options = conf.get(JAVA_OPTIONS, "")
+    # The heartbeat a local session has by default, on any master: a stream's executors
+    # on a cluster report to a driver idle between micro-batches too, and their loss is
+    # found by spark.network.timeout (120 s), not by the heartbeat's period.
+    conf = with_idle_heartbeat(config.spark.conf)
+    options = conf.get(DRIVER_OPTIONS, "")
     if not any(o.startswith("-XX:+Use") and o.endswith("GC") for o in options.split()):
-        conf[JAVA_OPTIONS] = f"{STREAM_GC_OPTION} {options}".strip()
+        conf[DRIVER_OPTIONS] = f"{STREAM_GC_OPTION} {options}".strip()
     return config.model_copy(update={"spark": config.spark.model_copy(update={"conf": conf})})
 
 

@@ -251,8 +251,7 @@ def session_conf(
     (:mod:`warehouse.jvm_archive`), then ``REQUIRED_CONF``."""
     merged = {**EMBEDDED_DEFAULTS, **conf}
     if _local_cores(master) is not None:
-        if NETWORK_TIMEOUT not in merged:
-            merged.setdefault(HEARTBEAT_INTERVAL, LOCAL_HEARTBEAT)
+        merged = with_idle_heartbeat(merged)
         if PYTHON_DAEMON not in merged and _workers_import(LOCAL_PYTHON_DAEMON):
             merged[PYTHON_DAEMON] = LOCAL_PYTHON_DAEMON
     if object_store is not None:
@@ -264,12 +263,27 @@ def session_conf(
     return {**with_class_archive(merged, archive_path()), **REQUIRED_CONF}
 
 
-@functools.cache
+def with_idle_heartbeat(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with a heartbeat every :data:`LOCAL_HEARTBEAT`, unless it sets the heartbeat
+    or ``spark.network.timeout`` (Spark refuses a heartbeat not below the timeout)."""
+    merged = dict(conf)
+    if NETWORK_TIMEOUT not in merged:
+        merged.setdefault(HEARTBEAT_INTERVAL, LOCAL_HEARTBEAT)
+    return merged
+
+
 def _workers_import(module: str) -> bool:
     """Whether the Python a local Spark starts its workers with (``PYSPARK_PYTHON``, else
     this interpreter), in this working directory and environment, imports ``module``: a
     daemon module it could not import would fail every Python task."""
     python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    return _imports(python, os.getcwd(), os.environ.get("PYTHONPATH", ""), module)
+
+
+@functools.cache
+def _imports(python: str, cwd: str, python_path: str, module: str) -> bool:
+    """One probe per interpreter, folder and PYTHONPATH (the arguments are the cache's key;
+    the probe inherits the process's environment and folder)."""
     probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
     try:
         done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, check=False)

@@ -201,6 +201,10 @@ def test_the_continuous_mode_s_session_idles_cheaply_unless_the_config_says_othe
     raw["spark"]["conf"]["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
     own = with_stream_session(parse_config(raw), None).spark.conf
     assert own["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    # A shorter network timeout than the minute would make Spark refuse to start.
+    raw["spark"]["conf"] = {"spark.network.timeout": "30s"}
+    own = with_stream_session(parse_config(raw), None).spark.conf
+    assert "spark.executor.heartbeatInterval" not in own
     # Over Spark Connect the JVM is the server's: nothing to set.
     assert with_stream_session(config, "sc://127.0.0.1:15002") == config
 
