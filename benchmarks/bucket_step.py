@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 from benchmarks.revision import has_uncommitted_changes, short_commit
 from joins.ssbj.algorithm import StepPlan
 from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
-from joins.ssbj.buckets import bucket_step
+from joins.ssbj.buckets import BucketStep, bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.roles import NEW, PARTITION, PENDING, ROLE, master_field, stream_field
@@ -128,7 +128,7 @@ def _median_seconds(table: pa.Table, plan: StepPlan, columnar: bool, repeats: in
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        bucket_step(table, LAYOUT, plan, BucketDeltas(), columnar=columnar)
+        bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()), columnar=columnar)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -151,8 +151,8 @@ def run(shape: BucketShape, repeats: int) -> list[tuple[str, float, float]]:
             left_join=True,
             partition_versions=frozenset({0}),
         )
-        fast = bucket_step(table, LAYOUT, plan, BucketDeltas(), columnar=True)
-        slow = bucket_step(table, LAYOUT, plan, BucketDeltas(), columnar=False)
+        fast = bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()), columnar=True)
+        slow = bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()), columnar=False)
         if Counter(map(str, fast.to_pylist())) != Counter(map(str, slow.to_pylist())):
             raise AssertionError(f"the two passes differ at {position.state.value}")
         columnar = _median_seconds(table, plan, True, repeats)

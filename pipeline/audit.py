@@ -90,7 +90,7 @@ from quality.audit_views import (
     no_published,
 )
 from warehouse.delta import AppTransaction
-from warehouse.delta.api import count_live_rows_added
+from warehouse.delta.live_rows import count_live_rows_added
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from common.rows import Rows
 from joins.columns import INTERVAL_START
 from quality.results import SuiteOutcome
 from warehouse.delta import DeltaEngine
-from warehouse.delta.api import live_rows_added
+from warehouse.delta.live_rows import live_rows_added
 
 PUBLISHED, QUARANTINED, WARNED, UNCHECKED, NOTHING_NEW = (
     "published",

@@ -19,7 +19,7 @@ from joins.columns import INTERVAL_START
 from pipeline.audit_batch import QUARANTINED, StagedBatch, TableAudit
 from pipeline.layout import WarehouseLayout
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter
-from warehouse.delta.api import append_live_rows_added
+from warehouse.delta.live_rows import append_live_rows_added
 
 RUN_ID, FAILED_EXPECTATIONS, QUARANTINED_AT = "_run_id", "_failed_expectations", "_quarantined_at"
 BATCH_TO = "_batch_to"  # a quarantined row's batch: the silver version it was staged up to

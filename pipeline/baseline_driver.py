@@ -38,7 +38,7 @@ from pipeline.waiting_tuples import (
 )
 from pipeline.waiting_tuples import counts as late_counts
 from warehouse.delta import AppTransaction, Snapshot
-from warehouse.delta.api import table_rows
+from warehouse.delta.live_rows import table_rows
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from warehouse.delta import DeltaEngine
-from warehouse.delta.api import rows_committed
+from warehouse.delta.live_rows import rows_committed
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from pipeline.stage_driver import StageDriver
 from pipeline.stage_inputs import AnyStage, StageInputs
 from pipeline.theta_driver import ThetaDriver
 from pipeline.waiting_tuples import waiting_records
-from warehouse.delta.api import rows_committed
+from warehouse.delta.live_rows import rows_committed
 
 logger = logging.getLogger(__name__)
 

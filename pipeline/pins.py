@@ -21,7 +21,7 @@ on a table, by any holder, to ``vacuum`` as ``keep_versions``. Holders:
                    completeness record has counted (``pipeline.completeness``)
 
 A stage follows its input by the rows added after the version it consumed
-(:meth:`warehouse.delta.api.DeltaEngine.rows_added`), which reads files a compaction may
+(:meth:`warehouse.delta.engine.DeltaEngine.rows_added`), which reads files a compaction may
 have removed since; so the consumed version stays pinned between steps, and ``enrich
 maintain`` keeps every file removed after the oldest pinned version of a followed table.
 

@@ -18,7 +18,7 @@ from pipeline.config import PipelineConfig
 from pipeline.layout import WarehouseLayout
 from pipeline.stage_config import EquiStage, ThetaStage
 from warehouse.delta import COMMIT_VERSION, DeltaEngine, Snapshot
-from warehouse.delta.api import live_rows_added
+from warehouse.delta.live_rows import live_rows_added
 
 AnyStage = EquiStage | ThetaStage  # a stage of either kind (config.Stage is its parser)
 

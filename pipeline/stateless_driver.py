@@ -37,7 +37,8 @@ from pipeline.stage_config import EquiStage, ThetaStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
 from warehouse.delta import AppTransaction, DeltaEngine, PartitionFilter, Snapshot
-from warehouse.delta.api import BACKFILL, count_live_rows_added, operation
+from warehouse.delta.api import BACKFILL
+from warehouse.delta.live_rows import count_live_rows_added, operation
 from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)

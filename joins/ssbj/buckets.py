@@ -69,22 +69,10 @@ LOAD_FIELDS = (
 )
 
 
-def bucket_step(
-    table: pa.Table,
-    layout: WideLayout,
-    plan: StepPlan,
-    deltas: BucketDeltas,
-    top_keys: int = 0,
-    split_owners: Mapping[int, int] | None = None,
-    tracked: Sequence[int] | None = None,
-    sketch: SketchShape | None = None,
-    split_ways: Mapping[int, int] | None = None,
-    late: LateRule | None = None,
-    columnar: bool = True,
-) -> pa.Table:
-    """Run one step for the rows of one bucket (any role mix) and encode what it yields.
+def bucket_step(table: pa.Table, step: BucketStep, columnar: bool = True) -> pa.Table:
+    """Run ``step`` for the rows of one bucket (any role mix) and encode what it yields.
 
-    ``plan`` must locate join values as this module decodes them: ``stream_key`` is
+    ``step.plan`` must locate join values as this module decodes them: ``stream_key`` is
     ``layout.stream_key_positions`` and ``master_key`` is ``layout.master_key_positions``.
     When the rows carry their key hash (``_key_hash``, beside the bucket label), the result
     also has the bucket's load rows (:func:`key_loads`, role ``key_load``) and the columns
@@ -113,6 +101,8 @@ def bucket_step(
     Within its scope (``joins.ssbj.columnar``) the step runs on Arrow columns; elsewhere,
     or without ``columnar``, Algorithm 1's reference model runs on decoded tuples.
     """
+    layout, plan, deltas, late = step.layout, step.plan, step.deltas, step.late
+    split_owners, split_ways, tracked = step.split_owners, step.split_ways, step.tracked
     if (plan.stream_key, plan.master_key) != (
         layout.stream_key_positions,
         layout.master_key_positions,
@@ -130,14 +120,14 @@ def bucket_step(
             state_fields = [f for f in table.schema if f.name not in (BUCKET, KEY_HASH)]
             return pa.schema([*state_fields, *LOAD_FIELDS]).empty_table()
     replicated = replicated_hashes(table, split_owners or {})
-    loads = key_loads(table, top_keys, replicated) if KEY_HASH in names else None
+    loads = key_loads(table, step.top_keys, replicated) if KEY_HASH in names else None
     replica_keys = keys_of(table, replicated, layout, plan)
     tracked_keys = None
     if tracked is not None:
         tracked_keys = frozenset(
             keys_of(table, pa.array(tracked, pa.int64()), layout, plan, stream_only=True)
         )
-    partial = new_key_sketch(table, layout, sketch) if sketch is not None else None
+    partial = new_key_sketch(table, layout, step.sketch) if step.sketch is not None else None
     spread = owned_spread(table, split_owners or {}, split_ways or {}, layout, plan)
     table = table.drop_columns([c for c in (BUCKET, KEY_HASH) if c in names])
     late_rows = None
@@ -244,18 +234,7 @@ class BucketStep:
     late: LateRule | None = None
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        return bucket_step(
-            table,
-            self.layout,
-            self.plan,
-            self.deltas,
-            self.top_keys,
-            self.split_owners,
-            self.tracked,
-            self.sketch,
-            self.split_ways,
-            self.late,
-        )
+        return bucket_step(table, self)
 
     def all_buckets(self, keyed: pa.Table, partitions_asked: bool = False) -> pa.Table | None:
         """Every bucket's step at once, from the keyed rows of all buckets (with their
@@ -301,20 +280,3 @@ class BucketStep:
         labels = [label for label, _ in sketches]
         enc.add(KEY_SKETCH, len(sketches), {BUCKET: labels, SKETCH: [s for _, s in sketches]})
         return pa.concat_tables([encoded, enc.table()])
-
-
-def bucket_function(
-    layout: WideLayout,
-    plan: StepPlan,
-    deltas: BucketDeltas,
-    top_keys: int = 0,
-    split_owners: Mapping[int, int] | None = None,
-    tracked: Sequence[int] | None = None,
-    sketch: SketchShape | None = None,
-    split_ways: Mapping[int, int] | None = None,
-    late: LateRule | None = None,
-) -> BucketStep:
-    """The function ``applyInArrow`` calls per bucket (see :func:`bucket_step`)."""
-    return BucketStep(
-        layout, plan, deltas, top_keys, split_owners, tracked, sketch, split_ways, late
-    )

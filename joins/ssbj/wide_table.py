@@ -36,7 +36,7 @@ from joins.ssbj import spark_hash
 from joins.ssbj.algorithm import StepPlan
 from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
 from joins.ssbj.bucket_routing import bucket_label, bucket_labels
-from joins.ssbj.buckets import BucketStep, bucket_function
+from joins.ssbj.buckets import BucketStep
 from joins.ssbj.late import LateRule
 from joins.ssbj.roles import (
     ADDED,
@@ -403,9 +403,7 @@ class WideTable:
         label_of = task_labels(routing.buckets)
         owners = {h: label_of[routing.bucket(h)] for h, _ in routing.split}
         ways = {h: 1 + len(replicas) for h, replicas in routing.split}
-        return bucket_function(
-            self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways, late
-        )
+        return BucketStep(self.layout, plan, deltas, top_keys, owners, tracked, sketch, ways, late)
 
     def step_in_driver(
         self, keyed: pa.Table, function: BucketStep, partitions_asked: bool = False

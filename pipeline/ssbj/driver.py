@@ -35,7 +35,7 @@ from pipeline.stateless_driver import without_tuples
 from pipeline.waiting_tuples import waiting_ages
 from quality.audit_views import MAX_AGE_STEPS, pending_ages
 from warehouse.delta import DeltaEngine
-from warehouse.delta.api import table_rows
+from warehouse.delta.live_rows import table_rows
 from warehouse.state_store import StateStore
 
 

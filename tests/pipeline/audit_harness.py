@@ -21,7 +21,7 @@ from joins.ssbj.step import ENTRY_STEP
 from pipeline.drivers import StageDrivers
 from pipeline.handles import PipelineHandles
 from tests.pipeline.ssbj_harness import SsbjHarness
-from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine, PartitionFilter
+from warehouse.delta import DeltaEngine
 
 OUTPUT_COLUMNS = [
     "id",
@@ -119,7 +119,10 @@ def copy_pipeline(source: Path, target: Path) -> None:
 
 
 class DefectEngine:
-    """Delegates to a real engine; rewrites what is appended to, or overwrites, one table."""
+    """Delegates to a real engine; rewrites what is appended to, replaced in or written over
+    one table (the data is each write's second argument)."""
+
+    _WRITES = frozenset({"append", "overwrite", "replace"})
 
     def __init__(self, inner: DeltaEngine, path: str, defect: Callable[[DataFrame], DataFrame]):
         self._inner = inner
@@ -127,36 +130,16 @@ class DefectEngine:
         self._defect = defect
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        call = getattr(self._inner, name)
+        if name not in self._WRITES:
+            return call
 
-    def append(
-        self,
-        path: str,
-        data: DataFrame | pa.Table,
-        txn: AppTransaction | None = None,
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        if path == self._path:
-            data = self._defect(_frame(data))
-        return self._inner.append(path, data, txn, partition_by)
+        def write(path: str, data: DataFrame | pa.Table, *args: Any, **kwargs: Any) -> Any:
+            if path == self._path:
+                data = self._defect(_frame(data))
+            return call(path, data, *args, **kwargs)
 
-    def overwrite(
-        self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None = None
-    ) -> CommitOutcome:
-        if path == self._path:
-            data = self._defect(_frame(data))
-        return self._inner.overwrite(path, data, txn)
-
-    def replace(
-        self,
-        path: str,
-        data: DataFrame | pa.Table,
-        where: Sequence[PartitionFilter],
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        if path == self._path:
-            data = self._defect(_frame(data))
-        return self._inner.replace(path, data, where, txn)
+        return write
 
 
 def _frame(data: DataFrame | pa.Table) -> DataFrame:

@@ -15,10 +15,10 @@ from warehouse.delta.api import (
     AppTransaction,
     CommitOutcome,
     DataFile,
-    DeltaEngine,
     PartitionFilter,
     Snapshot,
 )
+from warehouse.delta.engine import DeltaEngine
 from warehouse.delta.factory import open_engine
 
 __all__ = [

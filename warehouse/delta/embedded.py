@@ -27,9 +27,9 @@ inputs (the engine's caches, its clock and commit settings).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,7 +46,6 @@ from warehouse.delta.api import (
     DataFile,
     PartitionFilter,
     Snapshot,
-    history_in_range,
     total_records,
 )
 from warehouse.delta.commit_protocol import COMMIT_ID_KEY, tagged_metadata
@@ -72,7 +71,18 @@ from warehouse.delta.embedded_writes import (
     write_data,
     write_one_file,
 )
-from warehouse.delta.engine_base import EngineBase, FileActions, RangeEnd
+from warehouse.delta.engine import (
+    AddedRange,
+    ArrowRead,
+    DeltaEngine,
+    EngineSettings,
+    FileActions,
+    MergeOn,
+    NewTable,
+    RangeEnd,
+    ReplaceScope,
+    Txn,
+)
 from warehouse.delta.schema import (
     arrow_to_spark,
     require_merge_source,
@@ -98,7 +108,7 @@ _RESERVED_COMMIT_INFO_KEYS = frozenset(
 )
 
 
-class EmbeddedDeltaEngine(EngineBase[DataFile]):
+class EmbeddedDeltaEngine(DeltaEngine[DataFile]):
     """Delta tables through delta-rs (log) and Spark (Parquet data); a file action's payload
     is the file as a snapshot lists it."""
 
@@ -111,18 +121,11 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         session: SparkSession,
         max_commit_retries: int = 15,
         *,
-        commit_guard: Callable[[], None] | None = None,
-        commit_metadata: Mapping[str, str] | None = None,
-        table_properties: Mapping[str, str] | None = None,
         write_log: bool = True,
         caches: ReadCaches | None = None,
+        **settings: Unpack[EngineSettings],
     ) -> None:
-        super().__init__(
-            session,
-            commit_guard=commit_guard,
-            commit_metadata=commit_metadata,
-            table_properties=table_properties,
-        )
+        super().__init__(session, **settings)
         self._max_commit_retries = max_commit_retries
         caches = ReadCaches() if caches is None else caches
         # Each table's tip, its delta-rs handle, and the commit files parsed once.
@@ -161,18 +164,12 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     def _definition(self, root: str) -> Snapshot:
         return self._snapshots.definition(root)
 
-    def _create(
-        self,
-        root: str,
-        schema: StructType,
-        partition_by: Sequence[str],
-        configuration: Mapping[str, str],
-    ) -> bool:
+    def _create(self, root: str, table: NewTable) -> bool:
         DeltaTable.create(
             root,
-            spark_to_arrow(schema),
-            partition_by=list(partition_by) or None,
-            configuration=dict(configuration),
+            spark_to_arrow(table.schema),
+            partition_by=list(table.partition_by) or None,
+            configuration=dict(table.configuration),
             storage_options=storage_options(root),
         )
         return True
@@ -198,16 +195,11 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     ) -> DataFrame:
         return self.read_files(self.snapshot(path, version, timestamp))
 
-    def read_arrow(
-        self,
-        snapshot: Snapshot,
-        files: Sequence[DataFile] | None = None,
-        columns: Sequence[str] | None = None,
-        where: pc.Expression | None = None,
-    ) -> pa.Table:
-        """Reads the files with pyarrow in the driver (only ``columns``, each file filtered
-        by ``where`` as it is read): no Spark job."""
-        return arrow_of_files(snapshot, snapshot.files if files is None else files, columns, where)
+    def _read_arrow(self, read: ArrowRead) -> pa.Table:
+        """Reads the files with pyarrow in the driver (only the columns asked for, each file
+        filtered as it is read): no Spark job."""
+        files = read.snapshot.files if read.files is None else read.files
+        return arrow_of_files(read.snapshot, files, read.columns, read.where)
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
         return list(self._tips.open(path).history(limit))
@@ -231,29 +223,16 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
     ) -> FileActions[DataFile]:
         return self._snapshots.file_actions(root, after_version, to_version)
 
-    def count_rows_added(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int] = (),
-    ) -> int | None:
-        """The rows :meth:`rows_added` reads, from the files' ``numRecords`` (the embedded
-        engine refuses deletion vectors, so a live file's rows are all its records)."""
-        _, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
+    def _count_added(self, added: AddedRange) -> int | None:
+        """The files' ``numRecords`` (the embedded engine refuses deletion vectors, so a
+        live file's rows are all its records)."""
+        _, by_version = self._added_by_version(added)
         return total_records(f for files in by_version.values() for f in files)
 
-    def rows_added_arrow(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int] = (),
-        with_version: bool = False,
-    ) -> pa.Table:
+    def _added_arrow(self, added: AddedRange, with_version: bool) -> pa.Table:
         """Reads the added files with pyarrow in the driver: no Spark job. Partition values
         come from the log, as :meth:`read_files` attaches them."""
-        end, by_version = self._added_by_version(path, after_version, to_version, skip_versions)
+        end, by_version = self._added_by_version(added)
         return arrow_by_version(end.snapshot, by_version, with_version)
 
     def rows_by_version(
@@ -275,7 +254,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
                 for version in range(after_version + 1, to_version + 1)
             ]
         except FileNotFoundError:
-            return history_in_range(self, root, after_version, to_version)
+            return super().commit_infos(root, after_version, to_version)
 
     # ------------------------------------------------------------------ writes
 
@@ -286,19 +265,14 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         partition, no Spark job)."""
         return self._write(path, data, None, txn)
 
-    def append_rows(
-        self,
-        path: str,
-        rows: Sequence[tuple[Any, ...]],
-        schema: StructType,
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
+    def _append_in_driver(
+        self, root: str, rows: Sequence[tuple[Any, ...]], schema: StructType, txn: Txn
+    ) -> CommitOutcome | None:
         """Writes one Parquet file with pyarrow on the driver: no Spark job for a few rows.
         A partitioned table takes the ordinary (Spark) append."""
-        root = table_root(path)
         tip = self._tips.tip(root)
         if tip.partition_columns:
-            return super().append_rows(root, rows, schema, txn)
+            return None
         existing = tip.schema
         require_same_schema(root, existing, schema)
         commit_id = self._new_commit_id()
@@ -312,15 +286,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         written = write_one_file(root, data, self.clock)
         return self._committer().commit_append(root, tip, written, existing, [], txn, commit_id)
 
-    def append_rows_added(
-        self,
-        source: str,
-        after_version: int,
-        to_version: int,
-        target: str,
-        txn: AppTransaction | None = None,
-        skip_versions: Sequence[int] = (),
-        partition_by: Sequence[str] | None = None,
+    def _append_files_added(
+        self, added: AddedRange, target: str, txn: Txn, partition_by: Sequence[str] | None
     ) -> CommitOutcome:
         """Adds the source's live files to ``target`` without a Spark job.
 
@@ -332,8 +299,8 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         same bytes: vacuuming either table later removes only its own name. Where the two
         tables are partitioned differently the rows are read and written as an append.
         """
-        added, by_version = self._added_by_version(source, after_version, to_version, skip_versions)
-        end = added.snapshot
+        range_end, by_version = self._added_by_version(added)
+        end = range_end.snapshot
         if partition_by is not None:
             self.create_table(target, end.schema, partition_by)
         root = table_root(target)
@@ -395,19 +362,10 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             committer, root, tip, written, schema, partitions, where, txn, commit_id, operation
         )
 
-    def replace(
-        self,
-        path: str,
-        data: DataFrame | pa.Table,
-        where: Sequence[PartitionFilter],
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """Atomically replace the rows of the partitions selected by ``where`` with ``data``.
-
-        Raises :class:`ConcurrentModificationError`, committing nothing, when another writer
-        added or removed files in those partitions after this call opened the table.
-        """
-        root = table_root(path)
+    def _replace(self, root: str, data: DataFrame | pa.Table, scope: ReplaceScope) -> CommitOutcome:
+        """Raises :class:`ConcurrentModificationError`, committing nothing, when another
+        writer added or removed files in those partitions after this call opened the table."""
+        where = scope.where
         self._require_partition_predicate(root, where, "replace")
         if isinstance(data, pa.Table):
             outside = bool(data.num_rows) and not pc.all(arrow_condition(where, data)).as_py()
@@ -416,7 +374,7 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
             outside = bool(data.filter(condition).limit(1).count())
         if outside:
             raise rows_outside(root, where)
-        return self._write(path, data, where, txn, "replace")
+        return self._write(root, data, where, scope.txn, "replace")
 
     def _require_partition_predicate(
         self, root: str, where: Sequence[PartitionFilter], operation: str
@@ -460,21 +418,12 @@ class EmbeddedDeltaEngine(EngineBase[DataFile]):
         """Replace every row; conflicts with any file change after the table was opened."""
         return self._write(path, data, None, txn, "overwrite")
 
-    def merge(
-        self,
-        path: str,
-        source: DataFrame,
-        keys: Sequence[str],
-        delete_flag: str | None = None,
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """Upsert ``source`` by ``keys``; rows whose ``delete_flag`` is true delete the match.
-
-        The source travels to the driver as Arrow, so this is meant for master-data
+    def _merge(self, root: str, source: DataFrame, on: MergeOn, txn: Txn) -> CommitOutcome:
+        """The source travels to the driver as Arrow, so this is meant for master-data
         maintenance batches, not for bulk loads (use ``append`` for those). delta-rs writes
         and commits a merge in one call, so the commit guard runs just before that call.
         """
-        root = table_root(path)
+        keys, delete_flag = on.keys, on.delete_flag
         table = self._tips.open(root)
         schema = arrow_to_spark(table.schema().to_arrow())
         require_merge_source(root, schema, source, keys, delete_flag)

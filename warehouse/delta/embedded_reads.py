@@ -31,7 +31,7 @@ from warehouse.delta.added_files import FileAction
 from warehouse.delta.added_rows import require_version_range
 from warehouse.delta.api import COMMIT_VERSION, DataFile, Snapshot
 from warehouse.delta.embedded_tip import REPLAYED_COMMITS, TableTips
-from warehouse.delta.engine_base import FileActions
+from warehouse.delta.engine import FileActions
 from warehouse.delta.file_stats import column_bounds
 from warehouse.delta.log_replay import replay_actions
 from warehouse.delta.partition_paths import normalised_location, uri_suffix_keys

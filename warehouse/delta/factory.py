@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from common.errors import ConfigError
-from warehouse.delta.api import DeltaEngine, EngineChoice
+from warehouse.delta.api import EngineChoice
+from warehouse.delta.engine import DeltaEngine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -41,14 +41,12 @@ and maintenance (:mod:`~warehouse.delta.native_maintenance`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Unpack
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
 
 from common.errors import ConfigError, DeltaTableError
-from warehouse.delta.api import history_in_range
+from warehouse.delta.engine import EngineSettings, NewTable
 from warehouse.delta.native_jvm import JVM_ERRORS, jvm_message
 from warehouse.delta.native_maintenance import NativeMaintenance
 from warehouse.delta.native_replace import NativeReplaces
@@ -67,10 +65,7 @@ class NativeDeltaEngine(NativeReplaces, NativeMaintenance):
     def __init__(
         self,
         session: SparkSession,
-        *,
-        commit_guard: Callable[[], None] | None = None,
-        commit_metadata: Mapping[str, str] | None = None,
-        table_properties: Mapping[str, str] | None = None,
+        **settings: Unpack[EngineSettings],
     ) -> None:
         from delta.tables import DeltaTable as SparkDeltaTable
 
@@ -83,12 +78,7 @@ class NativeDeltaEngine(NativeReplaces, NativeMaintenance):
                 "engine)"
             )
         # This engine records commit_metadata in each commit's userMetadata JSON.
-        super().__init__(
-            session,
-            commit_guard=commit_guard,
-            commit_metadata=commit_metadata,
-            table_properties=table_properties,
-        )
+        super().__init__(session, **settings)
         self._tables = SparkDeltaTable
         # The snapshot caches (warehouse.delta.native_snapshots), empty.
         self._pinned = OrderedDict()
@@ -99,17 +89,11 @@ class NativeDeltaEngine(NativeReplaces, NativeMaintenance):
     def exists(self, path: str) -> bool:
         return bool(self._tables.isDeltaTable(self._spark, table_root(path)))
 
-    def _create(
-        self,
-        root: str,
-        schema: StructType,
-        partition_by: Sequence[str],
-        configuration: Mapping[str, str],
-    ) -> bool:
-        builder = self._tables.create(self._spark).location(root).addColumns(schema)
-        if partition_by:
-            builder = builder.partitionedBy(*partition_by)
-        for key, value in configuration.items():
+    def _create(self, root: str, table: NewTable) -> bool:
+        builder = self._tables.create(self._spark).location(root).addColumns(table.schema)
+        if table.partition_by:
+            builder = builder.partitionedBy(*table.partition_by)
+        for key, value in table.configuration.items():
             builder = builder.property(key, value)
         try:
             builder.execute()
@@ -121,10 +105,3 @@ class NativeDeltaEngine(NativeReplaces, NativeMaintenance):
 
     def _latest_version(self, root: str) -> int:
         return int(self._jsnapshot(root).version())
-
-    # ------------------------------------------------------------------ reads
-
-    def commit_infos(
-        self, path: str, after_version: int, to_version: int
-    ) -> list[tuple[int, Mapping[str, Any]]]:
-        return history_in_range(self, path, after_version, to_version)

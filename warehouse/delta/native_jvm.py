@@ -15,13 +15,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from common.errors import ConfigError, DeltaTableError, TableNotFoundError
-from warehouse.delta.engine_base import EngineBase
+from warehouse.delta.engine import DeltaEngine
 
 # What delta-spark and Spark raise through py4j: JVM errors, converted or not.
 JVM_ERRORS: tuple[type[Exception], ...] = (PySparkException, Py4JError)
 
 
-class NativeJvm(EngineBase[Any]):
+class NativeJvm(DeltaEngine[Any]):
     """The JVM access the native engine's parts share (the bottom of its layers)."""
 
     # delta-spark's Python DeltaTable class (imported with the engine, which checks the jars).

@@ -13,16 +13,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from common.errors import DeltaTableError
 from warehouse.delta.added_files import FileAction
-from warehouse.delta.api import COMMIT_VERSION, DataFile, Snapshot
-from warehouse.delta.engine_base import FileActions, RangeEnd
+from warehouse.delta.api import DataFile, Snapshot
+from warehouse.delta.engine import FileActions, RangeEnd
 from warehouse.delta.native_snapshots import NativeSnapshots
 from warehouse.delta.table_paths import table_root
 
@@ -76,19 +74,6 @@ class NativeReads(NativeSnapshots):
         wanted = F.col("path").isin([raw_paths[f.path] for f in files])
         adds = jsnap.allFiles().filter(wanted._jc).collectAsList()
         return self._files_frame(root, jsnap, adds).select(*columns)
-
-    def read_arrow(
-        self,
-        snapshot: Snapshot,
-        files: Sequence[DataFile] | None = None,
-        columns: Sequence[str] | None = None,
-        where: pc.Expression | None = None,
-    ) -> pa.Table:
-        """Through Spark (one job): delta-spark applies deletion vectors and column mapping;
-        ``where`` is applied to the collected rows."""
-        frame = self.read_files(snapshot, files)
-        table = frame.select(*(columns or frame.columns)).toArrow()
-        return table if where is None else table.filter(where)
 
     def _files_frame(self, root: str, jsnap: Any, adds: Any) -> DataFrame:
         """A DataFrame over exactly the AddFile actions ``adds`` (a Java list), read as of
@@ -168,28 +153,6 @@ class NativeReads(NativeSnapshots):
             .load(root)
         )
         return feed.select(*schema.fieldNames())
-
-    def rows_added_arrow(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int] = (),
-        with_version: bool = False,
-    ) -> pa.Table:
-        rows = self.rows_added(path, after_version, to_version, skip_versions)
-        return (rows if with_version else rows.drop(COMMIT_VERSION)).toArrow()
-
-    def count_rows_added(
-        self,
-        path: str,
-        after_version: int,
-        to_version: int,
-        skip_versions: Sequence[int] = (),
-    ) -> int | None:
-        """None: a file's live rows are its records minus its deletion vector's, which
-        only a read of the table tells apart here."""
-        return None
 
     def rows_by_version(
         self, path: str, after_version: int, to_version: int

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 from common.errors import DeltaTableError
 from common.sql_text import quoted_identifier, string_literal
 from warehouse.delta.api import AppTransaction, CommitOutcome, PartitionFilter, describe_filters
+from warehouse.delta.engine import ReplaceScope
 from warehouse.delta.native_writes import NativeWrites
 from warehouse.delta.partition_paths import delta_partition_literal
 from warehouse.delta.table_paths import table_root
@@ -25,16 +26,10 @@ from warehouse.delta.table_paths import table_root
 class NativeReplaces(NativeWrites):
     """Replace, overwrite and delete_partitions."""
 
-    def replace(
-        self,
-        path: str,
-        data: DataFrame | pa.Table,
-        where: Sequence[PartitionFilter],
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """``replaceWhere`` (any columns); rows outside ``where`` are refused by delta-spark,
-        which writes Arrow rows too (one Spark job)."""
-        root = table_root(path)
+    def _replace(self, root: str, data: DataFrame | pa.Table, scope: ReplaceScope) -> CommitOutcome:
+        """``replaceWhere`` (any columns); rows outside the predicate are refused by
+        delta-spark, which writes Arrow rows too (one Spark job)."""
+        where, txn = scope.where, scope.txn
         frame = self._table_frame(root, self._frame_of(data))
         if not where:
             raise DeltaTableError(f"replace on {root} needs a predicate; use overwrite instead")

@@ -7,14 +7,14 @@ table's columns); each call is one commit of :mod:`~warehouse.delta.native_commi
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import StructType
 
-from warehouse.delta.api import COMMIT_VERSION, AppTransaction, CommitOutcome
+from warehouse.delta.api import AppTransaction, CommitOutcome
+from warehouse.delta.engine import MergeOn, Txn
 from warehouse.delta.native_commits import NativeCommits
 from warehouse.delta.native_snapshots import logical_schema
 from warehouse.delta.schema import require_merge_source, require_same_schema
@@ -59,30 +59,9 @@ class NativeWrites(NativeCommits):
             lambda meta: self._writer(frame, txn, meta).mode("append").save(root),
         )
 
-    def append_rows_added(
-        self,
-        source: str,
-        after_version: int,
-        to_version: int,
-        target: str,
-        txn: AppTransaction | None = None,
-        skip_versions: Sequence[int] = (),
-        partition_by: Sequence[str] | None = None,
-    ) -> CommitOutcome:
-        """Reads the rows and appends them: delta-spark writes every file it commits."""
-        rows = self.rows_added(source, after_version, to_version, skip_versions)
-        return self.append(target, rows.drop(COMMIT_VERSION), txn, partition_by)
-
-    def merge(
-        self,
-        path: str,
-        source: DataFrame,
-        keys: Sequence[str],
-        delete_flag: str | None = None,
-        txn: AppTransaction | None = None,
-    ) -> CommitOutcome:
-        """Upsert ``source`` by ``keys``; rows whose ``delete_flag`` is true delete the match."""
-        root = table_root(path)
+    def _merge(self, root: str, source: DataFrame, on: MergeOn, txn: Txn) -> CommitOutcome:
+        """delta-spark's merge builder, the settings of ``txn`` around its one commit."""
+        keys, delete_flag = on.keys, on.delete_flag
         schema = self._schema(root)
         require_merge_source(root, schema, source, keys, delete_flag)
         values: dict[str, str | Column] = {c: f"s.`{c}`" for c in schema.fieldNames()}

@@ -33,7 +33,7 @@ from joins.ssbj.algorithm import (
     schedule,
 )
 from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
-from joins.ssbj.buckets import bucket_step
+from joins.ssbj.buckets import BucketStep, bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
 from joins.ssbj.roles import (
@@ -314,7 +314,7 @@ def test_the_arrow_bucket_step_equals_the_reference_step(seed: int, steps: int, 
         )
         arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
         deltas = BucketDeltas(cache="changes" if delta is not None else None)
-        result = bucket_step(table, layout, arrow_plan, deltas)
+        result = bucket_step(table, BucketStep(layout, arrow_plan, deltas))
 
         assert of_role(result, OUT, [*STREAM, *MASTER, VERSION]) == Counter(
             (*s, *(m if m is not None else (None,) * 3), v) for s, m, v in reference.output
@@ -379,7 +379,7 @@ def test_nan_and_signed_zero_join_values_meet_as_in_spark_and_duckdb() -> None:
         ]
     )
     arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
-    out = bucket_step(table, layout, arrow_plan, BucketDeltas())
+    out = bucket_step(table, BucketStep(layout, arrow_plan, BucketDeltas()))
     rows = out.filter(pc.equal(out.column(ROLE), OUT)).select([STREAM[0], MASTER[1]]).to_pylist()
     assert Counter((r[STREAM[0]], r[MASTER[1]]) for r in rows) == matched
     assert nan != nan  # the test data's NaNs really are distinct objects that compare unequal
@@ -424,7 +424,8 @@ def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> No
 
     def run(tracked: list[int] | None) -> pa.Table:
         return bucket_step(
-            table, layout, arrow_plan, BucketDeltas(), 4, None, tracked, SketchShape(2, 3, 64)
+            table,
+            BucketStep(layout, arrow_plan, BucketDeltas(), 4, None, tracked, SketchShape(2, 3, 64)),
         )
 
     exact, tracked = run(None), run([202])
@@ -486,7 +487,8 @@ def test_a_split_keys_owner_weighs_the_whole_of_its_waiting_tuples() -> None:
 
     def marked_in(owner: int) -> Counter[Row]:
         out = bucket_step(
-            table, layout, arrow_plan, BucketDeltas(), 4, {101: owner}, None, None, {101: 2}
+            table,
+            BucketStep(layout, arrow_plan, BucketDeltas(), 4, {101: owner}, None, None, {101: 2}),
         )
         return of_role(out, MARKED, [MASTER[0]])
 
@@ -511,8 +513,10 @@ def test_partition_rows_no_tuple_asks_for_change_nothing_in_a_bucket() -> None:
     asked = [(1, 0, 1.0), (2, 0, 2.0), (2, 1, 3.0)]
     unasked = [(4, 0, 4.0), (5, 0, 5.0), (5, 1, 6.0)]
     new = [(0, 1), (1, 2), (2, 2)]
-    alone = bucket_step(bucket(new, asked), layout, arrow_plan, BucketDeltas(), 4)
-    beside = bucket_step(bucket(new, asked + unasked), layout, arrow_plan, BucketDeltas(), 4)
+    alone = bucket_step(bucket(new, asked), BucketStep(layout, arrow_plan, BucketDeltas(), 4))
+    beside = bucket_step(
+        bucket(new, asked + unasked), BucketStep(layout, arrow_plan, BucketDeltas(), 4)
+    )
 
     assert Counter(map(tuple, (r.values() for r in beside.to_pylist()))) == Counter(
         map(tuple, (r.values() for r in alone.to_pylist()))
@@ -520,7 +524,7 @@ def test_partition_rows_no_tuple_asks_for_change_nothing_in_a_bucket() -> None:
     assert of_role(beside, OUT, [STREAM[0], MASTER[1]]) == Counter(
         {(0, 0): 1, (1, 0): 1, (1, 1): 1, (2, 0): 1, (2, 1): 1}
     )
-    only = bucket_step(bucket([], unasked), layout, arrow_plan, BucketDeltas(), 4)
+    only = bucket_step(bucket([], unasked), BucketStep(layout, arrow_plan, BucketDeltas(), 4))
     assert only.num_rows == 0 and only.schema == alone.schema
 
 

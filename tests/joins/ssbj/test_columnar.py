@@ -26,7 +26,7 @@ from joins.ssbj.bucket_decode import (
     partition_rows,
 )
 from joins.ssbj.bucket_encode import encode_result
-from joins.ssbj.buckets import bucket_step
+from joins.ssbj.buckets import BucketStep, bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import CycleState
 from joins.ssbj.columnar import columnar_result
@@ -158,7 +158,7 @@ def run_against_reference(case: Case) -> Compared:
             switch=None if reads.switch_from is None else "changes",
         )
         if tracked_keys is None:
-            reference = bucket_step(table, LAYOUT, arrow_plan, deltas, columnar=False)
+            reference = bucket_step(table, BucketStep(LAYOUT, arrow_plan, deltas), columnar=False)
         else:
             reference = reference_step(table, arrow_plan, tracked_keys, deltas)
         if deltas == BucketDeltas():
@@ -172,7 +172,7 @@ def run_against_reference(case: Case) -> Compared:
             columnar = columnar_result(table, shape, arrow_plan, table.schema, values_tracked)
             assert columnar is not None
             if tracked is None:
-                fast = bucket_step(table, LAYOUT, arrow_plan, deltas)
+                fast = bucket_step(table, BucketStep(LAYOUT, arrow_plan, deltas))
                 assert rows_of(fast) == rows_of(reference)
             assert rows_of(columnar) == rows_of(reference), f"step {step}"
             compared.steps += 1
@@ -308,8 +308,8 @@ def _one_step(table: pa.Table, layout: WideLayout = LAYOUT) -> tuple[pa.Table, p
     plan, _ = plan_for(1, 2, 1, 0, True, True, "paper", _pending_versions(table), {
         "cache_version": None, "switch_version": None}, True)  # fmt: skip
     plan = replace(plan, stream_key=layout.stream_key_positions)
-    fast = bucket_step(table, layout, plan, BucketDeltas())
-    return fast, bucket_step(table, layout, plan, BucketDeltas(), columnar=False)
+    fast = bucket_step(table, BucketStep(layout, plan, BucketDeltas()))
+    return fast, bucket_step(table, BucketStep(layout, plan, BucketDeltas()), columnar=False)
 
 
 def test_counters_handed_over_by_a_split_keys_replicas_are_merged_as_the_reference_does() -> None:
@@ -389,8 +389,8 @@ def test_a_value_whose_rows_were_not_seen_yet_stays_in_h_s_under_extrapolation(
     plan, _ = plan_for(4, 4, 5, 0, True, False, estimator, _pending_versions(table), control, True)
     assert plan.position.state is CycleState.SWITCHING and plan.position.starts_cycle
     plan = replace(plan, stream_key=LAYOUT.stream_key_positions)
-    fast = bucket_step(table, LAYOUT, plan, BucketDeltas())
-    reference = bucket_step(table, LAYOUT, plan, BucketDeltas(), columnar=False)
+    fast = bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()))
+    reference = bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()), columnar=False)
     assert rows_of(fast) == rows_of(reference)
     marked = {r[MASTER[0]] for r in fast.filter(pc.equal(fast.column(ROLE), MARKED)).to_pylist()}
     assert marked == ({2, 3} if estimator == "extrapolated" else {1, 2, 3})
