@@ -15,7 +15,7 @@ the other, the plain job's cost moved 23.8 -> 41.6 CPU s between two sessions):
 
 - ``stream``: ``enrich stream`` on a one-stage pipeline (SSBJ, k = ``--partitions``,
   inner join, a value-range suite, ``freshness.stream_within`` = the bound): its trigger
-  is derived from the bound (bound / (k + 2)) unless ``--trigger`` is given; every
+  is derived from the bound (bound / (k + 1)) unless ``--trigger`` is given; every
   micro-batch ingests, takes one SSBJ step and publishes to gold. A long-lived stream has
   a hot cache built by its history: before its measured process starts, a history of
   3k + 1 steps (each of a trigger's worth of tuples, landed every 3 s under a 3 s trigger)

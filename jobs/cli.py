@@ -376,7 +376,7 @@ def _service_commands(c: Commands) -> None:
         default=None,
         metavar="DURATION",
         help="a micro-batch at most this often (5s, 1m); default: the longest that keeps "
-        "every stage's freshness.stream_within (SSBJ: bound / (k + 2))",
+        "every stage's freshness.stream_within (SSBJ: bound / (k + 1))",
     )
     stream.add_argument(
         "--idle-stop",

@@ -15,11 +15,11 @@ the run's closing steps (:func:`due_before`). A late-master wait ``W`` holds a t
 ``W``, so it must fit the bound: ``W <= B * interval``.
 
 The continuous mode (``enrich stream``) keeps the same bound on a clock of its own: a
-micro-batch every trigger ``T`` takes one step of every stage, so a cold tuple that lands
-just after a micro-batch enters H_S at the next one (within ``2T`` when the stream was
-idle: the file query notices it, the clock steps it) and is answered ``k - 1`` steps
-later: within ``(k + 2) T``, publication included while a micro-batch is shorter than
-``T``. A stateless stage answers at its step: ``3 T``. :func:`stream_trigger` takes the
+micro-batch every trigger ``T`` lists the landing zones and takes one step of every stage,
+so a cold tuple that lands just after a micro-batch's listing enters H_S at the next one
+(within ``T``) and is answered ``k - 1`` steps later: within ``k T`` plus the last
+micro-batch's work, so within ``(k + 1) T`` while a micro-batch is shorter than ``T``. A
+stateless stage answers at its step: ``2 T``. :func:`stream_trigger` takes the
 longest ``T`` that keeps every stage's ``freshness.stream_within`` (or, unset, its
 ``complete_within``): the master is then read once per bound, as often as a plain join
 run once per bound reads it, while hot keys are answered a trigger after they land.
@@ -63,7 +63,7 @@ class Freshness(Strict):
         description=(
             "in the continuous mode (`enrich stream`): how long a tuple may wait from landing "
             "to gold, a duration (90s, 10m). The stream's trigger follows from it (SSBJ: "
-            "bound / (k + 2)). Unset: complete_within's duration"
+            "bound / (k + 1)). Unset: complete_within's duration"
         ),
     )
 
@@ -176,7 +176,7 @@ def check_late_wait(wait: timedelta, bound: FreshnessBound) -> None:
 @dataclass(frozen=True)
 class StreamNeed:
     """One stage's demand on the stream's trigger: answered within ``triggers`` triggers
-    (``k + 2`` for SSBJ, 3 for a stateless stage), bound ``bound``."""
+    (``k + 1`` for SSBJ, 2 for a stateless stage), bound ``bound``."""
 
     stage: str
     triggers: int
@@ -187,10 +187,9 @@ class StreamNeed:
         return self.bound / self.triggers
 
 
-STREAM_SLACK_TRIGGERS = 2
-"""Triggers a tuple may wait before its first step: one until the file query notices it,
-one until the clock steps it (when the stream was idle), the micro-batch's own work fitting
-in the last."""
+STREAM_SLACK_TRIGGERS = 1
+"""Triggers a tuple may wait beyond its stage's steps: until the clock's next listing sees
+its file, the last micro-batch's own work fitting in it."""
 
 
 def stream_need(stage: str, partitions: int | None, bound: timedelta) -> StreamNeed:

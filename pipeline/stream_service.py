@@ -1,23 +1,25 @@
 """The continuous mode (``enrich stream``): the pipeline as the stream SSBJ was made for.
 
-Structured Streaming drives it. One query per stream watches its landing zone (Spark's
-file source with the stream's declared schema): its micro-batch says that files landed.
-One more query, on Spark's rate source, is the clock: its micro-batch (``foreachBatch``
-under a processing-time trigger) runs one pipeline micro-step, under the pipeline lease, as
-a ledger run of its own, when files landed or a stage holds pending tuples:
+Structured Streaming drives it: one query on Spark's rate source is the clock. Its
+micro-batch (``foreachBatch`` under a processing-time trigger) lists the streams' landing
+zones and runs one pipeline micro-step, under the pipeline lease, as a ledger run of its
+own, when files landed since its last listing or a stage holds pending tuples:
 
-1. ingest what landed (the ledger loads each file once, whichever query saw it);
+1. ingest what landed (the ledger loads each file once);
 2. one step of every stage: an SSBJ stage takes one operator step without closing (its
    cycle advances a partition a step, so a tuple is answered within k steps, seconds
    apart, not k scheduled runs); a stateless stage joins what arrived;
 3. validate: audit and publish what was staged, and record the intervals' completeness.
 
-Only the clock steps: with the file queries stepping too, two queries firing on the same
-trigger took two steps where one was due, doubling the per-micro-batch cost (measured:
-61 micro-batches in 150 s at a 5 s trigger). The trigger follows from the stages'
-freshness (``pipeline.freshness.stream_trigger``): the longest that answers every tuple
-within its stage's stream bound, so the master is read about once per bound, as a plain
-join run once per bound reads it, while hot keys are answered a trigger after they land.
+Until session 49 one more query per stream (Spark's file source) said that files landed
+and the clock stepped at its next tick: a file that landed while the stream was idle
+waited up to two triggers before its first step, and each file query's micro-batch wrote
+its offset, commit and source logs a trigger. The clock's own listing (one directory
+listing, or one LIST on an object store, a trigger) lets a file wait one trigger at most.
+The trigger follows from the stages' freshness (``pipeline.freshness.stream_trigger``):
+the longest that answers every tuple within its stage's stream bound, so the master is read
+about once per bound, as a plain join run once per bound reads it, while hot keys are
+answered a trigger after they land.
 A clock tick does nothing unless files landed or a stage holds pending tuples (the first
 one of a process always runs). The scheduled run
 (``enrich run``, ``validate``) still closes each interval, as without the stream, and
@@ -43,9 +45,10 @@ from common.errors import ConfigError, EnrichmentError
 from pipeline.config import PipelineConfig
 from pipeline.context import PipelineContext
 from pipeline.freshness import StreamNeed, stream_need, stream_trigger
-from pipeline.schemas import declared_schema
 from pipeline.stage_config import EquiStage
 from warehouse.jvm_archive import DRIVER_OPTIONS
+from warehouse.landing_location import zone_for
+from warehouse.landing_zone import LandingZone
 from warehouse.spark import with_idle_heartbeat
 
 logger = logging.getLogger(__name__)
@@ -183,38 +186,29 @@ class StreamService:
         self._lock = threading.Lock()
         self._queries: list[StreamingQuery] = []
         self._stopping = threading.Event()
-        self._landed = threading.Event()  # a file query saw files since the last step
         self._busy = False  # a micro-step is under way
         self._first_tick = True
+        self._zones: dict[str, LandingZone] = {
+            name: zone_for(stream.landing, stream.format)
+            for name, stream in pipeline.config.streams.items()
+        }
+        # What the landing zones held at the last listing: (stream, path, size, mtime).
+        self._listed: frozenset[tuple[str, str, int, int]] = frozenset()
 
     # ------------------------------------------------------------------ the queries
 
     def start(self) -> None:
-        """Start one file query per stream and the clock query."""
+        """Start the clock query."""
         spark = self.pipeline.spark
         layout = self.pipeline.layout
         trigger = f"{self.settings.trigger_seconds:g} seconds"
         spark.streams.resetTerminated()  # an earlier stream's queries in this session ended
-        for name, stream in self.pipeline.config.streams.items():
-            reader = spark.readStream.schema(declared_schema(stream.columns))
-            if stream.format == "csv":
-                reader = reader.option("header", stream.csv_header).option(
-                    "sep", stream.csv_delimiter
-                )
-            source = reader.format(stream.format).load(stream.landing)
-            self._queries.append(
-                source.writeStream.queryName(f"enrich_{name}")
-                .option("checkpointLocation", layout.stream_checkpoint(name))
-                .trigger(processingTime=trigger)
-                .foreachBatch(self._handler(f"stream-{name}", files=True))
-                .start()
-            )
         clock = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
         self._queries.append(
             clock.writeStream.queryName("enrich_clock")
             .option("checkpointLocation", layout.stream_checkpoint(CLOCK))
             .trigger(processingTime=trigger)
-            .foreachBatch(self._handler("stream-clock", files=False))
+            .foreachBatch(self._handler("stream-clock"))
             .start()
         )
         logger.info(
@@ -271,22 +265,15 @@ class StreamService:
 
     # ------------------------------------------------------------------ a micro-batch
 
-    def _handler(self, prefix: str, files: bool) -> Callable[[DataFrame, int], None]:
+    def _handler(self, prefix: str) -> Callable[[DataFrame, int], None]:
         def handle(batch: DataFrame, batch_id: int) -> None:
-            if files:
-                # The file query's rows are not read here: the clock's micro-step ingests
-                # the landed files itself, through the ledger, with its quarantine and
-                # re-send rules.
-                self._landed.set()
-                return
             while not self._lock.acquire(timeout=0.2):
                 if self._stopping.is_set():
                     return
             try:
                 if self._stopping.is_set():
                     return
-                landed = self._landed.is_set()
-                self._landed.clear()  # what lands from now on, the next tick takes
+                landed = self._files_landed()
                 if not landed and not self._work_pending():
                     self.stats.ticks_skipped += 1
                     return
@@ -298,11 +285,23 @@ class StreamService:
 
         return handle
 
+    def _files_landed(self) -> bool:
+        """Whether a landing zone lists a file, or a size or time, its last listing did
+        not; the micro-step's ingest then takes what landed (through the ledger, with its
+        quarantine and re-send rules) and what lands after this listing, the next tick."""
+        listed = frozenset(
+            (name, entry.path, entry.size_bytes, entry.mtime_ns)
+            for name, zone in self._zones.items()
+            for entry in zone.scan()[0]
+        )
+        landed = bool(listed - self._listed)
+        self._listed = listed
+        return landed
+
     def _work_pending(self) -> bool:
         """A stage's step is due without new files (``StageDriver.work_due``: SSBJ's H_S,
         a half-done step, late tuples whose master moved); or this is the process's first
-        tick, which ingests what the file queries will not show again (a file whose
-        micro-batch was skipped while the last stream stopped)."""
+        tick, which ingests what landed while no stream ran."""
         if self._first_tick:
             self._first_tick = False
             return True

@@ -195,21 +195,21 @@ def test_a_stream_bound_that_is_no_duration_is_refused_naming_the_key(text: str)
     assert text in str(raised.value)
 
 
-def test_the_derived_trigger_lets_an_ssbj_tuple_wait_k_plus_two_triggers() -> None:
-    ssbj = stream_need("e", 8, timedelta(minutes=10))
+def test_the_derived_trigger_lets_an_ssbj_tuple_wait_k_plus_one_triggers() -> None:
+    ssbj = stream_need("e", 9, timedelta(minutes=10))
     assert ssbj.triggers == 10
     assert stream_trigger([ssbj]) == timedelta(minutes=1)
-    plain = stream_need("p", None, timedelta(minutes=3))
-    assert plain.triggers == 3
+    plain = stream_need("p", None, timedelta(minutes=2))
+    assert plain.triggers == 2
     # The tightest stage decides.
     assert stream_trigger([ssbj, plain]) == timedelta(minutes=1)
-    assert stream_trigger([ssbj, stream_need("q", None, timedelta(seconds=90))]) == timedelta(
+    assert stream_trigger([ssbj, stream_need("q", None, timedelta(seconds=60))]) == timedelta(
         seconds=30
     )
 
 
 def test_a_given_trigger_that_cannot_keep_a_bound_is_refused_naming_the_numbers() -> None:
-    needs = [stream_need("fast", 8, timedelta(minutes=10))]
+    needs = [stream_need("fast", 9, timedelta(minutes=10))]
     assert stream_trigger(needs, timedelta(seconds=45)) == timedelta(seconds=45)
     with pytest.raises(ValueError) as raised:
         stream_trigger(needs, timedelta(minutes=2))

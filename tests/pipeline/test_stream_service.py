@@ -94,12 +94,12 @@ def test_the_trigger_follows_from_every_stage_s_stream_bound() -> None:
     plain = dict(ssbj["stages"][0], name="p", output="o2", operator={"mode": "baseline"})
     plain["freshness"] = {"complete_within": "1 interval", "stream_within": "90s"}
     config = parse_config(ssbj)
-    # auto may run SSBJ: it needs its R-cycle of k = 4 steps, plus two triggers.
-    assert [(n.stage, n.triggers) for n in stream_needs(config)] == [("e", 6)]
-    assert resolve_trigger(config, None) == timedelta(minutes=2)
+    # auto may run SSBJ: it needs its R-cycle of k = 4 steps, plus one trigger.
+    assert [(n.stage, n.triggers) for n in stream_needs(config)] == [("e", 5)]
+    assert resolve_trigger(config, None) == timedelta(seconds=144)
     both = parse_config(ssbj | {"stages": [*ssbj["stages"], plain]})
-    assert [(n.stage, n.triggers) for n in stream_needs(both)] == [("e", 6), ("p", 3)]
-    assert resolve_trigger(both, None) == timedelta(seconds=30)
+    assert [(n.stage, n.triggers) for n in stream_needs(both)] == [("e", 5), ("p", 2)]
+    assert resolve_trigger(both, None) == timedelta(seconds=45)
     assert resolve_trigger(both, timedelta(seconds=20)) == timedelta(seconds=20)
     with pytest.raises(ConfigError) as raised:
         resolve_trigger(both, timedelta(minutes=1))
