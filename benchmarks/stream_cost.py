@@ -65,6 +65,7 @@ import yaml
 
 from benchmarks.interval_cost import partsupp_master
 from benchmarks.revision import short_commit
+from pipeline.freshness import stream_need, stream_trigger
 
 REPO = Path(__file__).resolve().parent.parent
 logger = logging.getLogger("stream_cost")
@@ -91,7 +92,8 @@ class Shape:
             from common.durations import parse_duration
 
             return parse_duration(self.trigger).total_seconds()
-        return self.bound / (self.partitions + 2)
+        need = stream_need("stream", self.partitions, timedelta(seconds=self.bound))
+        return stream_trigger([need]).total_seconds()
 
     @property
     def files(self) -> int:
@@ -439,7 +441,7 @@ def report(shape: Shape, results: list[tuple[ModeResult, np.ndarray]], commit: s
         f"Commit {commit}; {shape.files} files of {shape.tuples:,} Zipf(1) tuples, one every "
         f"{shape.every:g} s for {shape.minutes:g} min, against TPC-H SF{shape.scale:g} "
         f"partsupp; bound {shape.bound:g} s; stream trigger {shape.stream_trigger:g} s"
-        f"{' (given)' if shape.trigger else ' (derived: bound / (k + 2))'}, k = "
+        f"{' (given)' if shape.trigger else ' (derived: bound / (k + 1))'}, k = "
         f"{shape.partitions}; the stream's history: {3 * shape.partitions + 1} steps.",
         "",
         "| mode | tuple wait p50 / p99 / max (s) | within bound | CPU s to last answer "

@@ -324,6 +324,11 @@ def test_replace_predicates_and_rows_outside_them(
         engine.replace(path, data, [PartitionFilter("label", "=", "b")])
     assert engine.snapshot(path).version == 1
 
+    # No predicate is no replace (overwrite is the call for the whole table).
+    with pytest.raises(DeltaTableError, match="needs a predicate"):
+        engine.replace(path, data, [])
+    assert engine.snapshot(path).version == 1
+
     by_data_column = [PartitionFilter("id", "=", 1)]
     if engine.name == "embedded":
         # A file-list engine can replace only whole partitions.
