@@ -11,11 +11,10 @@ own, when files landed since its last listing or a stage holds pending tuples:
    apart, not k scheduled runs); a stateless stage joins what arrived;
 3. validate: audit and publish what was staged, and record the intervals' completeness.
 
-Until session 49 one more query per stream (Spark's file source) said that files landed
-and the clock stepped at its next tick: a file that landed while the stream was idle
-waited up to two triggers before its first step, and each file query's micro-batch wrote
-its offset, commit and source logs a trigger. The clock's own listing (one directory
-listing, or one LIST on an object store, a trigger) lets a file wait one trigger at most.
+The clock lists the zones itself (one directory listing, or one LIST on an object store, a
+trigger) rather than a Spark file query per stream saying that files landed: a file then
+waits one trigger at most before its first step, not one tick of each query, and no query
+writes offset, commit and source logs a trigger (BENCHMARKS.md section 1, session 49).
 The trigger follows from the stages' freshness (``pipeline.freshness.stream_trigger``):
 the longest that answers every tuple within its stage's stream bound, so the master is read
 about once per bound, as a plain join run once per bound reads it, while hot keys are
