@@ -184,10 +184,10 @@ def build_config(
                 "event_time": "ts",
                 "id_column": "sid",
                 "columns": [
-                    {"name": "sid", "type": "bigint", "nullable": False},
-                    {"name": spec.stream_key, "type": "bigint"},
-                    {"name": "payload", "type": "double"},
-                    {"name": "ts", "type": "timestamp", "nullable": False},
+                    "sid bigint not null",
+                    f"{spec.stream_key} bigint",
+                    "payload double",
+                    "ts timestamp not null",
                 ],
             }
         },

@@ -170,10 +170,10 @@ def pipeline_config(root: Path, shape: Shape) -> dict[str, Any]:
                 "event_time": "event_time",
                 "id_column": "l_id",
                 "columns": [
-                    {"name": "l_id", "type": "bigint", "nullable": False},
-                    {"name": "l_partkey", "type": "bigint"},
-                    {"name": "l_quantity", "type": "double"},
-                    {"name": "event_time", "type": "timestamp", "nullable": False},
+                    "l_id bigint not null",
+                    "l_partkey bigint",
+                    "l_quantity double",
+                    "event_time timestamp not null",
                 ],
             }
         },

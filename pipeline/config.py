@@ -68,6 +68,9 @@ SIMPLE_TYPES = (
     "timestamp",
 )
 DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+# A column in one string: its name, its type (a decimal's "p, s" may hold a space) and an
+# optional "not null", case as written.
+COLUMN_TEXT = re.compile(r"^(\S+)\s+(decimal\s*\([^)]*\)|\S+)(\s+not\s+null)?$", re.IGNORECASE)
 # "$${" (a literal "${"), "${NAME}", "${NAME:-default}", or a "${" that starts no valid
 # reference.
 ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
@@ -76,9 +79,26 @@ STATE_STORE_ENV = "ENRICH_STATE_STORE"
 
 
 class ColumnSpec(Strict):
+    """A stream column: ``{name, type, nullable}``, or the same in one string as SQL writes
+    it, ``"id bigint not null"``."""
+
     name: Identifier
     type: str
     nullable: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        found = COLUMN_TEXT.match(value.strip())
+        if found is None:
+            raise ValueError(
+                f"column {value!r}: expected 'NAME TYPE' or 'NAME TYPE not null' "
+                "(or a mapping {name, type, nullable})"
+            )
+        name, column_type, not_null = found.groups()
+        return {"name": name, "type": column_type, "nullable": not_null is None}
 
     @field_validator("type")
     @classmethod

@@ -65,11 +65,7 @@ def tiny_pipeline(root: Path, key: str, key_type: str) -> dict[str, Any]:
                 "format": "json",
                 "event_time": "ts",
                 "id_column": "id",
-                "columns": [
-                    {"name": "id", "type": "bigint", "nullable": False},
-                    {"name": key, "type": key_type},
-                    {"name": "ts", "type": "timestamp", "nullable": False},
-                ],
+                "columns": ["id bigint not null", f"{key} {key_type}", "ts timestamp not null"],
             }
         },
     }

@@ -217,33 +217,24 @@ class _StreamIngest:
             )
         elif read.bad_utf8_at is not None:
             status, error = REJECTED, self._not_utf8(entry, read)
-        if known is None:
-            row = self.store.register_landing_file(
-                self.source.name,
-                path,
-                read.size_bytes,
-                read.sha256,
-                self.run_id,
-                status=status,
-                error=error,
-                etag=read.etag,
-            )
-        else:
+        if known is not None:
             logger.info(
                 "%s has new content since it was %s (ledger id %d); registering it again",
                 path,
                 known.status,
                 known.id,
             )
-            row = self.store.reregister_landing_file(
-                known.id,
-                read.size_bytes,
-                read.sha256,
-                self.run_id,
-                status=status,
-                error=error,
-                etag=read.etag,
-            )
+        row = self.store.register_landing_file(
+            self.source.name,
+            path,
+            read.size_bytes,
+            read.sha256,
+            self.run_id,
+            status=status,
+            error=error,
+            etag=read.etag,
+            replaces=None if known is None else known.id,
+        )
         if status == DUPLICATE:
             logger.warning("%s", error)
             self.log.report.files_skipped += 1

@@ -57,48 +57,44 @@ class LandingLedger(StoreSessions):
         status: str = "registered",
         error: str | None = None,
         etag: str | None = None,
+        replaces: int | None = None,
     ) -> LandingFile:
         """Add a file to the ledger; a file that is never to load is recorded final at once.
-        ``etag``: an object's ETag, of the very bytes whose ``sha256`` this is."""
-        with self._session() as session:
-            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error, etag)
-            session.add(row)
-            session.flush()
-            return row
+        ``etag``: an object's ETag, of the very bytes whose ``sha256`` this is.
 
-    def reregister_landing_file(
-        self,
-        file_id: int,
-        size_bytes: int,
-        sha256: str,
-        run_id: str,
-        *,
-        status: str = "registered",
-        error: str | None = None,
-        etag: str | None = None,
-    ) -> LandingFile:
-        """Replace a never-loaded ledger row by a new row for the file's new content (and
-        ``etag``, as :meth:`register_landing_file`).
-
-        The new row gets a fresh id, greater than every id used so far: ingestion commits
-        under the id as a Delta app-transaction version, and Delta skips a version at or
-        below the last one it recorded. The old row's path is moved aside before the insert
-        (the (stream, path) key must stay unique) so that SQLite, which numbers a new row
-        max(id) + 1, cannot hand the old id out again; then the old row is deleted. All in
-        one transaction, so the moved-aside path is never seen.
+        ``replaces``: the id of the path's never-loaded row, replaced by this row for the
+        file's new content. The new row gets a fresh id, greater than every id used so far:
+        ingestion commits under the id as a Delta app-transaction version, and Delta skips a
+        version at or below the last one it recorded. The old row's path is moved aside
+        before the insert (the (stream, path) key must stay unique) so that SQLite, which
+        numbers a new row max(id) + 1, cannot hand the old id out again; then the old row is
+        deleted. All in one transaction, so the moved-aside path is never seen.
         """
         with self._session() as session:
-            old = session.get(LandingFile, file_id)
-            if old is None:
-                raise StateStoreError(f"no landing file with id {file_id}")
-            stream, path = old.stream, old.path
-            old.path = f"{path} (ledger id {old.id}, being replaced)"
-            session.flush()
-            row = _landing_row(stream, path, size_bytes, sha256, run_id, status, error, etag)
+            old = None if replaces is None else session.get(LandingFile, replaces)
+            if replaces is not None:
+                if old is None or (old.stream, old.path) != (stream, path):
+                    raise StateStoreError(
+                        f"no landing file with id {replaces} at {stream}:{path} to replace"
+                    )
+                old.path = f"{path} (ledger id {old.id}, being replaced)"
+                session.flush()
+            row = LandingFile(
+                stream=stream,
+                path=path,
+                size_bytes=size_bytes,
+                sha256=sha256,
+                etag=etag,
+                run_id=run_id,
+                status=status,
+                error=error,
+                finished_at=None if status == "registered" else utcnow(),
+            )
             session.add(row)
             session.flush()
-            session.delete(old)
-            session.flush()
+            if old is not None:
+                session.delete(old)
+                session.flush()
             return row
 
     def landing_file_with_digest(
@@ -131,30 +127,6 @@ class LandingLedger(StoreSessions):
             if status is not None:
                 query = query.where(LandingFile.status == status)
             return list(session.scalars(query.order_by(LandingFile.id)))
-
-
-def _landing_row(
-    stream: str,
-    path: str,
-    size_bytes: int,
-    sha256: str,
-    run_id: str,
-    status: str,
-    error: str | None,
-    etag: str | None = None,
-) -> LandingFile:
-    """A new ledger row; a file that is never to load is recorded as finished at once."""
-    return LandingFile(
-        stream=stream,
-        path=path,
-        size_bytes=size_bytes,
-        sha256=sha256,
-        etag=etag,
-        run_id=run_id,
-        status=status,
-        error=error,
-        finished_at=None if status == "registered" else utcnow(),
-    )
 
 
 def rejected_files_in_place(store: LandingLedger, stream: str) -> list[LandingFile]:

@@ -7,22 +7,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from joins.ssbj.algorithm import StepCounts
 
-@dataclass
-class SsbjStepReport:
-    """One SSBJ step's counts, sizes and timings."""
+
+@dataclass(kw_only=True)
+class SsbjStepReport(StepCounts):
+    """One SSBJ step's counts (Algorithm 1's, summed over the buckets), sizes and timings."""
 
     stage: str
     step: int
-    tuples_in: int = 0
-    cache_hits: int = 0
-    cache_hits_unmatched: int = 0
-    entered_pending: int = 0
-    expired: int = 0
-    output_rows: int = 0
-    pending_rows: int = 0
     pending_bytes: int = 0
-    cache_rows: int = 0
     cache_bytes: int = 0
     master_bytes_read: int = 0
     master_rows_read: int = 0  # b of Eq. 1-2: the rows of the master partition scanned
@@ -42,16 +36,10 @@ class SsbjStepReport:
     moved_tuples: int = 0  # migration volume: state rows of the moved keys
     routed_keys: int = 0  # keys away from their home bucket in the next step's routing
     split_keys: int = 0  # hot keys spread over several buckets in the next step's routing
-    counter_rows: int = 0  # join values with counters in the state after the step
-    switch_rows: int = 0  # master rows s_B holds after the step (H_R's at the next phase-out)
     tracked_keys: int = 0  # key_counts: sketch: the values the step counted (0 for exact)
     sketch_bytes: int = 0  # key_counts: sketch: the merged sketch's size
-    # Tuples that met no master row and wait for a newer version (``joins.ssbj.late``).
-    # Of the counts above (``tuples_in`` excepted, which counts the step's new input only),
-    # these many returned from the late rows; then how many answered from H_R, unmatched.
-    returned: int = 0
-    returned_hits: int = 0
-    returned_hits_unmatched: int = 0
+    # Tuples that met no master row and wait for a newer version (``joins.ssbj.late``);
+    # ``tuples_in`` counts the step's new input only, not the ``returned`` ones.
     late_waits: bool = False  # the stage keeps such tuples (``operator.late_master``)
     late_entered: int = 0  # new input that met no row and waits
     late_answered: int = 0  # tuples that had waited, answered this step

@@ -220,8 +220,8 @@ class SsbjStage:
         version = plan.master_version
         master = self.engine.snapshot(w.master_path, version)
         report = SsbjStepReport(
-            self.stage.name,
-            step,
+            stage=self.stage.name,
+            step=step,
             master_version=version,
             state=position.state.value,
             memory_bytes=self.params.memory_bytes,

@@ -26,11 +26,7 @@ VALID: dict[str, Any] = {
             "format": "json",
             "event_time": "ts",
             "id_column": "id",
-            "columns": [
-                {"name": "id", "type": "bigint", "nullable": False},
-                {"name": "k", "type": "bigint"},
-                {"name": "ts", "type": "timestamp"},
-            ],
+            "columns": ["id bigint not null", "k bigint", "ts timestamp"],
         }
     },
     "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "mv"]}},
@@ -75,7 +71,18 @@ def test_valid_config_parses() -> None:
             "xml",
             "streams.orders.format: Input should be 'json', 'csv' or 'parquet'",
         ),
-        ("streams.orders.columns.1.type", "bignum", "unknown column type 'bignum'"),
+        ("streams.orders.columns.1", "k bignum", "unknown column type 'bignum'"),
+        (
+            "streams.orders.columns.1",
+            {"name": "k", "type": "bignum"},
+            "streams.orders.columns.1.type: unknown column type 'bignum'",
+        ),
+        (
+            "streams.orders.columns.1",
+            "k",
+            "streams.orders.columns.1: column 'k': expected 'NAME TYPE' or 'NAME TYPE not null'",
+        ),
+        ("streams.orders.columns.1", "k bigint null", "column 'k bigint null': expected"),
         ("streams.orders.event_time", "nope", "event_time: column 'nope' is not declared"),
         ("streams.orders.event_time", "k", "must be a timestamp, is bigint"),
         ("stages.0.input", "ordrs", "stages.0.input: unknown table 'ordrs'"),
@@ -121,6 +128,21 @@ def test_bad_values_name_the_key(path: str, value: Any, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(mutated(path, value))
     assert message in str(info.value)
+
+
+def test_a_column_in_one_string_is_the_mapping_it_abbreviates() -> None:
+    spelled_out = mutated(
+        "streams.orders.columns",
+        [
+            {"name": "id", "type": "bigint", "nullable": False},
+            {"name": "k", "type": "bigint"},
+            {"name": "ts", "type": "timestamp"},
+        ],
+    )
+    assert parse_config(spelled_out) == parse_config(VALID)
+    price = parse_config(mutated("streams.orders.columns.1", "k  Decimal(10, 2)  NOT NULL"))
+    column = price.streams["orders"].columns[1]
+    assert (column.name, column.type, column.nullable) == ("k", "decimal(10, 2)", False)
 
 
 def with_theta_stage(predicate: dict[str, Any], **extra: Any) -> dict[str, Any]:

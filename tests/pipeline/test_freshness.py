@@ -37,11 +37,7 @@ def _config(stage: dict[str, Any], interval: str = "1h") -> dict[str, Any]:
                 "format": "json",
                 "event_time": "t",
                 "id_column": "id",
-                "columns": [
-                    {"name": "id", "type": "bigint"},
-                    {"name": "k", "type": "bigint"},
-                    {"name": "t", "type": "timestamp"},
-                ],
+                "columns": ["id bigint", "k bigint", "t timestamp"],
             }
         },
         "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "v"]}},

@@ -271,12 +271,7 @@ def config(
                 "format": "json",
                 "event_time": "ts",
                 "id_column": "id",
-                "columns": [
-                    {"name": "id", "type": "bigint", "nullable": False},
-                    {"name": "k", "type": "bigint"},
-                    {"name": "v", "type": "string"},
-                    {"name": "ts", "type": "timestamp", "nullable": False},
-                ],
+                "columns": ["id bigint not null", "k bigint", "v string", "ts timestamp not null"],
             }
         },
         "masters": {

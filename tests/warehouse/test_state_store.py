@@ -23,6 +23,7 @@ from warehouse.state_completeness import IntervalRecord
 from warehouse.state_metrics import StepMetricValues
 from warehouse.state_schema import SCHEMA_VERSION
 from warehouse.state_store import StateStore
+from warehouse.state_tables import REJECTED
 
 
 @pytest.fixture
@@ -52,6 +53,22 @@ def test_landing_file_is_registered_once(store: StateStore) -> None:
         store.register_landing_file("orders", "/l/a.json", 10, "ab" * 32, "r1")
     found = store.landing_file("orders", "/l/a.json")
     assert found is not None and (found.status, found.records_loaded) == ("loaded", 3)
+
+
+def test_new_content_under_a_never_loaded_name_replaces_its_row_under_a_fresh_id(
+    store: StateStore,
+) -> None:
+    store.start_run("r1", "ingest")
+    old = store.register_landing_file("s", "/l/a.json", 10, "ab" * 32, "r1", status=REJECTED)
+    later = store.register_landing_file("s", "/l/b.json", 10, "cd" * 32, "r1")
+    with pytest.raises(StateStoreError, match=r"no landing file with id \d+ at s:/l/b.json"):
+        store.register_landing_file("s", "/l/b.json", 5, "ef" * 32, "r1", replaces=old.id)
+    new = store.register_landing_file("s", "/l/a.json", 5, "ef" * 32, "r1", replaces=old.id)
+    assert new.id > later.id  # Delta skips an app-transaction version it has seen
+    assert [(r.path, r.id, r.sha256) for r in store.landing_files("s")] == [
+        ("/l/b.json", later.id, "cd" * 32),
+        ("/l/a.json", new.id, "ef" * 32),
+    ]
 
 
 @pytest.mark.parametrize("per_query", [1, 500])
