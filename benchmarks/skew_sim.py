@@ -52,7 +52,7 @@ from benchmarks.makespan import job_makespan
 from benchmarks.standalone import free_port, standalone_cluster
 from demo.data import ZipfSampler, generate_tpch
 from joins import baseline
-from joins.theta.adsp.join import join_routed, key_spec, numeric, route
+from joins.theta.adsp.join import RoutedSides, join_routed, key_spec, numeric, route
 from joins.theta.predicate import ThetaPredicate
 from joins.theta.stats import plan_from_samples, theta_samples
 from warehouse.spark import SparkSettings, build_session
@@ -144,7 +144,8 @@ def run(
         r_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
         routed_s = route(stream, s_key, plan.stream, plan, "stream", 64)
         routed_r = route(master, r_key, plan.master, plan, "master", 64)
-        joined = join_routed(routed_s, routed_r, predicate, stream.schema, master.schema)
+        sides = RoutedSides(routed_s, routed_r, stream.schema, master.schema)
+        joined = join_routed(sides, predicate)
     if sink is None:
         rows = joined.count()
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -23,14 +23,14 @@ class JobArgs:
     command: str
     config: Path
     run_id: str
-    start: datetime | None
-    end: datetime | None
-    stage: str | None
-    as_json: bool
-    scale: float
-    intervals: int
-    zipf: float
-    out: Path | None
+    start: datetime | None = None
+    end: datetime | None = None
+    stage: str | None = None
+    as_json: bool = False
+    scale: float = 0.01
+    intervals: int = 3
+    zipf: float = 0.0
+    out: Path | None = None
     fail_on_unresolved: bool = False
     publish: bool = False
     retention_hours: float | None = None
@@ -49,6 +49,11 @@ class JobArgs:
     trigger: str | None = None
     idle_stop: float | None = None
     max_seconds: float | None = None
+
+
+# The JobArgs fields whose option (argparse's ``dest``) has another name; a field whose
+# option the command lacks keeps its default.
+OPTION_OF = {"stage": "name", "as_json": "json", "wait_seconds": "wait", "via_worker": "worker"}
 
 
 def _at_least_one(text: str) -> int:
@@ -401,36 +406,14 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
     if ns.command == "backfill" and ns.start >= ns.end:
         raise ConfigError(f"backfill: --start {ns.start} must be before --end {ns.end}")
     run_id = getattr(ns, "run_id", None) or f"{ns.command}__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+    given = vars(ns)
     args = JobArgs(
-        command=ns.command,
-        config=ns.config,
         run_id=run_id,
-        start=getattr(ns, "start", None),
-        end=getattr(ns, "end", None),
-        stage=getattr(ns, "name", None),
-        as_json=getattr(ns, "json", False),
-        scale=getattr(ns, "scale", 0.01),
-        intervals=getattr(ns, "intervals", 3),
-        zipf=getattr(ns, "zipf", 0.0),
-        out=getattr(ns, "out", None),
-        fail_on_unresolved=getattr(ns, "fail_on_unresolved", False),
-        publish=getattr(ns, "publish", False),
-        retention_hours=getattr(ns, "retention_hours", None),
-        wait_seconds=ns.wait,
-        master=ns.master,
-        host=getattr(ns, "host", None),
-        port=getattr(ns, "port", None),
-        log=getattr(ns, "log", None),
-        steps=getattr(ns, "steps", None),
-        drain=getattr(ns, "drain", False),
-        via_worker=ns.worker,
-        socket=getattr(ns, "socket", None),
-        idle_timeout=getattr(ns, "idle_timeout", None),
-        max_commands=getattr(ns, "max_commands", None),
-        stop=getattr(ns, "stop", False),
-        trigger=getattr(ns, "trigger", None),
-        idle_stop=getattr(ns, "idle_stop", None),
-        max_seconds=getattr(ns, "max_seconds", None),
+        **{
+            field.name: given[OPTION_OF.get(field.name, field.name)]
+            for field in fields(JobArgs)
+            if OPTION_OF.get(field.name, field.name) in given and field.name != "run_id"
+        },
     )
     if args.via_worker and args.command in ("worker", "spark-server", "stream"):
         raise ConfigError(f"--worker runs pipeline commands; `{args.command}` runs on its own")

@@ -45,7 +45,15 @@ from joins.theta.adsp.adapt import (
     task_loads,
     task_ranges,
 )
-from joins.theta.adsp.join import TASK, flag_matches, join_routed, key_spec, numeric, route
+from joins.theta.adsp.join import (
+    TASK,
+    RoutedSides,
+    flag_matches,
+    join_routed,
+    key_spec,
+    numeric,
+    route,
+)
 from joins.theta.adsp.migrated_rows import migrated_rows
 from joins.theta.adsp.migration import Ranges, TaskRanges, migration_plan, task_mapping
 from joins.theta.adsp.plan import ThetaPlan, ValueRange, plan_from_dict, plan_theta, plan_to_dict
@@ -59,7 +67,7 @@ from joins.theta.stats import (
 )
 from pipeline.adsp_layout_state import LayoutMigration, LayoutState
 from pipeline.maintenance import only_maintenance_since
-from pipeline.pins import adsp_holder, union_pins
+from pipeline.pins import PinHolder, union_pins
 from pipeline.row_bytes import measured_row_bytes
 from pipeline.stage_config import ThetaStage
 from warehouse.delta import DeltaEngine, PartitionFilter, Snapshot
@@ -138,7 +146,8 @@ class AdspLayoutStage:
             .withColumn(version, F.lit(master.version).cast("bigint"))
         )
         master_schema = layout.drop(TASK).schema
-        matched = join_routed(routed_stream, layout, self.predicate, stream.schema, master_schema)
+        sides = RoutedSides(routed_stream, layout, stream.schema, master_schema)
+        matched = join_routed(sides, self.predicate)
         return flag_matches(stream, matched, master_schema, row_id), report
 
     # ------------------------------------------------------------------ decisions
@@ -379,7 +388,7 @@ class AdspLayoutStage:
         self.store.save_operator_state(
             self.stage.name,
             layout.in_operator_state(state),
-            pins=(adsp_holder(self.stage.name), pins),
+            pins=(PinHolder.ADSP.of(self.stage.name), pins),
         )
 
 

@@ -18,7 +18,7 @@ from common.errors import BackfillIncompleteError, StateStoreError
 from common.stored_object import Stored
 from pipeline.audit_batch import QUARANTINED
 from pipeline.layout import WarehouseLayout
-from pipeline.pins import audit_holder, audit_pins
+from pipeline.pins import PinHolder, audit_pins
 from warehouse.state_store import StateStore
 
 
@@ -44,15 +44,26 @@ class AuditRecord(Stored):
 
 
 @dataclass(frozen=True)
-class AuditIntent(Stored):
+class AuditedBatch(Stored):
+    """A batch of silver versions (after, to] an audit of ``run_id`` decided on, and the
+    expectations it failed."""
+
+    run_id: str
+    batch: Sequence[int]
+    failures: Sequence[str]
+
+    @property
+    def versions(self) -> tuple[int, int]:
+        return int(self.batch[0]), int(self.batch[1])
+
+
+@dataclass(frozen=True)
+class AuditIntent(AuditedBatch):
     """A decided audit, saved before its publish commit: the batch, the decision and what
     the audit will record (:meth:`AuditState.recorded`)."""
 
-    run_id: str
-    batch: Sequence[int]  # (after, to]: silver versions
     action: str
     rows: int
-    failures: Sequence[str]
     interval: Sequence[str] | None  # a backfill's [start, end) (ISO), None for a live batch
     record: AuditRecord
     expectations_evaluated: int
@@ -74,32 +85,18 @@ class AuditIntent(Stored):
     def from_dict(cls, raw: Mapping[str, Any]) -> AuditIntent:
         return cls._read(raw, record=AuditRecord._read(raw.get("record") or {}))
 
-    @property
-    def versions(self) -> tuple[int, int]:
-        return int(self.batch[0]), int(self.batch[1])
-
 
 @dataclass(frozen=True)
-class LastDecision(Stored):
+class LastDecision(AuditedBatch):
     """The last audit's decision of a table, as the state records it."""
 
-    run_id: str
-    batch: Sequence[int]
     action: str
-    failures: Sequence[str]
-
-    @property
-    def versions(self) -> tuple[int, int]:
-        return int(self.batch[0]), int(self.batch[1])
 
 
 @dataclass(frozen=True)
-class QuarantinedBatch(Stored):
+class QuarantinedBatch(AuditedBatch):
     """A batch an audit quarantined, until someone resolves it."""
 
-    run_id: str
-    batch: Sequence[int]
-    failures: Sequence[str]
     resolved: bool = False
     resolution: str | None = None  # "published" or "acknowledged", once resolved
 
@@ -226,7 +223,7 @@ def save_state(store: StateStore, layout: WarehouseLayout, table: str, state: Au
     in one transaction: never a saved state whose versions a vacuum could delete."""
     stored = state.to_dict()
     pins = audit_pins(layout, table, stored)
-    store.save_operator_state(f"audit.{table}", stored, pins=(audit_holder(table), pins))
+    store.save_operator_state(f"audit.{table}", stored, pins=(PinHolder.AUDIT.of(table), pins))
 
 
 def require_no_backfill_running(table: str, state: AuditState) -> None:

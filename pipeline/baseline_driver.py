@@ -21,7 +21,7 @@ from joins import baseline
 from joins.columns import MATCHED
 from pipeline.emission import equi_input_accounting, master_keys
 from pipeline.late_table import LATE_COLUMNS, LATE_SINCE, late_table
-from pipeline.pins import late_holder
+from pipeline.pins import PinHolder
 from pipeline.stage_config import EquiStage
 from pipeline.stage_driver import StageReport
 from pipeline.stateless_driver import StatelessDriver, StepBatch, without_tuples
@@ -138,7 +138,7 @@ class EquiBaselineDriver(StatelessDriver[EquiStage]):
             master.version,
             datetime.now(UTC),
         )
-        holder = late_holder(stage.name)
+        holder = PinHolder.LATE.of(stage.name)
         if plan.late_version is not None:
             self.store.set_pins(holder, {self.late_path: [plan.late_version]})
         late = (

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from pipeline.config import PipelineConfig
 from pipeline.freshness import FreshnessBound
 from pipeline.late_table import LATE_SINCE
-from pipeline.pins import completeness_holder
+from pipeline.pins import PinHolder
 from pipeline.stage_config import EquiStage, ThetaStage
 from warehouse.state_completeness import IntervalRecord
 from warehouse.state_store import StateStore
@@ -188,7 +188,7 @@ def record_completeness(
         stages = table_chain(config, table)
         first = stages[0]
         bronze = drivers.inputs.input_path(first)
-        key = completeness_holder(table)  # its progress's state key, and its pins' holder
+        key = PinHolder.COMPLETENESS.of(table)  # its progress's state key, and its pins' holder
         after = int((store.operator_state(key) or {}).get("counted_version", 0))
         latest = drivers.engine.snapshot(bronze).version if drivers.engine.exists(bronze) else 0
         if (bronze, after, latest) not in counted:

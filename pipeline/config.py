@@ -31,11 +31,12 @@ import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     Field,
     ValidationError,
     field_validator,
@@ -76,6 +77,15 @@ COLUMN_TEXT = re.compile(r"^(\S+)\s+(decimal\s*\([^)]*\)|\S+)(\s+not\s+null)?$",
 ENV_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
 # The state store URL of every command when set: it beats `warehouse.state_store`.
 STATE_STORE_ENV = "ENRICH_STATE_STORE"
+
+
+def _duration_text(value: str) -> str:
+    parse_duration(value)  # its ValueError says what a duration looks like
+    return value
+
+
+DurationText = Annotated[str, AfterValidator(_duration_text)]
+"""A duration as written (``90s``, ``15m``, ``2h``), checked when the config loads."""
 
 
 class ColumnSpec(Strict):
@@ -199,7 +209,7 @@ class WorkerConfig(Strict):
         "(started by the first task that finds none) instead of starting Python, Spark and "
         "Great Expectations itself; false runs every task's command in the task's process",
     )
-    idle_timeout: str = Field(
+    idle_timeout: DurationText = Field(
         default="2h",
         description="a worker with no command for this long exits (the next task starts one)",
     )
@@ -210,23 +220,17 @@ class WorkerConfig(Strict):
         "is recycled (memory, the JVM's heap)",
     )
 
-    @field_validator("idle_timeout")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        parse_duration(value)
-        return value
-
     @property
     def idle_timeout_seconds(self) -> float:
         return parse_duration(self.idle_timeout).total_seconds()
 
 
 class ScheduleConfig(Strict):
-    interval: str = "1h"
+    interval: DurationText = "1h"
     start: datetime = datetime(2024, 1, 1)
     catchup: bool = False
     retries: int = Field(default=2, ge=0, description="Airflow task retries")
-    task_timeout: str = Field(
+    task_timeout: DurationText = Field(
         default="2h",
         description="Airflow's execution_timeout of each task: a hung Spark job fails the "
         "task (and is retried) instead of holding the run forever",
@@ -238,12 +242,6 @@ class ScheduleConfig(Strict):
         "bounds how many Spark drivers run at once",
     )
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
-
-    @field_validator("interval", "task_timeout")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        parse_duration(value)
-        return value
 
     @property
     def task_timeout_delta(self) -> timedelta:

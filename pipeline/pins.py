@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any
 
 from pipeline.layout import WarehouseLayout
@@ -42,29 +43,19 @@ def table_key(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
-def ssbj_holder(stage: str) -> str:
-    return f"ssbj.{stage}"
+class PinHolder(StrEnum):
+    """The kinds of holder above: ``PinHolder.SSBJ.of("orders_customer")`` is the holder
+    ``ssbj.orders_customer``."""
 
+    SSBJ = "ssbj"
+    STAGE = "stage"
+    LATE = "late"
+    ADSP = "adsp"
+    AUDIT = "audit"
+    COMPLETENESS = "completeness"
 
-def stage_holder(stage: str) -> str:
-    return f"stage.{stage}"
-
-
-def late_holder(stage: str) -> str:
-    """The holder of the late table version a step of ``stage`` reads (pipeline.waiting_tuples)."""
-    return f"late.{stage}"
-
-
-def adsp_holder(stage: str) -> str:
-    return f"adsp.{stage}"
-
-
-def audit_holder(table: str) -> str:
-    return f"audit.{table}"
-
-
-def completeness_holder(table: str) -> str:
-    return f"completeness.{table}"
+    def of(self, name: str) -> str:
+        return f"{self.value}.{name}"
 
 
 def union_pins(*pins: Mapping[str, Iterable[int]]) -> dict[str, list[int]]:

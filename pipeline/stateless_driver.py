@@ -32,7 +32,7 @@ from common.rows import Rows
 from joins import baseline
 from joins.columns import INTERVAL_START, MATCHED, ROW_ID, require_disjoint
 from pipeline.layout import WarehouseLayout
-from pipeline.pins import input_versions, stage_holder, union_pins
+from pipeline.pins import PinHolder, input_versions, union_pins
 from pipeline.stage_config import EquiStage, ThetaStage
 from pipeline.stage_driver import StageReport, StepMetrics
 from pipeline.stage_inputs import StageInputs
@@ -104,7 +104,7 @@ class StatelessDriver(ABC, Generic[StageT]):
         planned_master: int = latest_master
         if offset.planned_input_version is not None and offset.planned_master_version is not None:
             planned_to, planned_master = offset.planned_input_version, offset.planned_master_version
-        holder = stage_holder(stage.name)
+        holder = PinHolder.STAGE.of(stage.name)
         consumed: int = offset.input_version
         reads: list[int] = [consumed, *input_versions(consumed, planned_to)]
         self.store.set_pins(holder, union_pins({master_path: [planned_master], input_path: reads}))

@@ -37,7 +37,6 @@ from warehouse.landing_parse import (
 )
 from warehouse.landing_zone import StagedCopy
 from warehouse.record_identity import IdRange, KnownRecords, id_range, known_records
-from warehouse.state_store import StateStore
 from warehouse.state_tables import LOADED, LandingFile
 
 logger = logging.getLogger("warehouse.landing")
@@ -74,20 +73,11 @@ class BronzeLoad:
     """The load half of one ingest: staged files to bronze, in ledger order."""
 
     def __init__(
-        self,
-        spark: SparkSession,
-        engine: DeltaEngine,
-        store: StateStore,
-        source: StreamSource,
-        log: IngestLog,
+        self, spark: SparkSession, engine: DeltaEngine, source: StreamSource, log: IngestLog
     ) -> None:
-        self.spark, self.engine, self.store, self.source, self.log = (
-            spark,
-            engine,
-            store,
-            source,
-            log,
-        )
+        """``log``: the ingest's report, and its state store, whose ledger rows the load
+        marks loaded."""
+        self.spark, self.engine, self.source, self.log = spark, engine, source, log
         # The highest ledger id committed to bronze; commits must only ever go up from it.
         self.committed = engine.transaction_version(source.bronze_path, self._app) or 0
 
@@ -387,7 +377,7 @@ class BronzeLoad:
         """The ledger row marked loaded, the report counted, the file logged."""
         path = row.path
         self.committed = max(self.committed, row.id)
-        self.store.update_landing_file(
+        self.log.store.update_landing_file(
             row.id,
             status=LOADED,
             records_received=received,

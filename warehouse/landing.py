@@ -85,7 +85,7 @@ class _StreamIngest:
         self.spark, self.engine, self.store = spark, engine, store
         self.source, self.run_id, self.zone = source, run_id, zone
         self.log = IngestLog(store, IngestReport(source.name))
-        self.loader = BronzeLoad(spark, engine, store, source, self.log)
+        self.loader = BronzeLoad(spark, engine, source, self.log)
         self.text = source.format in TEXT_FORMATS
         # Files registered by earlier runs and not loaded yet; those not found are missing.
         self.in_flight = {row.path: row for row in store.landing_files(source.name, REGISTERED)}

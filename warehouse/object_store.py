@@ -185,11 +185,13 @@ class ObjectStore:
             options["session_token"] = self.session_token
         return options
 
-    def client(self) -> Any:
-        """A boto3 S3 client, path-style."""
+    def client(self, **config: Any) -> Any:
+        """A boto3 S3 client, path-style, standard retries; ``config``: botocore ``Config``
+        settings besides (timeouts, the connection pool, retries of its own)."""
         import boto3
         from botocore.config import Config
 
+        settings = Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
@@ -197,7 +199,7 @@ class ObjectStore:
             aws_access_key_id=self.access_key_id,
             aws_secret_access_key=self.secret_access_key,
             aws_session_token=self.session_token,
-            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"}),
+            config=settings.merge(Config(**config)),
         )
 
 

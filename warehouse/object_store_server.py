@@ -29,9 +29,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+from warehouse.object_store import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WEED = REPO_ROOT / "var" / "bin" / "weed"
@@ -163,20 +163,12 @@ class S3Server:
 
         ``attempts=1`` shows every request's own answer (no retry hides an error);
         ``timeout`` bounds each wait for an answer."""
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(
-                s3={"addressing_style": "path"},
-                # total_max_attempts counts the first try (botocore's max_attempts does not).
-                retries={"total_max_attempts": attempts, "mode": "standard"},
-                max_pool_connections=max_pool_connections,
-                connect_timeout=min(timeout, 5.0),
-                read_timeout=timeout,
-            ),
+        return ObjectStore.from_environment(self.environment()).client(
+            # total_max_attempts counts the first try (botocore's max_attempts does not).
+            retries={"total_max_attempts": attempts, "mode": "standard"},
+            max_pool_connections=max_pool_connections,
+            connect_timeout=min(timeout, 5.0),
+            read_timeout=timeout,
         )
 
     def create_bucket(self, prefix: str = "test") -> str:

@@ -25,7 +25,7 @@ from common.faults import crash_point
 from joins.ssbj.cache.intake import OperatorMemory
 from joins.ssbj.segments import SEGMENT
 from joins.ssbj.wide_table import WideTable
-from pipeline.pins import input_versions, ssbj_holder, union_pins
+from pipeline.pins import PinHolder, input_versions, union_pins
 from pipeline.ssbj.reading import file_rows
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState, SavedPlan, StepOutcome
@@ -117,7 +117,7 @@ def finish(
         plan.input_to,
         plan.step + 1,
         state.to_dict(),
-        pins=(ssbj_holder(w.name), completed),
+        pins=(PinHolder.SSBJ.of(w.name), completed),
         metrics=metrics,
     )
 

@@ -105,20 +105,20 @@ class SsbjDriver:
         return self.store.offset(self._stage.name).input_version
 
     def pending_table(self) -> str | None:
-        return self.operator.state_path
+        return self.operator.wiring.state_path
 
     def pending_version(self) -> int | None:
-        path = self.operator.state_path
+        path = self.operator.wiring.state_path
         return self.engine.snapshot(path).version if self.engine.exists(path) else None
 
     def pending_at(self, version: int) -> Rows:
-        path = self.operator.state_path
+        path = self.operator.wiring.state_path
         return pending_tuples(table_rows(self.engine, path, version))
 
     def pending_ages(self, id_column: str) -> Rows | None:
         """Steps waited by the tuples in H_S, and intervals waited by those waiting for a
         late master row (``pipeline.waiting_tuples.waiting_ages``)."""
-        path = self.operator.state_path
+        path = self.operator.wiring.state_path
         if not self.engine.exists(path):
             return None
         tuples = pending_tuples(table_rows(self.engine, path))

@@ -19,7 +19,7 @@ from common.errors import ConfigError
 from joins.ssbj.cache.intake import Admission, OperatorMemory, admit, chunk_capacity
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.late import LateRule
-from pipeline.pins import ssbj_holder
+from pipeline.pins import PinHolder
 from pipeline.ssbj.commit import pins
 from pipeline.ssbj.reading import file_rows, measure_sizes
 from pipeline.ssbj.scan_copy import scan_versions
@@ -190,7 +190,7 @@ def plan_step(
     state = state.planned(plan, w.params.partitions)
     # The plan is saved with the pins of what it reads, in one transaction.
     planned = pins(w, state, int(plan.input_from), plan)
-    w.store.save_operator_state(w.name, state.to_dict(), pins=(ssbj_holder(w.name), planned))
+    w.store.save_operator_state(w.name, state.to_dict(), pins=(PinHolder.SSBJ.of(w.name), planned))
     return state
 
 

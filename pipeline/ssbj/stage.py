@@ -53,16 +53,13 @@ from pyspark.sql import DataFrame
 
 from common.errors import ConfigError
 from joins.ssbj.algorithm import StepCounts
-from joins.ssbj.step import JoinSpec
 from pipeline.freshness import due_before
 from pipeline.ssbj import commit, planning, step_pass
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState
 from pipeline.ssbj.wiring import SsbjWiring
-from pipeline.stage_config import EquiStage, SsbjParams
-from warehouse.delta import DeltaEngine
+from pipeline.stage_config import EquiStage
 from warehouse.state_metrics import StepMetricValues
-from warehouse.state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -77,27 +74,6 @@ class SsbjStage:
         self._scheduled_steps = stage.scheduled_steps(interval)
         self.wiring = wiring
 
-    @property
-    def engine(self) -> DeltaEngine:
-        return self.wiring.engine
-
-    @property
-    def store(self) -> StateStore:
-        return self.wiring.store
-
-    @property
-    def params(self) -> SsbjParams:
-        return self.wiring.params
-
-    @property
-    def spec(self) -> JoinSpec:
-        return self.wiring.spec
-
-    @property
-    def state_path(self) -> str:
-        """The operator state table (H_S, H_R, the counters, s_B)."""
-        return self.wiring.state_path
-
     # ------------------------------------------------------------------ public API
 
     def run(
@@ -110,7 +86,7 @@ class SsbjStage:
         micro-batch of the continuous mode steps without closing (it is no scheduled run)."""
         # Under a memory budget the backlog enters a step at a time, so every step takes
         # the input that fits; otherwise the run's first step takes all of it.
-        budgeted = self.params.memory_bytes is not None
+        budgeted = self.wiring.params.memory_bytes is not None
         reports: list[SsbjStepReport] = []
         if steps is not None and steps < 1:
             raise ConfigError(f"steps: expected a whole number >= 1, found {steps}")
@@ -185,20 +161,20 @@ class SsbjStage:
 
     def pending_rows(self) -> int:
         """Tuples in H_S after the last completed step (from the controller state)."""
-        state = self.store.operator_state(self.stage.name)
+        state = self.wiring.store.operator_state(self.stage.name)
         return int(state.get("pending_rows", 0)) if state else 0
 
     def state_frame(self) -> DataFrame | None:
         """The operator state table at its latest version, or None before the first step."""
-        if not self.engine.exists(self.state_path):
+        if not self.wiring.engine.exists(self.wiring.state_path):
             return None
-        return self.engine.read(self.state_path)
+        return self.wiring.engine.read(self.wiring.state_path)
 
     def record_backfill(self, start: Any, end: Any, input_version: int) -> None:
         """Suppress later live output for tuples a backfill already joined."""
         state = planning.load_state(self.wiring)
         state = state.with_backfill(start.isoformat(), end.isoformat(), input_version)
-        self.store.save_operator_state(self.stage.name, state.to_dict())
+        self.wiring.store.save_operator_state(self.stage.name, state.to_dict())
 
     # ------------------------------------------------------------------ one step
 
@@ -211,20 +187,20 @@ class SsbjStage:
         started = time.monotonic()
         if progress is None:
             progress = planning.load(w)
-        state = progress.state.repartitioned(self.params.partitions, self.stage.name)
+        state = progress.state.repartitioned(self.wiring.params.partitions, self.stage.name)
         position = planning.position(w, state)
         state = planning.plan_step(w, state, take_input, progress.offset)
         plan = state.plan
         assert plan is not None  # plan_step leaves the step's plan open
         step = plan.step
         version = plan.master_version
-        master = self.engine.snapshot(w.master_path, version)
+        master = self.wiring.engine.snapshot(w.master_path, version)
         report = SsbjStepReport(
             stage=self.stage.name,
             step=step,
             master_version=version,
             state=position.state.value,
-            memory_bytes=self.params.memory_bytes,
+            memory_bytes=self.wiring.params.memory_bytes,
             backlog_rows=int(plan.backlog_rows),
         )
         done = step_pass.run_pass(w, state, plan, position, master, report)

@@ -212,7 +212,7 @@ class SsbjHarness:
         state = stage.state_frame()
         if state is None:
             return []
-        return [tuple(r) for r in cache_entries(state, stage.spec).collect()]
+        return [tuple(r) for r in cache_entries(state, stage.wiring.spec).collect()]
 
     def cached_keys(self) -> set[int]:
         return {row[0] for row in self.cache_rows()}

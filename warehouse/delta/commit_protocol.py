@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from common.errors import ConfigError
 from warehouse.delta.api import AppTransaction, CommitOutcome
@@ -56,12 +57,20 @@ def already_recorded(txn: AppTransaction | None, recorded: int | None) -> bool:
     return txn is not None and recorded is not None and recorded >= txn.version
 
 
+@dataclass(frozen=True)
+class CommitAttempt:
+    """A commit an engine tried: ``operation`` on the table at ``root``, carrying
+    ``commit_id`` and, for an idempotent write, ``txn``."""
+
+    root: str
+    operation: str
+    commit_id: str
+    txn: AppTransaction | None
+
+
 def outcome_after_error(
-    root: str,
-    operation: str,
-    commit_id: str,
+    attempt: CommitAttempt,
     error: Exception,
-    txn: AppTransaction | None,
     *,
     ours: CommitOutcome | None,
     latest_version: int,
@@ -73,6 +82,12 @@ def outcome_after_error(
     ``latest_version`` the table's newest version and ``recorded`` the version the log
     records for an app id. None: nothing landed, and the caller raises.
     """
+    operation, root, commit_id, txn = (
+        attempt.operation,
+        attempt.root,
+        attempt.commit_id,
+        attempt.txn,
+    )
     if ours is not None:
         logger.warning(
             "%s on %s (commit %s) raised %s after it landed at version %d; not retrying",

@@ -44,6 +44,7 @@ from warehouse.delta.api import (
 from warehouse.delta.commit_file import CommitFile
 from warehouse.delta.commit_protocol import (
     COMMIT_ID_KEY,
+    CommitAttempt,
     already_recorded,
     outcome_after_error,
     tagged_metadata,
@@ -353,11 +354,8 @@ class Committer:
         latest = self.tips.open(root, held=False)
         landed = find_commit(latest, after_version, commit_id)
         recovered = outcome_after_error(
-            root,
-            operation,
-            commit_id,
+            CommitAttempt(root, operation, commit_id, txn),
             error,
-            txn,
             ours=None if landed is None else written.outcome(landed),
             latest_version=latest.version(),
             recorded=latest.transaction_version,

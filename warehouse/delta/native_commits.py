@@ -29,7 +29,12 @@ from common.errors import CommitError, ConcurrentModificationError, DeltaTableEr
 from common.faults import crash_point
 from common.phase_clock import optional_phase
 from warehouse.delta.api import AppTransaction, CommitOutcome
-from warehouse.delta.commit_protocol import COMMIT_ID_KEY, outcome_after_error, tagged_metadata
+from warehouse.delta.commit_protocol import (
+    COMMIT_ID_KEY,
+    CommitAttempt,
+    outcome_after_error,
+    tagged_metadata,
+)
 from warehouse.delta.native_jvm import JVM_ERRORS, jvm_message
 from warehouse.delta.native_reads import NativeReads, tagged_user_metadata
 
@@ -178,11 +183,8 @@ class NativeCommits(NativeReads):
         landed = self._find_commit(root, before, commit_id)
         latest = self._jsnapshot(root)
         recovered = outcome_after_error(
-            root,
-            operation,
-            commit_id,
+            CommitAttempt(root, operation, commit_id, txn),
             error,
-            txn,
             ours=None if landed is None else _outcome(*landed),
             latest_version=int(latest.version()),
             recorded=lambda app_id: self._recorded(latest, app_id),

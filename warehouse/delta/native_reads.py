@@ -32,16 +32,19 @@ class NativeReads(NativeSnapshots):
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> Snapshot:
         root = table_root(path)
-        if timestamp is not None:
-            version = self._version_at(root, timestamp)
+        version = self._version_as_of(root, version, timestamp)
         if version is not None:
             known = self._by_version.get(root, version)
             if known is not None:
                 return known.snapshot
         return self._pin(root, self._jsnapshot(root, version)).snapshot
 
-    def _version_at(self, root: str, timestamp: datetime) -> int:
-        """The latest version committed at or before ``timestamp``."""
+    def _version_as_of(
+        self, root: str, version: int | None, timestamp: datetime | None
+    ) -> int | None:
+        """``version``, or with a ``timestamp`` the latest version committed at or before it."""
+        if timestamp is None:
+            return version
         moment = timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=UTC)
         moment_ms = moment.timestamp() * 1000
         commits = [(int(h["version"]), int(h["timestamp"])) for h in self.history(root)]
@@ -85,10 +88,8 @@ class NativeReads(NativeSnapshots):
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> DataFrame:
         root = table_root(path)
-        if timestamp is not None:
-            version = self._version_at(root, timestamp)
-        else:
-            self._jsnapshot(root, version)  # a clear error for a missing table or version
+        version = self._version_as_of(root, version, timestamp)
+        self._jsnapshot(root, version)  # a clear error for a missing table or version
         reader = self._spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)

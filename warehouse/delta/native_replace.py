@@ -66,15 +66,7 @@ class NativeReplaces(NativeWrites):
     def overwrite(
         self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None = None
     ) -> CommitOutcome:
-        root = table_root(path)
-        frame = self._table_frame(root, self._frame_of(data))
-        return self._commit(
-            root,
-            "overwrite",
-            "the whole table",
-            txn,
-            lambda meta: self._writer(frame, txn, meta).mode("overwrite").save(root),
-        )
+        return self._save(path, data, txn, "overwrite", "the whole table")
 
 
 def _sql_predicate(where: Sequence[PartitionFilter]) -> str:

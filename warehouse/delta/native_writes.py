@@ -49,14 +49,25 @@ class NativeWrites(NativeCommits):
     def _append(
         self, path: str, data: DataFrame | pa.Table, txn: AppTransaction | None
     ) -> CommitOutcome:
+        return self._save(path, data, txn, "append", "the table")
+
+    def _save(
+        self,
+        path: str,
+        data: DataFrame | pa.Table,
+        txn: AppTransaction | None,
+        mode: str,
+        what: str,
+    ) -> CommitOutcome:
+        """A DataFrame writer's save in ``mode`` (``append``, ``overwrite``) of ``what``."""
         root = table_root(path)
         frame = self._table_frame(root, self._frame_of(data))
         return self._commit(
             root,
-            "append",
-            "the table",
+            mode,
+            what,
             txn,
-            lambda meta: self._writer(frame, txn, meta).mode("append").save(root),
+            lambda meta: self._writer(frame, txn, meta).mode(mode).save(root),
         )
 
     def _merge(self, root: str, source: DataFrame, on: MergeOn, txn: Txn) -> CommitOutcome:

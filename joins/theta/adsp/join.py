@@ -205,45 +205,45 @@ def adsp_join(
     keys = key_spec(predicate)
     stream_key = numeric(F.col(keys.stream_key), stream.schema[keys.stream_key].dataType)
     master_key = numeric(F.col(keys.master_key), master.schema[keys.master_key].dataType)
-    routed_stream = route(stream, stream_key, plan.stream, plan, "stream", slots)
-    routed_master = route(master, master_key, plan.master, plan, "master", slots)
-    return join_routed(routed_stream, routed_master, predicate, stream.schema, master.schema)
+    sides = RoutedSides(
+        route(stream, stream_key, plan.stream, plan, "stream", slots),
+        route(master, master_key, plan.master, plan, "master", slots),
+        stream.schema,
+        master.schema,
+    )
+    return join_routed(sides, predicate)
 
 
-def join_routed(
-    routed_stream: DataFrame,
-    routed_master: DataFrame,
-    predicate: ThetaPredicate,
-    stream_schema: T.StructType,
-    master_schema: T.StructType,
-) -> DataFrame:
-    """The local joins: both sides already carry ``_task``; each task joins its rows.
+@dataclass(frozen=True)
+class RoutedSides:
+    """Both sides of an A-DSP join, each row carrying the ``_task`` routing gave it, and
+    the columns each side brings to the output."""
+
+    stream: DataFrame
+    master: DataFrame
+    stream_schema: T.StructType
+    master_schema: T.StructType
+
+
+def join_routed(sides: RoutedSides, predicate: ThetaPredicate) -> DataFrame:
+    """The local joins: each task joins its rows.
 
     A band predicate joins in the JVM (:func:`binned_local_join`); the others sort and
     search in Python workers (:func:`sorted_local_join`).
     """
     if predicate.type == "band":
-        joined = binned_local_join(
-            routed_stream, routed_master, predicate, stream_schema, master_schema
-        )
+        joined = binned_local_join(sides, predicate)
     else:
-        joined = sorted_local_join(
-            routed_stream, routed_master, predicate, stream_schema, master_schema
-        )
+        joined = sorted_local_join(sides, predicate)
     # The residual is plain SQL over both sides' columns: Spark applies it to the pairs.
     return joined.where(F.expr(predicate.residual)) if predicate.residual else joined
 
 
-def sorted_local_join(
-    routed_stream: DataFrame,
-    routed_master: DataFrame,
-    predicate: ThetaPredicate,
-    stream_schema: T.StructType,
-    master_schema: T.StructType,
-) -> DataFrame:
+def sorted_local_join(sides: RoutedSides, predicate: ThetaPredicate) -> DataFrame:
     """Each task's rows in one Python call (``cogroup().applyInArrow``): sorted search."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    stream_schema, master_schema = sides.stream_schema, sides.master_schema
     out_schema = T.StructType([*stream_schema.fields, *master_schema.fields])
     function = local_join_function(
         predicate,
@@ -252,20 +252,14 @@ def sorted_local_join(
         to_arrow_schema(out_schema, timestamp_utc=True),
     )
     return (
-        routed_stream.select(*stream_schema.fieldNames(), TASK)
+        sides.stream.select(*stream_schema.fieldNames(), TASK)
         .groupBy(TASK)
-        .cogroup(routed_master.select(*master_schema.fieldNames(), TASK).groupBy(TASK))
+        .cogroup(sides.master.select(*master_schema.fieldNames(), TASK).groupBy(TASK))
         .applyInArrow(function, out_schema)
     )
 
 
-def binned_local_join(
-    routed_stream: DataFrame,
-    routed_master: DataFrame,
-    predicate: ThetaPredicate,
-    stream_schema: T.StructType,
-    master_schema: T.StructType,
-) -> DataFrame:
+def binned_local_join(sides: RoutedSides, predicate: ThetaPredicate) -> DataFrame:
     """Band local joins as one JVM equi-join on (task, bin), then the exact band filter.
 
     Bins have the band's width ``w = lower + upper``: a stream row sits in bin
@@ -277,17 +271,18 @@ def binned_local_join(
     (BENCHMARKS.md, skew simulation: a Python task costs about 0.2 s on its own).
     """
     assert predicate.master_column
+    stream_schema, master_schema = sides.stream_schema, sides.master_schema
     lower, upper = predicate.band_bounds()
     width = F.lit(max(lower + upper, 1e-9))
     s_key = numeric(F.col(predicate.stream_column), stream_schema[predicate.stream_column].dataType)
     r_key = numeric(F.col(predicate.master_column), master_schema[predicate.master_column].dataType)
-    stream = routed_stream.where(~F.isnan(s_key)).select(
+    stream = sides.stream.where(~F.isnan(s_key)).select(
         *stream_schema.fieldNames(),
         F.col(TASK).alias("_s_task"),
         F.floor(s_key / width).cast("long").alias("_s_bin"),
         s_key.alias("_s_key"),
     )
-    master = routed_master.where(~F.isnan(r_key)).select(
+    master = sides.master.where(~F.isnan(r_key)).select(
         *master_schema.fieldNames(),
         F.col(TASK).alias("_r_task"),
         F.explode(
