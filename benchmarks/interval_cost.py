@@ -311,8 +311,13 @@ def reference_orders(rows: int) -> Callable[[Path], pa.Table]:
     return make
 
 
+def partsupp_stage(output: str, how: str) -> Stage:
+    """The lineitem stream's equi stage to TPC-H partsupp on the part key."""
+    join = EquiJoin(output, how, "l_partkey", "ps_partkey")
+    return Stage("li", "partsupp", join, checks=Checks(value_ranges={"l_quantity": (1, 50)}))
+
+
 def equi_shape(name: str, description: str, scale: float, rows: int) -> Shape:
-    checks = Checks(value_ranges={"l_quantity": (1, 50)})
     return Shape(
         name=name,
         description=description,
@@ -326,48 +331,27 @@ def equi_shape(name: str, description: str, scale: float, rows: int) -> Shape:
             ),
         ),
         masters=(Master("partsupp", ("ps_partkey", "ps_suppkey"), partsupp_master(scale)),),
-        stages=(
-            Stage(
-                "li",
-                "partsupp",
-                EquiJoin("li_inner", "inner", "l_partkey", "ps_partkey"),
-                checks=checks,
-            ),
-            Stage(
-                "li",
-                "partsupp",
-                EquiJoin("li_left", "left", "l_partkey", "ps_partkey"),
-                checks=checks,
-            ),
-        ),
+        stages=(partsupp_stage("li_inner", "inner"), partsupp_stage("li_left", "left")),
     )
 
 
 def user_shape(name: str, description: str, scale: float, rows: int) -> Shape:
     """A new user's first pipeline: one Parquet file of Zipf(1) lineitem tuples an interval,
     one inner equi stage to TPC-H partsupp with the operator at its defaults."""
+    stream = Stream(
+        "li",
+        "l_id",
+        lambda masters, index, rng, cache: zipf_lineitem_stream(
+            masters["partsupp"], index, rng, rows, 1.0
+        ),
+        format="parquet",
+    )
     return Shape(
         name=name,
         description=description,
-        streams=(
-            Stream(
-                "li",
-                "l_id",
-                lambda masters, index, rng, cache: zipf_lineitem_stream(
-                    masters["partsupp"], index, rng, rows, 1.0
-                ),
-                format="parquet",
-            ),
-        ),
+        streams=(stream,),
         masters=(Master("partsupp", ("ps_partkey", "ps_suppkey"), partsupp_master(scale)),),
-        stages=(
-            Stage(
-                "li",
-                "partsupp",
-                EquiJoin("li_parts", "inner", "l_partkey", "ps_partkey"),
-                checks=Checks(value_ranges={"l_quantity": (1, 50)}),
-            ),
-        ),
+        stages=(partsupp_stage("li_parts", "inner"),),
     )
 
 

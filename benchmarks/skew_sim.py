@@ -37,7 +37,7 @@ import logging
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +119,14 @@ def run(
     spark: SparkSession,
     metrics: TaskMetrics,
     method: str,
-    stream: DataFrame,
-    master: DataFrame,
-    predicate: ThetaPredicate,
-    memory: float,
+    case: Mapping[str, Any],
     sink: Path | None = None,
 ) -> dict[str, Any]:
-    """One join, its output counted (``sink`` None) or written to Parquet at ``sink``; the
-    read-back count after a write runs outside the job group, so it is not simulated."""
+    """One join of a case of :func:`cases`, its output counted (``sink`` None) or written
+    to Parquet at ``sink``; the read-back count after a write runs outside the job group, so
+    it is not simulated."""
+    stream, master = case["stream"], case["master"]
+    predicate, memory = case["predicate"], case["memory"]
     group = f"sim-{method}-{time.monotonic_ns()}"
     spark.sparkContext.setJobGroup(group, method)
     started = time.perf_counter()
@@ -275,16 +275,7 @@ def validate(args: argparse.Namespace, local: Sequence[dict[str, Any]]) -> list[
                 if case["name"] not in args.validate:
                     continue
                 for method in args.methods:
-                    measured = run(
-                        spark,
-                        metrics,
-                        method,
-                        case["stream"],
-                        case["master"],
-                        case["predicate"],
-                        case["memory"],
-                        args.sink_path,
-                    )
+                    measured = run(spark, metrics, method, case, args.sink_path)
                     here = next(
                         r for r in local if r["case"] == case["name"] and r["method"] == method
                     )
@@ -357,16 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for case in cases(spark, args):
         for method in args.methods:
-            row = run(
-                spark,
-                metrics,
-                method,
-                case["stream"],
-                case["master"],
-                case["predicate"],
-                case["memory"],
-                args.sink_path,
-            )
+            row = run(spark, metrics, method, case, args.sink_path)
             row["case"] = case["name"]
             for index, tasks in enumerate(row["stages"]):
                 logger.info(

@@ -43,6 +43,7 @@ interval atomically, audited before it is published, live offsets untouched.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
@@ -68,6 +69,8 @@ POOL = "enrich_spark"
 INTERVAL = timedelta(seconds=3600)
 # Commands run in the pipeline's warm worker (schedule.worker.enabled).
 TASK_KWARGS = {"worker": True}
+# A task that runs one `enrich` command and takes a pool slot.
+enrich_task = partial(PythonOperator, python_callable=run_enrich, op_kwargs=TASK_KWARGS, pool=POOL)
 START = datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
 with DAG(
     dag_id="enrich_demo",
@@ -95,22 +98,9 @@ with DAG(
     },
 ) as dag:
     route = BranchPythonOperator(task_id="route", python_callable=route_run)
-    ingest = PythonOperator(
-        task_id="ingest",
-        python_callable=run_enrich,
-        op_args=[CONFIG, "ingest"],
-        op_kwargs=TASK_KWARGS,
-        pool=POOL,
-    )
+    ingest = enrich_task(task_id="ingest", op_args=[CONFIG, "ingest"])
     stages = [
-        PythonOperator(
-            task_id=f"stage_{stage}",
-            python_callable=run_enrich,
-            op_args=[CONFIG, "stage", stage],
-            op_kwargs=TASK_KWARGS,
-            pool=POOL,
-        )
-        for stage in STAGES
+        enrich_task(task_id=f"stage_{stage}", op_args=[CONFIG, "stage", stage]) for stage in STAGES
     ]
     validate = PythonOperator(
         task_id="validate",
@@ -130,13 +120,6 @@ with DAG(
         )
         for table, asset in zip(OUTPUTS, COMPLETE, strict=True)
     ]
-    backfill = PythonOperator(
-        task_id="backfill",
-        python_callable=run_enrich,
-        op_args=[CONFIG, "backfill"],
-        op_kwargs=TASK_KWARGS,
-        outlets=PUBLISHED,
-        pool=POOL,
-    )
+    backfill = enrich_task(task_id="backfill", op_args=[CONFIG, "backfill"], outlets=PUBLISHED)
     chain(route, ingest, *stages, validate, complete)
     route >> backfill

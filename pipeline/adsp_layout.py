@@ -290,47 +290,53 @@ class AdspLayoutStage:
         if not plan.copies and not plan.deletes and len(mapping) == new.tasks == old.tasks:
             logger.info("theta %s: re-planned (%s); nothing to move", self.stage.name, reason)
             instances = [old_instances[mapping[k]] for k in range(new.tasks)]
-            self._save(
-                state,
-                new,
-                stats,
-                instances,
-                master_path,
-                saved.master_version,
-                saved.layout_version,
+            report = LayoutReport("reuse", reason, new.tasks)
+            layout_version, migration = saved.layout_version, None
+        else:
+            fresh = iter(range(max(old_instances, default=-1) + 1, 1 << 30))
+            instances = [
+                old_instances[mapping[k]] if k in mapping else next(fresh) for k in range(new.tasks)
+            ]
+            layout = self.engine.read(self.path, version=saved.layout_version)
+            rows, touched = migrated_rows(
+                layout, plan, old_instances, instances, len(stats.histogram.bucket_bytes), SLOTS
             )
-            return new, instances, LayoutReport("reuse", reason, new.tasks)
-        fresh = iter(range(max(old_instances, default=-1) + 1, 1 << 30))
-        instances = [
-            old_instances[mapping[k]] if k in mapping else next(fresh) for k in range(new.tasks)
-        ]
-        layout = self.engine.read(self.path, version=saved.layout_version)
-        rows, touched = migrated_rows(
-            layout, plan, old_instances, instances, len(stats.histogram.bucket_bytes), SLOTS
-        )
-        outcome = self.engine.replace(self.path, rows, [PartitionFilter(TASK, "in", touched)])
-        moved = float(plan.moved("R"))
-        # What routing the whole master again would write, replicas included.
-        rebuild = float(sum((t.r.measure for t in new_tasks), Fraction(0)))
-        report = LayoutReport(
-            "migrate",
-            reason,
-            new.tasks,
-            outcome.rows_added,
-            migrated_bytes=moved * r_total,
-        )
-        migration = LayoutMigration(
-            run_id=run_id,
-            reason=reason,
-            tasks_before=old.tasks,
-            tasks_after=new.tasks,
-            tasks_touched=len(touched),
-            moved_fraction_of_master=moved,
-            rebuild_fraction_of_master=rebuild,
-            moved_master_bytes=moved * r_total,
-            rows_rewritten=outcome.rows_added,
-            stored_keys=LayoutMigration.KEYS,
-        )
+            outcome = self.engine.replace(self.path, rows, [PartitionFilter(TASK, "in", touched)])
+            moved = float(plan.moved("R"))
+            # What routing the whole master again would write, replicas included.
+            rebuild = float(sum((t.r.measure for t in new_tasks), Fraction(0)))
+            report = LayoutReport(
+                "migrate",
+                reason,
+                new.tasks,
+                outcome.rows_added,
+                migrated_bytes=moved * r_total,
+            )
+            layout_version = outcome.table_version
+            migration = LayoutMigration(
+                run_id=run_id,
+                reason=reason,
+                tasks_before=old.tasks,
+                tasks_after=new.tasks,
+                tasks_touched=len(touched),
+                moved_fraction_of_master=moved,
+                rebuild_fraction_of_master=rebuild,
+                moved_master_bytes=moved * r_total,
+                rows_rewritten=outcome.rows_added,
+                stored_keys=LayoutMigration.KEYS,
+            )
+            logger.info(
+                "theta %s: scheme change (%s): %d -> %d tasks, %d touched, moved %.1f%% of "
+                "the master (%.0f B), %d rows rewritten",
+                self.stage.name,
+                reason,
+                old.tasks,
+                new.tasks,
+                len(touched),
+                100 * moved,
+                moved * r_total,
+                outcome.rows_added,
+            )
         self._save(
             state,
             new,
@@ -338,20 +344,8 @@ class AdspLayoutStage:
             instances,
             master_path,
             saved.master_version,
-            outcome.table_version,
+            layout_version,
             migration,
-        )
-        logger.info(
-            "theta %s: scheme change (%s): %d -> %d tasks, %d touched, moved %.1f%% of the "
-            "master (%.0f B), %d rows rewritten",
-            self.stage.name,
-            reason,
-            old.tasks,
-            new.tasks,
-            len(touched),
-            100 * moved,
-            moved * r_total,
-            outcome.rows_added,
         )
         return new, instances, report
 

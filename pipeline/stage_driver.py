@@ -28,6 +28,18 @@ class StepMetrics:
     recorded: bool = False
 
 
+# The counts of a report that are metrics under their own names: the conservation view
+# (every tuple in is matched, unmatched or pending) and the master's bytes read.
+COUNTED = (
+    "tuples_in",
+    "output_rows",
+    "tuples_matched",
+    "tuples_unmatched",
+    "tuples_pending",
+    "master_bytes_read",
+)
+
+
 @dataclass
 class StageReport:
     stage: str
@@ -47,14 +59,13 @@ class StageReport:
     steps: list[StepMetrics] = field(default_factory=list)
 
     def as_metrics(self) -> dict[str, float]:
+        """The counts under their own names, the version and the seconds under the metrics
+        table's, and the driver's ``extra``."""
+        counted: dict[str, float] = {name: getattr(self, name) for name in COUNTED}
+        master_version = float(self.master_version or 0)
         return {
-            "tuples_in": self.tuples_in,
-            "output_rows": self.output_rows,
-            "tuples_matched": self.tuples_matched,
-            "tuples_unmatched": self.tuples_unmatched,
-            "tuples_pending": self.tuples_pending,
-            "master_version": float(self.master_version or 0),
-            "master_bytes_read": self.master_bytes_read,
+            **counted,
+            "master_version": master_version,
             "step_seconds": self.seconds,
             **self.extra,
         }

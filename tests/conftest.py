@@ -208,6 +208,14 @@ def base(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's ``tmp_path``, as the working directory: a config's relative paths (the
+    demo's ``var/demo/...``) land there."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """A real S3 server (SeaweedFS) on 127.0.0.1, started on first use, stopped at the end."""
@@ -216,6 +224,15 @@ def s3_server() -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The session's S3 server, this test's process pointed at it (the ``AWS_*`` variables
+    warehouse.object_store reads)."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    return s3_server
 
 
 @pytest.fixture

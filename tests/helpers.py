@@ -60,14 +60,24 @@ def tiny_pipeline(root: Path, key: str, key_type: str) -> dict[str, Any]:
             "engine": "embedded",
         },
         "streams": {
-            "s": {
-                "landing": str(root / "landing"),
-                "format": "json",
-                "event_time": "ts",
-                "id_column": "id",
-                "columns": ["id bigint not null", f"{key} {key_type}", "ts timestamp not null"],
-            }
+            "s": json_stream(
+                str(root / "landing"),
+                ["id bigint not null", f"{key} {key_type}", "ts timestamp not null"],
+            )
         },
+    }
+
+
+def json_stream(
+    landing: str, columns: list[str], event_time: str = "ts", id_column: str = "id"
+) -> dict[str, Any]:
+    """Config keys of a stream of JSON files landing at ``landing``."""
+    return {
+        "landing": landing,
+        "format": "json",
+        "event_time": event_time,
+        "id_column": id_column,
+        "columns": columns,
     }
 
 

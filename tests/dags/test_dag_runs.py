@@ -44,12 +44,8 @@ class CommandLines(logging.Handler):
 
 
 def test_dag_runs_match_duckdb_oracle(
-    airflow_home: Path,
-    spark: SparkSession,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    airflow_home: Path, spark: SparkSession, workdir: Path
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the demo config's relative paths now land in tmp_path
     assert (
         enrich(
             ["--config", str(CONFIG), "demo-data", "--scale", "0.01", "--intervals", str(INTERVALS)]

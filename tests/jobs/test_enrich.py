@@ -120,17 +120,13 @@ def test_status_prints_tables_of_streams_stages_and_runs(
 
 
 def test_run_status_and_report(
-    spark: SparkSession,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    spark: SparkSession, workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     config = str(REPO_ROOT / "configs" / "demo.yaml")
     assert main(["--config", config, "demo-data", "--scale", "0.01", "--intervals", "1"]) == EXIT_OK
-    landing = tmp_path / "var" / "demo" / "landing" / "orders"
+    landing = workdir / "var" / "demo" / "landing" / "orders"
     landing.mkdir(parents=True)
-    outbox = tmp_path / "var" / "demo" / "outbox" / "orders" / "0000"
+    outbox = workdir / "var" / "demo" / "outbox" / "orders" / "0000"
     first = sorted(outbox.glob("*.json"))[0]
     (landing / first.name).write_bytes(first.read_bytes())
     assert main(["--config", config, "ingest", "--run-id", "r1"]) == EXIT_OK
@@ -169,12 +165,8 @@ def test_run_status_and_report(
 
 
 def test_a_second_writer_waits_for_or_is_refused_the_lease(
-    spark: SparkSession,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    spark: SparkSession, workdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     config = str(REPO_ROOT / "configs" / "demo.yaml")
     assert main(["--config", config, "demo-data", "--scale", "0.01", "--intervals", "1"]) == EXIT_OK
     store = StateStore(load_config(Path(config)).warehouse.resolved_state_store())

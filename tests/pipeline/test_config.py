@@ -17,17 +17,12 @@ from common.secrets import redact
 from pipeline.config import load_config, parse_config
 from pipeline.dag_generator import render_dag, render_quality_dag
 from tests.conftest import REPO_ROOT
+from tests.helpers import json_stream
 
 VALID: dict[str, Any] = {
     "name": "t",
     "streams": {
-        "orders": {
-            "landing": "landing/orders",
-            "format": "json",
-            "event_time": "ts",
-            "id_column": "id",
-            "columns": ["id bigint not null", "k bigint", "ts timestamp"],
-        }
+        "orders": json_stream("landing/orders", ["id bigint not null", "k bigint", "ts timestamp"])
     },
     "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "mv"]}},
     "stages": [
@@ -186,12 +181,9 @@ def test_yaml_errors_and_missing_file(tmp_path: Path) -> None:
         load_config(scalar)
 
 
-def test_demo_config_is_valid_and_paths_are_anchored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_demo_config_is_valid_and_paths_are_anchored(workdir: Path) -> None:
     config = load_config(REPO_ROOT / "configs" / "demo.yaml")
-    assert config.warehouse.root == str(tmp_path / "var" / "demo" / "warehouse")
+    assert config.warehouse.root == str(workdir / "var" / "demo" / "warehouse")
     assert [s.name for s in config.stages] == [
         "orders_customer",
         "orders_promotions",

@@ -22,7 +22,7 @@ from pipeline.freshness import (
     stream_need,
     stream_trigger,
 )
-from tests.helpers import equi_stage
+from tests.helpers import equi_stage, json_stream
 
 HOUR = timedelta(hours=1)
 
@@ -32,13 +32,7 @@ def _config(stage: dict[str, Any], interval: str = "1h") -> dict[str, Any]:
         "name": "f",
         "schedule": {"interval": interval},
         "streams": {
-            "s": {
-                "landing": "/tmp/l",
-                "format": "json",
-                "event_time": "t",
-                "id_column": "id",
-                "columns": ["id bigint", "k bigint", "t timestamp"],
-            }
+            "s": json_stream("/tmp/l", ["id bigint", "k bigint", "t timestamp"], event_time="t")
         },
         "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "v"]}},
         "stages": [equi_stage(name="e", output="o", **stage)],

@@ -275,17 +275,13 @@ def test_change_data_after_a_pinned_version_survives_a_short_retention(
 
 
 def test_enrich_maintain_vacuums_every_existing_table_and_prints_a_line_each(
-    spark: SparkSession,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    spark: SparkSession, workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    raw = tiny_pipeline(tmp_path, "k", "bigint") | {
+    raw = tiny_pipeline(workdir, "k", "bigint") | {
         "masters": {"m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "price"]}},
         "stages": [equi_stage(operator={"mode": "meshjoin", "partitions": 2})],
     }
-    config_file = tmp_path / "pipeline.yaml"
+    config_file = workdir / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     config = parse_config(raw)
     layout = WarehouseLayout.of(config)

@@ -64,14 +64,8 @@ def object_store_config(folder: Path, bucket: str) -> Path:
 
 
 def test_demo_pipeline_on_an_object_store_equals_duckdb(
-    spark: SparkSession,
-    s3_server: S3Server,
-    s3_bucket: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: SparkSession, s3_env: S3Server, s3_bucket: str, tmp_path: Path
 ) -> None:
-    for name, value in s3_server.environment().items():
-        monkeypatch.setenv(name, value)
     config_path = object_store_config(tmp_path, s3_bucket)
     base = ["--config", str(config_path)]
     demo = ["demo-data", "--scale", "0.002", "--intervals", "1", "--start", START.isoformat()]
@@ -96,7 +90,7 @@ def test_demo_pipeline_on_an_object_store_equals_duckdb(
         tables[f"silver {stage.output}"] = layout.staged(stage.output)
         tables[f"gold {stage.output}"] = layout.published(stage.output)
     # Every table is in the bucket, none on local disk.
-    client = s3_server.client()
+    client = s3_env.client()
 
     def log_keys(path: str) -> list[str]:
         prefix = f"{ObjectLocation.parse(path).key}/_delta_log/"

@@ -107,12 +107,18 @@ def test_the_trigger_follows_from_every_stage_s_stream_bound() -> None:
     assert "stage p" in str(raised.value)
 
 
+def _left_ssbj_stage(spark: SparkSession, tmp_path: Path) -> tuple[SsbjHarness, int]:
+    """A left SSBJ stage over k = 2 partitions, its master loaded (in two files): the
+    harness and the master's version."""
+    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
+    h.load_master(MASTER, files=2)
+    return h, h.engine.snapshot(h.master).version
+
+
 def test_the_stream_answers_and_publishes_every_tuple_once_as_files_land(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
-    h.load_master(MASTER, files=2)
-    version = h.engine.snapshot(h.master).version
+    h, version = _left_ssbj_stage(spark, tmp_path)
     service = StreamService(h.context, StreamSettings(trigger_seconds=0.5, idle_stop_seconds=5))
     thread, outcome = in_thread(service.run)
     for index, batch in enumerate(BATCHES):
@@ -141,9 +147,7 @@ def _config_file(h: SsbjHarness, tmp_path: Path) -> Path:
 def test_a_stream_killed_in_a_micro_batch_resumes_where_it_stopped(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 1, "left")
-    h.load_master(MASTER, files=2)
-    version = h.engine.snapshot(h.master).version
+    h, version = _left_ssbj_stage(spark, tmp_path)
     for index, batch in enumerate(BATCHES):
         land(h, f"b{index}.json", batch, version)
     config = _config_file(h, tmp_path)

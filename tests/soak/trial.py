@@ -82,7 +82,7 @@ import pyarrow as pa
 import yaml
 from deltalake import DeltaTable, write_deltalake
 
-from tests.helpers import equi_stage
+from tests.helpers import equi_stage, json_stream
 from warehouse.object_store import ObjectLocation, ObjectStore, object_stamp, storage_options
 
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -266,13 +266,10 @@ def config(
         "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "1"}},
         "schedule": {"interval": "1h", "start": BASE_TIME.isoformat()},
         "streams": {
-            "s": {
-                "landing": f"s3://{bucket}/landing" if bucket else str(root / "landing"),
-                "format": "json",
-                "event_time": "ts",
-                "id_column": "id",
-                "columns": ["id bigint not null", "k bigint", "v string", "ts timestamp not null"],
-            }
+            "s": json_stream(
+                f"s3://{bucket}/landing" if bucket else str(root / "landing"),
+                ["id bigint not null", "k bigint", "v string", "ts timestamp not null"],
+            )
         },
         "masters": {
             "m": {"table": "masters/m", "keys": ["mk"], "columns": ["mk", "name"]},

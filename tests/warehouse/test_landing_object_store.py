@@ -182,14 +182,10 @@ def rows(name: str, *ids: int) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-def store_env(
-    spark: SparkSession, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
-) -> S3Server:
+def store_env(spark: SparkSession, s3_env: S3Server) -> S3Server:
     """The environment and the session's S3A settings pointed at the test's S3 server."""
-    for name, value in s3_server.environment().items():
-        monkeypatch.setenv(name, value)
     use_object_store(spark, ObjectStore.from_environment())
-    return s3_server
+    return s3_env
 
 
 @pytest.fixture

@@ -138,18 +138,12 @@ def test_processes_racing_on_one_app_transaction_land_it_once(
 
 @pytest.mark.parametrize("engine_name", ["native", "embedded"])
 def test_each_engine_writes_and_reads_a_table_on_the_store(
-    spark: SparkSession,
-    s3_server: S3Server,
-    s3_bucket: str,
-    monkeypatch: pytest.MonkeyPatch,
-    engine_name: str,
+    spark: SparkSession, s3_env: S3Server, s3_bucket: str, engine_name: str
 ) -> None:
     """Both Delta engines reach the store from the environment (delta-spark through the
     session's S3A settings, delta-rs through its storage options): appends with an app
     transaction (a repeated one lands nothing), a delta-rs writer's commit in between and a
     partition replace, read back the same by each engine and by delta-rs on its own."""
-    for name, value in s3_server.environment().items():
-        monkeypatch.setenv(name, value)
     use_object_store(spark, ObjectStore.from_environment())
     engine = open_engine(spark, engine_name)
     table = f"s3://{s3_bucket}/{engine_name}"

@@ -69,6 +69,7 @@ from joins.ssbj.roles import (
     master_field,
     stream_field,
 )
+from tests.joins.ssbj.strategies import run_parameters
 
 Row = tuple[Any, ...]
 KEY_TYPE = pa.int64()
@@ -135,13 +136,7 @@ def plan_for(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    seed=st.integers(0, 10_000),
-    k=st.integers(1, 4),
-    period=st.integers(1, 3),
-    use_cache=st.booleans(),
-    left=st.booleans(),
-    estimator=st.sampled_from(["paper", "extrapolated"]),
-    steps=st.integers(1, 24),
+    **run_parameters(partitions=4, steps=24),
     reload=st.booleans(),
     tracked=st.sampled_from([None, frozenset(), frozenset({(1,)}), frozenset({(2,), (6,)})]),
 )

@@ -49,6 +49,7 @@ from joins.ssbj.roles import (
     stream_field,
 )
 from joins.ssbj.roles import PINNED_VERSION as PINNED
+from tests.joins.ssbj.strategies import run_parameters
 from tests.joins.ssbj.test_algorithm import (
     MASTER,
     STREAM,
@@ -221,13 +222,7 @@ def _change_rows(
 @given(
     st.builds(
         Case,
-        seed=st.integers(0, 10_000),
-        k=st.integers(1, 3),
-        period=st.integers(1, 3),
-        use_cache=st.booleans(),
-        left=st.booleans(),
-        estimator=st.sampled_from(["paper", "extrapolated"]),
-        steps=st.integers(1, 16),
+        **run_parameters(partitions=3, steps=16),
         strings=st.booleans(),
         factor=st.sampled_from([0.5, 1.0, 1.5]),
         sizes=st.sampled_from([(24.0, 40.0), (40.0, 24.0), (10.0, 30.0)]),

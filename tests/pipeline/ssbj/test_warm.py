@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from deltalake import write_deltalake
 
 from pipeline.ssbj.warm import WarmCache
@@ -51,11 +50,9 @@ def test_a_table_created_again_at_the_path_is_read_not_served(tmp_path: Path) ->
 
 
 def test_a_table_on_an_object_store_is_held_while_its_commit_object_is_the_same(
-    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+    s3_env: S3Server, s3_bucket: str
 ) -> None:
     """On S3 the commit object's ETag and size say whether the version is the one held."""
-    for name, value in s3_server.environment().items():
-        monkeypatch.setenv(name, value)
     root = f"s3://{s3_bucket}/state"
     options = storage_options(root)
 
@@ -68,7 +65,7 @@ def test_a_table_on_an_object_store_is_held_while_its_commit_object_is_the_same(
     warm.hold_state(root, 1, ROWS)
     assert warm.held_state(root, 1) is ROWS
     found = ObjectLocation.parse(root)
-    client = s3_server.client()
+    client = s3_env.client()
     for item in client.list_objects_v2(Bucket=found.bucket, Prefix=f"{found.key}/")["Contents"]:
         client.delete_object(Bucket=found.bucket, Key=item["Key"])
     commit_s3(3)

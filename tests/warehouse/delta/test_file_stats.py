@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -146,10 +147,14 @@ SCHEMA = T.StructType(
 )
 
 
+@pytest.fixture
+def engine(spark: SparkSession) -> EmbeddedDeltaEngine:
+    return EmbeddedDeltaEngine(spark)
+
+
 def test_the_embedded_engine_writes_stats_other_delta_readers_use(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, engine: EmbeddedDeltaEngine, tmp_path: Path
 ) -> None:
-    engine = EmbeddedDeltaEngine(spark)
     path = str(tmp_path / "t")
     engine.create_table(path, SCHEMA)
     base = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -203,11 +208,10 @@ def test_the_embedded_engine_writes_stats_other_delta_readers_use(
 
 
 def test_arrow_writes_take_stats_from_the_writer_and_dictionary_encode_only_text(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, engine: EmbeddedDeltaEngine, tmp_path: Path
 ) -> None:
     # The driver's Parquet writer hands its footer to the add action (no second read of
     # the file): the stats must be the file's own, and delta-rs must read them so.
-    engine = EmbeddedDeltaEngine(spark)
     path = str(tmp_path / "t")
     rows = pa.table(
         {
@@ -244,12 +248,11 @@ def test_arrow_writes_take_stats_from_the_writer_and_dictionary_encode_only_text
 
 
 def test_arrow_writes_leave_out_all_null_columns_and_every_reader_reads_them_as_nulls(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, engine: EmbeddedDeltaEngine, tmp_path: Path
 ) -> None:
     # A state table's rows each use a few of its columns: a file whose rows leave a
     # nullable column empty does not store it. Delta readers read a column a file lacks
     # as nulls; the embedded engine, delta-rs and delta-spark must all give the rows back.
-    engine = EmbeddedDeltaEngine(spark)
     path = str(tmp_path / "t")
     first = pa.table(
         {

@@ -33,6 +33,15 @@ UTC = dt.UTC
 PAIRS = [("embedded", "native"), ("native", "embedded")]
 
 
+@pytest.fixture(params=PAIRS, ids=["-".join(pair) for pair in PAIRS])
+def writer_reader(
+    spark: SparkSession, request: pytest.FixtureRequest
+) -> tuple[DeltaEngine, DeltaEngine]:
+    """A writing engine and the other engine, reading: each way round."""
+    writer_name, reader_name = request.param
+    return make_engine(spark, writer_name), make_engine(spark, reader_name)
+
+
 def delta_rs_rows(path: str, columns: list[str], version: int | None = None) -> list[tuple]:
     table = DeltaTable(path, version=version).to_pyarrow_table()
     return naive([tuple(r[c] for c in columns) for r in table.to_pylist()])
@@ -52,11 +61,10 @@ def file_summary(engine: DeltaEngine, path: str) -> list[tuple[Any, ...]]:
     )
 
 
-@pytest.mark.parametrize(("writer_name", "reader_name"), PAIRS)
 def test_a_table_written_by_one_engine_reads_the_same_on_the_other_and_on_delta_rs(
-    spark: SparkSession, tmp_path: Path, writer_name: str, reader_name: str
+    spark: SparkSession, tmp_path: Path, writer_reader: tuple[DeltaEngine, DeltaEngine]
 ) -> None:
-    writer, reader = make_engine(spark, writer_name), make_engine(spark, reader_name)
+    writer, reader = writer_reader
     path = str(tmp_path / "t")
     writer.create_table(path, SCHEMA, ("label", "day"))
     writer.append(path, spark.createDataFrame(AWKWARD_ROWS, SCHEMA))
@@ -127,11 +135,10 @@ def test_commit_files_the_embedded_engine_writes_itself_read_the_same_on_delta_s
     assert_same_multiset(embedded.read(path), [*versions[4], (7, 2, "z")])
 
 
-@pytest.mark.parametrize(("writer_name", "reader_name"), PAIRS)
 def test_change_data_feed_of_a_merge_reads_the_same_on_both_engines(
-    spark: SparkSession, tmp_path: Path, writer_name: str, reader_name: str
+    spark: SparkSession, tmp_path: Path, writer_reader: tuple[DeltaEngine, DeltaEngine]
 ) -> None:
-    writer, reader = make_engine(spark, writer_name), make_engine(spark, reader_name)
+    writer, reader = writer_reader
     path = str(tmp_path / "m")
     assert merge_into_a_cdf_table(spark, writer, path).committed
 
