@@ -21,18 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from common.errors import ConfigError, IngestionError, RefusedFileError, UnreadableFileError
-from warehouse.landing_zone import (
-    GLOB_CHARACTERS,
-    IN_PROGRESS,
-    STAGING_DIR,
-    Digest,
-    FileRead,
-    LandingEntry,
-    StagedCopy,
-    glob_characters_in,
-    refused,
-)
+from common.errors import IngestionError, RefusedFileError, UnreadableFileError
+from warehouse import landing_zone
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,23 +65,15 @@ class LocalZone:
         return os.path.abspath(self.directory)
 
     def check_location(self, stream: str) -> None:
-        absolute = self.location
-        found = glob_characters_in(absolute)
-        if found:
-            raise ConfigError(
-                f"stream {stream!r}: landing directory {absolute} contains {found!r}; "
-                f"expected a path without any of {GLOB_CHARACTERS!r}, which Spark would expand "
-                "as a glob pattern when it reads the files staged below it. Rename the "
-                "directory."
-            )
+        landing_zone.require_literal(stream, self.location)
 
-    def scan(self) -> tuple[list[LandingEntry], dict[str, str]]:
+    def scan(self) -> tuple[list[landing_zone.LandingEntry], dict[str, str]]:
         return scan_landing(self.directory)
 
     def exists(self) -> bool:
         return self.directory.is_dir()
 
-    def read(self, path: str, *, stage: bool, check_utf8: bool) -> FileRead:
+    def read(self, path: str, *, stage: bool, check_utf8: bool) -> landing_zone.FileRead:
         temp = self._staging.temp() if stage else None
         try:
             found = _read_file(Path(path), temp, check_utf8)
@@ -101,14 +83,14 @@ class LocalZone:
             raise
         return found if temp is None else replace(found, staged=LocalCopy(temp, found.size_bytes))
 
-    def place(self, staged: StagedCopy, file_id: int) -> StagedCopy:
+    def place(self, staged: landing_zone.StagedCopy, file_id: int) -> landing_zone.StagedCopy:
         return LocalCopy(self._staging.place(Path(staged.url), file_id), staged.size_bytes)
 
     def holds(self, path: str) -> bool:
         return os.path.lexists(path)
 
 
-def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]:
+def scan_landing(landing_dir: Path) -> tuple[list[landing_zone.LandingEntry], dict[str, str]]:
     """Entries of a landing directory, oldest first, and the directories that cannot be listed
     (path: reason).
 
@@ -117,7 +99,7 @@ def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]
     if not landing_dir.is_dir():
         return [], {}
     root = os.path.realpath(landing_dir)
-    entries: list[LandingEntry] = []
+    entries: list[landing_zone.LandingEntry] = []
     unlisted: dict[str, str] = {}
 
     def cannot_list(error: OSError) -> None:
@@ -127,7 +109,7 @@ def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]
         # os.walk lists a symlink to a directory among the directories and does not descend.
         descend = []
         for name in sorted(dirnames):
-            if name.startswith(IN_PROGRESS):
+            if name.startswith(landing_zone.IN_PROGRESS):
                 continue
             path = Path(dirpath, name)
             if path.is_symlink():
@@ -136,7 +118,7 @@ def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]
                 descend.append(name)
         dirnames[:] = descend
         for name in filenames:
-            if not name.startswith(IN_PROGRESS):
+            if not name.startswith(landing_zone.IN_PROGRESS):
                 try:
                     entries.append(_entry(Path(dirpath, name), root))
                 except FileNotFoundError:
@@ -144,9 +126,11 @@ def scan_landing(landing_dir: Path) -> tuple[list[LandingEntry], dict[str, str]]
     return sorted(entries, key=lambda e: (e.mtime_ns, e.path)), unlisted
 
 
-def _entry(path: Path, root: str) -> LandingEntry:
+def _entry(path: Path, root: str) -> landing_zone.LandingEntry:
     info = path.lstat()
-    return LandingEntry(str(path), info.st_size, info.st_mtime_ns, _refusal(path, info, root))
+    return landing_zone.LandingEntry(
+        str(path), info.st_size, info.st_mtime_ns, _refusal(path, info, root)
+    )
 
 
 def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
@@ -164,7 +148,7 @@ def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
     return None
 
 
-def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> FileRead:
+def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> landing_zone.FileRead:
     """Hash a regular file without following a symlink; copy it and check UTF-8 on the way.
 
     Raises FileNotFoundError if it is gone, :class:`RefusedFileError` if it is not a regular
@@ -180,21 +164,19 @@ def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> FileRead:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise RefusedFileError(
-                refused(str(path), "is a symlink; symlinks are never followed")
+                landing_zone.refused(str(path), "is a symlink; symlinks are never followed")
             ) from e
         raise UnreadableFileError(
             f"{path}: cannot be opened ({e.strerror}). It is left in place; make it readable "
             "or move it away."
         ) from e
-    digest = Digest(check_utf8)
     with os.fdopen(fd, "rb") as handle, ExitStack() as stack:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise RefusedFileError(refused(str(path), NOT_REGULAR))
+            raise RefusedFileError(landing_zone.refused(str(path), NOT_REGULAR))
         copy = stack.enter_context(copy_to.open("xb")) if copy_to is not None else None
-        for block in _blocks(handle, path):
-            digest.update(block)
-            if copy is not None:
-                copy.write(block)
+        digest = landing_zone.digest_of(
+            _blocks(handle, path), check_utf8, None if copy is None else copy.write
+        )
     return digest.result()
 
 
@@ -218,7 +200,7 @@ class _Staging:
     """
 
     def __init__(self, landing_dir: Path, file_format: str) -> None:
-        self.dir = Path(os.path.abspath(landing_dir / STAGING_DIR))
+        self.dir = Path(os.path.abspath(landing_dir / landing_zone.STAGING_DIR))
         self.format = file_format
         self._ready = False
 

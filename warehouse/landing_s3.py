@@ -61,17 +61,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from common.errors import ConfigError, IngestionError, UnreadableFileError
-from warehouse.landing_zone import (
-    GLOB_CHARACTERS,
-    IN_PROGRESS,
-    STAGING_DIR,
-    Digest,
-    FileRead,
-    LandingEntry,
-    StagedCopy,
-    glob_characters_in,
-)
+from common.errors import IngestionError, UnreadableFileError
+from warehouse import landing_zone
 from warehouse.object_store import ObjectLocation, ObjectStore
 
 if TYPE_CHECKING:
@@ -149,21 +140,14 @@ class ObjectStoreZone:
     # ------------------------------------------------------------------ the zone
 
     def check_location(self, stream: str) -> None:
-        found = glob_characters_in(self.location)
-        if found:
-            raise ConfigError(
-                f"stream {stream!r}: landing location {self.location} contains {found!r}; "
-                f"expected a prefix without any of {GLOB_CHARACTERS!r}, which Spark would "
-                "expand as a glob pattern when it reads the files staged below it. Use "
-                "another prefix."
-            )
+        landing_zone.require_literal(stream, self.location)
 
-    def scan(self) -> tuple[list[LandingEntry], dict[str, str]]:
+    def scan(self) -> tuple[list[landing_zone.LandingEntry], dict[str, str]]:
         """Every object below the prefix that is not in progress, oldest first; a listing
         the store refuses (no such bucket, access denied) makes the whole zone unlisted."""
         from botocore.exceptions import ClientError
 
-        entries: list[LandingEntry] = []
+        entries: list[landing_zone.LandingEntry] = []
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket,
             Prefix=self.prefix,
@@ -181,23 +165,25 @@ class ObjectStoreZone:
             return [], {self.location: _describe(e)}
         return sorted(entries, key=lambda e: (e.mtime_ns, e.path)), {}
 
-    def _entry(self, item: dict[str, Any]) -> LandingEntry | None:
+    def _entry(self, item: dict[str, Any]) -> landing_zone.LandingEntry | None:
         key: str = item["Key"]
         below = key[len(self.prefix) :]
         if not below or key.endswith("/"):
             return None  # the prefix's own marker, or a folder's
-        if any(name.startswith(IN_PROGRESS) for name in below.split("/")):
+        if any(name.startswith(landing_zone.IN_PROGRESS) for name in below.split("/")):
             return None
         modified: datetime = item["LastModified"]
         mtime_ns = (modified - EPOCH) // timedelta(microseconds=1) * 1000
-        return LandingEntry(self.url_of(key), int(item["Size"]), mtime_ns, None, _etag(item))
+        return landing_zone.LandingEntry(
+            self.url_of(key), int(item["Size"]), mtime_ns, None, _etag(item)
+        )
 
     def exists(self) -> bool:
         # A prefix exists as long as the bucket does; a missing bucket fails the listing,
         # which the scan reports (its files are then not known to be gone).
         return True
 
-    def read(self, path: str, *, stage: bool, check_utf8: bool) -> FileRead:
+    def read(self, path: str, *, stage: bool, check_utf8: bool) -> landing_zone.FileRead:
         from botocore.exceptions import ClientError
 
         key = self._key(path)
@@ -213,14 +199,13 @@ class ObjectStoreZone:
                 f"{path}: cannot be read ({_describe(e)}). It is left in place; make it "
                 "readable or move it away."
             ) from e
-        digest = Digest(check_utf8)
         upload = _Upload(self, staging_key) if staging_key is not None else None
         body = answer["Body"]
         try:
-            for block in iter(functools.partial(body.read, BLOCK_BYTES), b""):
-                digest.update(block)
-                if upload is not None:
-                    upload.write(block)
+            blocks = iter(functools.partial(body.read, BLOCK_BYTES), b"")
+            digest = landing_zone.digest_of(
+                blocks, check_utf8, None if upload is None else upload.write
+            )
             staged = upload.finish() if upload is not None else None
         except BaseException:
             if upload is not None:
@@ -231,7 +216,7 @@ class ObjectStoreZone:
         # The GET's own ETag, not the listing's: the object may have been replaced since.
         return digest.result(staged, _etag(answer))
 
-    def place(self, staged: StagedCopy, file_id: int) -> StagedCopy:
+    def place(self, staged: landing_zone.StagedCopy, file_id: int) -> landing_zone.StagedCopy:
         # The copy's random name is as safe from globs as a ledger id; a rename would be a
         # server-side copy of the whole file.
         return staged
@@ -267,7 +252,7 @@ class ObjectStoreZone:
 
     @property
     def _staging_prefix(self) -> str:
-        return f"{self.prefix}{STAGING_DIR}/"
+        return f"{self.prefix}{landing_zone.STAGING_DIR}/"
 
     def _staging_key(self) -> str:
         if not self._staging_ready:

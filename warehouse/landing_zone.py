@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from common.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -119,11 +122,36 @@ def glob_characters_in(location: str) -> str:
     return "".join(sorted({c for c in location if c in GLOB_CHARACTERS}))
 
 
+def require_literal(stream: str, location: str) -> None:
+    """Raise :class:`ConfigError` if ``location``, stream ``stream``'s landing zone, holds a
+    character Spark would expand as a glob pattern when it reads the copies staged below."""
+    found = glob_characters_in(location)
+    if found:
+        raise ConfigError(
+            f"stream {stream!r}: landing location {location} contains {found!r}; expected "
+            f"a location without any of {GLOB_CHARACTERS!r}, which Spark would expand as a "
+            "glob pattern when it reads the files staged below it. Rename it."
+        )
+
+
 def refused(path: str, reason: str) -> str:
     return (
         f"{path}: refused: {reason}. It is never read and stays where it is; move it away "
         "or replace it by a regular file."
     )
+
+
+def digest_of(
+    blocks: Iterable[bytes], check_utf8: bool, copy: Callable[[bytes], object] | None = None
+) -> Digest:
+    """The digest of ``blocks``, each handed to ``copy`` too (a staged copy being written):
+    a file is read once, to hash and to stage it."""
+    digest = Digest(check_utf8)
+    for block in blocks:
+        digest.update(block)
+        if copy is not None:
+            copy(block)
+    return digest
 
 
 class Digest:

@@ -68,6 +68,23 @@ NESTED_LOOP_PAIRS_PER_CORE = 500_000_000
 
 
 @dataclass(frozen=True)
+class ClusterFigures:
+    """What a choice weighs besides its inputs: the tasks that run at once, Spark's
+    broadcast threshold, and the cost constants above (overridable by a stage's operator
+    settings, a test or a benchmark)."""
+
+    parallelism: int
+    broadcast_bytes: float
+    sample_above_bytes: float = SAMPLE_ABOVE_BYTES
+    nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE
+    adsp_work: float = ADSP_WORK
+
+    @property
+    def cores(self) -> int:
+        return max(1, self.parallelism)
+
+
+@dataclass(frozen=True)
 class SchemeChoice:
     """The scheme ``auto`` resolved to, and why (for the log and the run metrics)."""
 
@@ -118,9 +135,7 @@ def broadcast_rules(
     stream_rows: int | None,
     master_rows: int | None,
     master_bytes: float,
-    parallelism: int,
-    broadcast_bytes: float,
-    nested_loop_pairs_per_core: float,
+    cluster: ClusterFigures,
     size_note: str,
 ) -> SchemeChoice | None:
     """The two broadcast rules, from counted or estimated sizes (``size_note`` says which,
@@ -132,6 +147,7 @@ def broadcast_rules(
       ``nested_loop_pairs_per_core`` comparisons per core: Spark's nested loop. The
       comparisons need both row counts; without them this rule does not apply.
     """
+    broadcast_bytes = cluster.broadcast_bytes
     if predicate.type == "band" and predicate.master_column:
         if 2 * master_bytes <= broadcast_bytes:
             return SchemeChoice(
@@ -142,14 +158,14 @@ def broadcast_rules(
         return None
     if stream_rows is None or master_rows is None or master_bytes > broadcast_bytes:
         return None
-    pairs_per_core = stream_rows * master_rows / max(1, parallelism)
-    if pairs_per_core > nested_loop_pairs_per_core:
+    pairs_per_core = stream_rows * master_rows / cluster.cores
+    if pairs_per_core > cluster.nested_loop_pairs_per_core:
         return None
     return SchemeChoice(
         "spark",
         f"{predicate.type} predicate, master {master_rows} rows ({master_bytes:.0f} B"
         f"{size_note}) is broadcast; {pairs_per_core:.3g} comparisons per core <= "
-        f"{nested_loop_pairs_per_core:.3g}",
+        f"{cluster.nested_loop_pairs_per_core:.3g}",
     )
 
 
@@ -157,10 +173,7 @@ def choose_by_size(
     predicate: ThetaPredicate,
     stream: SideSize,
     master: SideSize,
-    parallelism: int,
-    broadcast_bytes: float,
-    sample_above_bytes: float = SAMPLE_ABOVE_BYTES,
-    nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
+    cluster: ClusterFigures,
 ) -> SchemeChoice | None:
     """The scheme when the size estimates alone decide it, else None (count, then maybe
     sample: :func:`choose_by_counts`, :func:`choose_scheme`).
@@ -171,18 +184,12 @@ def choose_by_size(
     ``sample_above_bytes`` bins: sampling could not save what it costs (module docstring).
     """
     broadcast = broadcast_rules(
-        predicate,
-        stream.rows,
-        master.rows,
-        master.bytes,
-        parallelism,
-        broadcast_bytes,
-        nested_loop_pairs_per_core,
-        size_note=" estimated",
+        predicate, stream.rows, master.rows, master.bytes, cluster, size_note=" estimated"
     )
     if broadcast is not None or predicate.type != "band" or not predicate.master_column:
         return broadcast
     inputs = stream.bytes + 2 * master.bytes
+    sample_above_bytes = cluster.sample_above_bytes
     if inputs < sample_above_bytes:
         return SchemeChoice(
             "binning",
@@ -198,9 +205,7 @@ def choose_by_counts(
     stream: SideCounts,
     master: SideCounts,
     master_row_bytes: float,
-    parallelism: int,
-    broadcast_bytes: float,
-    nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
+    cluster: ClusterFigures,
 ) -> SchemeChoice | None:
     """The scheme when the row counts alone decide it, else None (a band predicate against a
     master too large to broadcast, where the keys decide: :func:`choose_scheme`).
@@ -209,18 +214,11 @@ def choose_by_counts(
     240-row promotions master that saves the sampling job."""
     master_bytes = master.rows * master_row_bytes
     broadcast = broadcast_rules(
-        predicate,
-        stream.rows,
-        master.rows,
-        master_bytes,
-        parallelism,
-        broadcast_bytes,
-        nested_loop_pairs_per_core,
-        size_note="",
+        predicate, stream.rows, master.rows, master_bytes, cluster, size_note=""
     )
     if broadcast is not None or (predicate.type == "band" and predicate.master_column):
         return broadcast
-    pairs_per_core = stream.rows * master.rows / max(1, parallelism)
+    pairs_per_core = stream.rows * master.rows / cluster.cores
     return SchemeChoice(
         "adsp",
         f"{predicate.type} predicate, master {master.rows} rows ({master_bytes:.0f} B): "
@@ -233,25 +231,14 @@ def choose_scheme(
     stream: KeySample,
     master: KeySample,
     master_row_bytes: float,
-    parallelism: int,
-    broadcast_bytes: float,
-    nested_loop_pairs_per_core: float = NESTED_LOOP_PAIRS_PER_CORE,
-    adsp_work: float = ADSP_WORK,
+    cluster: ClusterFigures,
 ) -> SchemeChoice:
     """The scheme for one join, following the rules in the module docstring."""
-    decided = choose_by_counts(
-        predicate,
-        stream.counts,
-        master.counts,
-        master_row_bytes,
-        parallelism,
-        broadcast_bytes,
-        nested_loop_pairs_per_core,
-    )
+    decided = choose_by_counts(predicate, stream.counts, master.counts, master_row_bytes, cluster)
     if decided is not None:
         return decided
     # A band predicate against a master too large to broadcast: the keys decide.
-    cores = max(1, parallelism)
+    cores, adsp_work = cluster.cores, cluster.adsp_work
     load = bin_load(predicate, stream, master)
     balanced = adsp_work * load.total / cores
     if load.busiest <= balanced:

@@ -20,6 +20,7 @@ from joins import baseline
 from joins.theta.adsp.join import adsp_join_flagged
 from joins.theta.choice import (
     SAMPLE_ABOVE_BYTES,
+    ClusterFigures,
     SchemeChoice,
     choose_by_counts,
     choose_by_size,
@@ -91,16 +92,18 @@ def resolve_scheme(
     lacks, so the size rules can decide before any job."""
     if scheme != "auto":
         return SchemeChoice(scheme, "named in the config"), None
-    cores, broadcast = parallelism(spark), broadcast_threshold(spark)
+    cluster = ClusterFigures(
+        parallelism(spark), broadcast_threshold(spark), sample_above_bytes=sample_above_bytes
+    )
     sizes = (
         _with_rows(plan_size(stream), known_rows[0]),
         _with_rows(plan_size(master), known_rows[1]),
     )
-    by_size = choose_by_size(predicate, *sizes, cores, broadcast, sample_above_bytes)
+    by_size = choose_by_size(predicate, *sizes, cluster)
     if by_size is not None:
         return by_size, None  # decided before any job
     sides = theta_sides(stream, master, predicate)
-    figures = (row_bytes.master(), cores, broadcast)
+    figures = (row_bytes.master(), cluster)
     if sizes[0].rows is not None and sizes[1].rows is not None:
         # Both row counts known: one job draws and counts. choose_scheme applies the
         # count rules first, so a broadcast the exact counts allow is still chosen.

@@ -121,6 +121,15 @@ def intervals(store: StateStore, table: str) -> dict[dt.datetime, IntervalRecord
     return {r.interval_start: r for r in store.interval_records(table)}
 
 
+def validated(
+    h: SsbjHarness | LateHarness, run_id: str, start: dt.datetime
+) -> dict[dt.datetime, IntervalRecord]:
+    """``enrich validate`` of run ``run_id`` over the interval from ``start`` (it must pass),
+    then the completeness records of table ``out``."""
+    assert h.context.execute("validate", run_id, start, start + HOUR) == 0
+    return intervals(h.store, "out")
+
+
 def test_ssbj_tuples_held_across_runs_leave_their_interval_incomplete_until_answered(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -158,8 +167,7 @@ def test_ssbj_tuples_held_across_runs_leave_their_interval_incomplete_until_answ
 
     h.arrive([(20 + i, i % 6) for i in range(4)], at=I1 + dt.timedelta(minutes=5))
     h.run("r2")
-    assert h.context.execute("validate", "r2", I1, I2) == 0
-    found = intervals(h.store, "out")
+    found = validated(h, "r2", I1)
     assert (found[I0].waiting, found[I0].complete, found[I0].completed_run_id) == (0, True, "r2")
     assert (found[I1].tuples, found[I1].waiting, found[I1].complete) == (4, 4, False)
     assert published_extra(h.config, h.store, "out", "r2", (I1, I2))["completed_intervals"] == [
@@ -174,8 +182,7 @@ def test_ssbj_tuples_held_across_runs_leave_their_interval_incomplete_until_answ
     assert intervals(h.store, "out") == found
 
     h.run("r3")
-    assert h.context.execute("validate", "r3", I2, I3) == 0
-    last = intervals(h.store, "out")
+    last = validated(h, "r3", I2)
     assert last[I0] == found[I0]  # completed by r2, untouched since
     assert (last[I1].complete, last[I1].completed_run_id) == (True, "r3")
     # The window's own interval, without a tuple, is complete too.
@@ -284,23 +291,28 @@ def test_a_chained_output_waits_for_its_upstream_state_and_unread_input(
     assert intervals(p.store, "out")[I0].completed_run_id == "r2"
 
 
-def test_tuples_in_an_unresolved_quarantined_batch_are_not_published(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def five_tuples_joined(spark: SparkSession, tmp_path: Path) -> SsbjHarness:
+    """A left SSBJ stage (k = 2, two steps a run) whose run ``r1`` joined five tuples of
+    interval I0 into silver, nothing validated yet."""
     h = SsbjHarness(spark, tmp_path, "ssbj", 2, 2, "left")
     h.load_master(MASTER, files=2)
     h.arrive([(i, i % 6) for i in range(1, 6)])
     h.run("r1")
+    return h
+
+
+def test_tuples_in_an_unresolved_quarantined_batch_are_not_published(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = five_tuples_joined(spark, tmp_path)
     with pytest.raises(ValidationFailedError):
         h.context.auditor.audit_run("r1", {"out": ["rejected by the test"]})
-    assert h.context.execute("validate", "r2", I0, I1) == 0  # nothing new to audit
-    held = intervals(h.store, "out")[I0]
+    held = validated(h, "r2", I0)[I0]  # nothing new to audit
     assert (held.tuples, held.waiting, held.quarantined, held.complete) == (5, 0, 5, False)
     (view,) = completeness_status(h.config, h.store)["out"]["intervals"]
     assert view["share_answered"] == 0.0
     h.context.auditor.resolve("out", "r1", publish=True)
-    assert h.context.execute("validate", "r3", I1, I2) == 0
-    done = intervals(h.store, "out")[I0]
+    done = validated(h, "r3", I1)[I0]
     assert (done.quarantined, done.complete, done.completed_run_id) == (0, True, "r3")
 
 
@@ -315,25 +327,21 @@ def test_a_tuple_waiting_for_a_late_master_row_holds_its_interval_open(
     h.arrive([(1, 1), (2, 77)])  # no master row has key 77
     started = dt.datetime.now(dt.UTC).replace(microsecond=0)
     h.step()
-    assert h.context.execute("validate", "r1", I0, I1) == 0
-    waiting = intervals(h.store, "out")[I0]
+    waiting = validated(h, "r1", I0)[I0]
     assert (waiting.tuples, waiting.waiting, waiting.complete) == (2, 1, False)
     assert waiting.oldest_waiting_entered_at is not None
     assert started <= waiting.oldest_waiting_entered_at <= dt.datetime.now(dt.UTC)
     h.update_master([(77, 1, 5.0)], [])
     h.step()
-    assert h.context.execute("validate", "r2", I1, I2) == 0
-    done = intervals(h.store, "out")[I0]
+    done = validated(h, "r2", I1)[I0]
     assert (done.waiting, done.complete, done.completed_run_id) == (0, True, "r2")
 
 
 def test_a_backfill_records_the_completeness_of_the_intervals_it_replaced(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    h = SsbjHarness(spark, tmp_path, "ssbj", 2, 2, "left")
-    h.load_master(MASTER, files=2)
-    h.arrive([(i, i % 6) for i in range(1, 6)])
-    h.run("r1")  # answered into silver; no validate: nothing published, nothing recorded
+    h = five_tuples_joined(spark, tmp_path)
+    # Answered into silver; no validate: nothing published, nothing recorded.
     assert I0 not in intervals(h.store, "out")
     assert h.context.execute("backfill", "b1", I0, I1) == 0
     done = intervals(h.store, "out")[I0]

@@ -121,23 +121,21 @@ def _layout(
     regular_secondary = [scheme.line_bytes] * scheme.secondary_lines
     if scheme.extra_cells:
         regular_secondary.append(scheme.leftover_bytes)
-    primary = [1.0] * scheme.primary_divisions
-    if scheme.primary_is_r:
-        return (
-            scheme.primary_divisions,
-            scheme.secondary_lines,
-            scheme.extra_cells,
-            "column" if scheme.extra_cells else "none",
-            tuple(primary),
-            tuple(regular_secondary),
-        )
+    primary = tuple([1.0] * scheme.primary_divisions)
+    secondary = tuple(regular_secondary)
+    rows, columns = scheme.primary_divisions, scheme.secondary_lines
+    # R's divisions are the rows when R is primary: the extra cells then form a column.
+    side, r_weights, s_weights = "column", primary, secondary
+    if not scheme.primary_is_r:
+        rows, columns = columns, rows
+        side, r_weights, s_weights = "row", secondary, primary
     return (
-        scheme.secondary_lines,
-        scheme.primary_divisions,
+        rows,
+        columns,
         scheme.extra_cells,
-        "row" if scheme.extra_cells else "none",
-        tuple(regular_secondary),
-        tuple(primary),
+        side if scheme.extra_cells else "none",
+        r_weights,
+        s_weights,
     )
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from joins.theta.choice import (
     SAMPLE_ABOVE_BYTES,
+    ClusterFigures,
     bin_load,
     choose_by_counts,
     choose_by_size,
@@ -39,26 +40,36 @@ def hot(rows: int, share: float, k: int = 2000) -> KeySample:
 
 
 def test_a_small_master_under_a_range_predicate_is_broadcast() -> None:
-    choice = choose_scheme(RANGE, uniform(1_000_000), uniform(240), 40.0, 2, 10 * MB)
+    choice = choose_scheme(
+        RANGE, uniform(1_000_000), uniform(240), 40.0, ClusterFigures(2, 10 * MB)
+    )
     assert choice.scheme == "spark", choice
 
 
 @pytest.mark.parametrize("predicate", [RANGE, LESS])
 def test_a_large_master_under_a_non_band_predicate_gets_adsp(predicate: ThetaPredicate) -> None:
-    too_big = choose_scheme(predicate, uniform(10_000), uniform(1_000_000), 24.0, 2, 10 * MB)
+    too_big = choose_scheme(
+        predicate, uniform(10_000), uniform(1_000_000), 24.0, ClusterFigures(2, 10 * MB)
+    )
     assert too_big.scheme == "adsp", too_big
     # Broadcastable, but 200k x 200k comparisons per core are over the budget.
-    too_many = choose_scheme(predicate, uniform(400_000), uniform(200_000), 24.0, 2, 100 * MB)
+    too_many = choose_scheme(
+        predicate, uniform(400_000), uniform(200_000), 24.0, ClusterFigures(2, 100 * MB)
+    )
     assert too_many.scheme == "adsp", too_many
 
 
 def test_a_band_with_a_broadcastable_master_is_binned_even_when_hot() -> None:
-    choice = choose_scheme(BAND, hot(1_000_000, 0.6), uniform(1000), 24.0, 64, 10 * MB)
+    choice = choose_scheme(
+        BAND, hot(1_000_000, 0.6), uniform(1000), 24.0, ClusterFigures(64, 10 * MB)
+    )
     assert choice.scheme == "binning", choice
 
 
 def test_a_band_without_hot_bins_is_binned() -> None:
-    choice = choose_scheme(BAND, uniform(1_000_000), uniform(1_000_000, seed=2), 24.0, 64, 0.0)
+    choice = choose_scheme(
+        BAND, uniform(1_000_000), uniform(1_000_000, seed=2), 24.0, ClusterFigures(64, 0.0)
+    )
     assert choice.scheme == "binning", choice
 
 
@@ -67,9 +78,9 @@ def test_a_hot_bin_goes_to_adsp_only_when_it_would_overload_a_task() -> None:
     load = bin_load(BAND, stream, master)
     assert load.busiest == pytest.approx(0.3 * 1_000_000, rel=0.01)
     # 2 tasks at once: the hot bin is less than half of all input rows.
-    assert choose_scheme(BAND, stream, master, 24.0, 2, 0.0).scheme == "binning"
+    assert choose_scheme(BAND, stream, master, 24.0, ClusterFigures(2, 0.0)).scheme == "binning"
     # 64 tasks at once: it is far more than 1/64 of them.
-    choice = choose_scheme(BAND, stream, master, 24.0, 64, 0.0)
+    choice = choose_scheme(BAND, stream, master, 24.0, ClusterFigures(64, 0.0))
     assert choice.scheme == "adsp" and "hot bin" in choice.reason
 
 
@@ -81,9 +92,12 @@ def test_a_hot_bin_must_outweigh_adsps_extra_work(tasks: int, scheme: str) -> No
     stream, master = hot(1_000_000, 0.9), uniform(1_000_000, seed=2)
     load = bin_load(BAND, stream, master)
     assert load.total / 4 < load.busiest < 1.5 * load.total / 4
-    assert choose_scheme(BAND, stream, master, 24.0, tasks, 0.0).scheme == scheme
+    assert choose_scheme(BAND, stream, master, 24.0, ClusterFigures(tasks, 0.0)).scheme == scheme
     # With no extra work assumed, the fair share alone would have sent 4 tasks to A-DSP.
-    assert choose_scheme(BAND, stream, master, 24.0, 4, 0.0, adsp_work=1.0).scheme == "adsp"
+    assert (
+        choose_scheme(BAND, stream, master, 24.0, ClusterFigures(4, 0.0, adsp_work=1.0)).scheme
+        == "adsp"
+    )
 
 
 def test_master_rows_count_once_per_bin_their_band_reaches() -> None:
@@ -107,10 +121,14 @@ def test_counts_alone_decide_every_rule_but_the_hot_bin(
     """``auto`` draws keys only when they can change the choice, and whenever the counts
     decide, the full rule set with samples decides the same."""
     stream, master = uniform(1_000_000), uniform(master_rows, seed=3)
-    decided = choose_by_counts(predicate, stream.counts, master.counts, 24.0, 2, broadcast)
+    decided = choose_by_counts(
+        predicate, stream.counts, master.counts, 24.0, ClusterFigures(2, broadcast)
+    )
     assert (decided.scheme if decided else None) == scheme
     if decided is not None:
-        assert choose_scheme(predicate, stream, master, 24.0, 2, broadcast) == decided
+        assert (
+            choose_scheme(predicate, stream, master, 24.0, ClusterFigures(2, broadcast)) == decided
+        )
 
 
 @dataclass(frozen=True)
@@ -122,14 +140,17 @@ class Size:
 
 
 def test_a_small_band_join_bins_on_its_estimate_and_a_large_one_is_left_to_the_keys() -> None:
-    small = choose_by_size(BAND, Size(1 * MB), Size(4 * MB), 2, 0.0)
+    small = choose_by_size(BAND, Size(1 * MB), Size(4 * MB), ClusterFigures(2, 0.0))
     assert small is not None and small.scheme == "binning"
     assert "sample_above_bytes" in small.reason
     # 1 + 2 x 8 MiB: binning replicates the master, so it counts twice and crosses 16 MiB.
-    assert choose_by_size(BAND, Size(1 * MB), Size(8 * MB), 2, 0.0) is None
+    assert choose_by_size(BAND, Size(1 * MB), Size(8 * MB), ClusterFigures(2, 0.0)) is None
     # 0 turns the rule off: a tiny band join against an unbroadcastable master samples.
-    assert choose_by_size(BAND, Size(10.0), Size(10.0), 2, 0.0, sample_above_bytes=0) is None
-    broadcast = choose_by_size(BAND, Size(100 * MB), Size(1 * MB), 2, 10 * MB, 0)
+    assert (
+        choose_by_size(BAND, Size(10.0), Size(10.0), ClusterFigures(2, 0.0, sample_above_bytes=0))
+        is None
+    )
+    broadcast = choose_by_size(BAND, Size(100 * MB), Size(1 * MB), ClusterFigures(2, 10 * MB, 0))
     assert broadcast is not None and broadcast.scheme == "binning"
     assert "broadcast" in broadcast.reason
 
@@ -147,7 +168,7 @@ def test_a_small_band_join_bins_on_its_estimate_and_a_large_one_is_left_to_the_k
 def test_the_nested_loop_is_chosen_on_estimates_only_with_both_row_counts(
     stream: Size, master: Size, expected: str | None
 ) -> None:
-    choice = choose_by_size(RANGE, stream, master, 2, 10 * MB)
+    choice = choose_by_size(RANGE, stream, master, ClusterFigures(2, 10 * MB))
     assert (choice.scheme if choice else None) == expected
 
 
@@ -174,17 +195,14 @@ def test_sizes_decide_as_the_exact_counts_would_when_they_hold_the_counts(
         predicate,
         Size(stream_rows * row_bytes, stream_rows),
         Size(master_bytes, master_rows),
-        cores,
-        broadcast,
-        sample_above_bytes=0,
+        ClusterFigures(cores, broadcast, sample_above_bytes=0),
     )
     by_counts = choose_by_counts(
         predicate,
         SideCounts(stream_rows, stream_rows),
         SideCounts(master_rows, master_rows),
         row_bytes,
-        cores,
-        broadcast,
+        ClusterFigures(cores, broadcast),
     )
     if by_size is not None:
         assert by_counts is not None and by_counts.scheme == by_size.scheme
