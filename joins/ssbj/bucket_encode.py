@@ -16,37 +16,17 @@ from typing import Any
 
 import pyarrow as pa
 
+from joins.ssbj import roles
 from joins.ssbj.algorithm import Row, StepCounts, StepPlan, StepResult
 from joins.ssbj.bucket_decode import WideLayout
 from joins.ssbj.late import LateRule, SortedLateRows, settle_unmatched
-from joins.ssbj.roles import (
-    CACHE,
-    COUNTER,
-    EMPTY,
-    ENTRY_STEP,
-    HITS,
-    LATE,
-    LATE_SINCE,
-    MARKED,
-    MASTER_ROWS,
-    MATCHED,
-    METRIC,
-    METRIC_ROLE,
-    OBSERVED,
-    OUT,
-    PENDING,
-    PINNED_VERSION,
-    ROLE,
-    SWITCH,
-    VALUE,
-    VERSION,
-    master_field,
-)
 
 
 def _key_columns(layout: WideLayout, keys: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
     """Key-only master rows as columns: the join values, every other master column null."""
-    return {master_field(c): [key[i] for key in keys] for i, c in enumerate(layout.master_keys)}
+    return {
+        roles.master_field(c): [key[i] for key in keys] for i, c in enumerate(layout.master_keys)
+    }
 
 
 class Encoder:
@@ -63,7 +43,7 @@ class Encoder:
         arrays: list[Any] = []
         for f in self.schema:
             value = columns.get(f.name)
-            if f.name == ROLE:
+            if f.name == roles.ROLE:
                 arrays.append(pa.repeat(pa.scalar(role, f.type), n))
             elif value is None:
                 arrays.append(pa.nulls(n, f.type))
@@ -89,7 +69,7 @@ def _gathered(source: pa.Table, layout: WideLayout, rows: Sequence[Row]) -> dict
     """The stream columns of decoded stream tuples, taken by position from ``source``,
     with when each first met no master row (``joins.ssbj.late``: null for most)."""
     positions = pa.array([row[-1] for row in rows], pa.int64())
-    carried = [*layout.stream_fields, LATE_SINCE]
+    carried = [*layout.stream_fields, roles.LATE_SINCE]
     taken = source.select(carried).take(positions)
     return {name: taken.column(name) for name in carried}
 
@@ -117,24 +97,26 @@ def _settle(
     unmatched_kept = set(settled.emitted)
     emitted = [row for i, row in enumerate(out) if row[1] is not None or i in unmatched_kept]
     gathered = _gathered(source, layout, [out[i][0] for i in settled.waiting])
-    gathered[LATE_SINCE] = pa.array(settled.since, pa.int64())
-    enc.add(LATE, len(settled.waiting), gathered | {PINNED_VERSION: settled.pinned})
+    gathered[roles.LATE_SINCE] = pa.array(settled.since, pa.int64())
+    enc.add(roles.LATE, len(settled.waiting), gathered | {roles.PINNED_VERSION: settled.pinned})
     kept = late.sorted.waiting
-    enc.add(LATE, kept.num_rows, {c: kept.column(c) for c in kept.column_names if c != ROLE})
+    enc.add(
+        roles.LATE, kept.num_rows, {c: kept.column(c) for c in kept.column_names if c != roles.ROLE}
+    )
     expired = late.sorted.expired
     if rule.left_join:
-        enc.add(OUT, expired.num_rows, {f: expired.column(f) for f in layout.stream_fields})
+        enc.add(roles.OUT, expired.num_rows, {f: expired.column(f) for f in layout.stream_fields})
     # Tuples that waited before carry a since: which of them were answered, which wait on.
-    since = source.column(LATE_SINCE)
+    since = source.column(roles.LATE_SINCE)
     carried = since.to_pylist() if since.null_count < len(since) else [None] * len(since)
     answered = {s[-1] for s, m, _ in out if m is not None and carried[s[-1]] is not None}
     pending_since = [carried[t.row[-1]] for t in result.state.pending]
     waits_since = [
         *settled.since,
-        *kept.column(LATE_SINCE).to_pylist(),
+        *kept.column(roles.LATE_SINCE).to_pylist(),
         *(v for v in pending_since if v is not None),
     ]
-    pinned = [*settled.pinned, *kept.column(PINNED_VERSION).to_pylist()]
+    pinned = [*settled.pinned, *kept.column(roles.PINNED_VERSION).to_pylist()]
     result.counts.output_rows = len(emitted) + (expired.num_rows if rule.left_join else 0)
     metrics = [
         ("late_entered", sum(1 for i in settled.waiting if carried[out[i][0][-1]] is None)),
@@ -171,51 +153,53 @@ def encode_result(
     if late is not None:
         out, late_metrics = _settle(result, source, late, layout, enc)
     enc.add(
-        OUT,
+        roles.OUT,
         len(out),
         _gathered(source, layout, [s for s, _, _ in out])
         | _columns(layout.master_fields, [m if m is not None else nothing for _, m, _ in out])
-        | {VERSION: [v for _, _, v in out]},
+        | {roles.VERSION: [v for _, _, v in out]},
     )
     state = result.state
     enc.add(
-        PENDING,
+        roles.PENDING,
         len(state.pending),
         _gathered(source, layout, [t.row for t in state.pending])
         | {
-            ENTRY_STEP: [t.entry_step for t in state.pending],
-            PINNED_VERSION: [t.pinned_version for t in state.pending],
-            MATCHED: [t.matched for t in state.pending],
+            roles.ENTRY_STEP: [t.entry_step for t in state.pending],
+            roles.PINNED_VERSION: [t.pinned_version for t in state.pending],
+            roles.MATCHED: [t.matched for t in state.pending],
         },
     )
     cache_rows = [row for rows in state.cache.values() for row in rows]
     enc.add(
-        CACHE,
+        roles.CACHE,
         len(cache_rows),
-        _columns(layout.master_fields, cache_rows) | {EMPTY: [False] * len(cache_rows)},
+        _columns(layout.master_fields, cache_rows) | {roles.EMPTY: [False] * len(cache_rows)},
     )
     empty = [key for key, rows in state.cache.items() if not rows]
-    enc.add(CACHE, len(empty), _key_columns(layout, empty) | {EMPTY: [True] * len(empty)})
+    enc.add(
+        roles.CACHE, len(empty), _key_columns(layout, empty) | {roles.EMPTY: [True] * len(empty)}
+    )
     counters = list(state.counters.items())
     enc.add(
-        COUNTER,
+        roles.COUNTER,
         len(counters),
         _key_columns(layout, [k for k, _ in counters])
         | {
-            HITS: [c.hits for _, c in counters],
-            MASTER_ROWS: [c.master_rows for _, c in counters],
-            OBSERVED: [c.observed for _, c in counters],
+            roles.HITS: [c.hits for _, c in counters],
+            roles.MASTER_ROWS: [c.master_rows for _, c in counters],
+            roles.OBSERVED: [c.observed for _, c in counters],
         },
     )
     marked = list(state.switch_buffer)
-    enc.add(MARKED, len(marked), _key_columns(layout, marked))
+    enc.add(roles.MARKED, len(marked), _key_columns(layout, marked))
     collected = [row for rows in state.switch_buffer.values() for row in rows]
-    enc.add(SWITCH, len(collected), _columns(layout.master_fields, collected))
+    enc.add(roles.SWITCH, len(collected), _columns(layout.master_fields, collected))
     metrics = [(f.name, int(getattr(result.counts, f.name))) for f in fields(StepCounts)]
     metrics += late_metrics
     enc.add(
-        METRIC_ROLE,
+        roles.METRIC_ROLE,
         len(metrics),
-        {METRIC: [name for name, _ in metrics], VALUE: [value for _, value in metrics]},
+        {roles.METRIC: [name for name, _ in metrics], roles.VALUE: [value for _, value in metrics]},
     )
     return enc.table()

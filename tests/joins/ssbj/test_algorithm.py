@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joins.skew.asketch import ASketch, SketchShape
+from joins.ssbj import roles
 from joins.ssbj.algorithm import (
     BucketState,
     KeyCounters,
@@ -36,39 +37,6 @@ from joins.ssbj.bucket_decode import BucketDeltas, WideLayout
 from joins.ssbj.buckets import BucketStep, bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
-from joins.ssbj.roles import (
-    ADDED,
-    BUCKET,
-    CACHE,
-    CACHE_CHANGE,
-    CHANGE,
-    COUNTER,
-    EMPTY,
-    ENTRY_STEP,
-    HITS,
-    KEY_HASH,
-    KEY_SKETCH,
-    MARKED,
-    MASTER_ROWS,
-    MATCHED,
-    METRIC,
-    METRIC_ROLE,
-    NEW,
-    OBSERVED,
-    OUT,
-    PARTITION,
-    PENDING,
-    PINNED_VERSION,
-    REMOVED,
-    ROLE,
-    SKETCH,
-    STATE_ROLES,
-    SWITCH,
-    VALUE,
-    VERSION,
-    master_field,
-    stream_field,
-)
 from tests.joins.ssbj.strategies import run_parameters
 
 Row = tuple[Any, ...]
@@ -228,12 +196,12 @@ def test_every_tuple_is_answered_once_with_its_pinned_version(
 def wide_schema(key_type: pa.DataType = KEY_TYPE) -> pa.Schema:
     return pa.schema(
         [
-            (ROLE, pa.string()),
-            (stream_field("id"), pa.int64()),
-            (stream_field("k"), key_type),
-            (master_field("mk"), key_type),
-            (master_field("supplier"), pa.int64()),
-            (master_field("price"), pa.float64()),
+            (roles.ROLE, pa.string()),
+            (roles.stream_field("id"), pa.int64()),
+            (roles.stream_field("k"), key_type),
+            (roles.master_field("mk"), key_type),
+            (roles.master_field("supplier"), pa.int64()),
+            (roles.master_field("price"), pa.float64()),
             ("_entry_step", pa.int64()),
             ("_pinned_version", pa.int64()),
             ("_matched", pa.bool_()),
@@ -251,16 +219,16 @@ def wide_schema(key_type: pa.DataType = KEY_TYPE) -> pa.Schema:
 
 def role_rows(role: str, rows: list[dict[str, Any]], key_type: pa.DataType = KEY_TYPE) -> pa.Table:
     schema = wide_schema(key_type)
-    return pa.Table.from_pylist([{ROLE: role, **r} for r in rows], schema=schema)
+    return pa.Table.from_pylist([{roles.ROLE: role, **r} for r in rows], schema=schema)
 
 
 def of_role(table: pa.Table, role: str, columns: list[str]) -> Counter[Row]:
-    rows = table.filter(pc.equal(table.column(ROLE), role)).select(columns).to_pylist()
+    rows = table.filter(pc.equal(table.column(roles.ROLE), role)).select(columns).to_pylist()
     return Counter(tuple(r.values()) for r in rows)
 
 
-STREAM = [stream_field("id"), stream_field("k")]
-MASTER = [master_field("mk"), master_field("supplier"), master_field("price")]
+STREAM = [roles.stream_field("id"), roles.stream_field("k")]
+MASTER = [roles.master_field("mk"), roles.master_field("supplier"), roles.master_field("price")]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -295,15 +263,25 @@ def test_the_arrow_bucket_step_equals_the_reference_step(seed: int, steps: int, 
         table = pa.concat_tables(
             [
                 stored,
-                role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+                role_rows(roles.NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
                 role_rows(
-                    PARTITION,
-                    [master(r) | {VERSION: v} for v, rows in partitions.items() for r in rows],
+                    roles.PARTITION,
+                    [
+                        master(r) | {roles.VERSION: v}
+                        for v, rows in partitions.items()
+                        for r in rows
+                    ],
                 ),
                 role_rows(
-                    CACHE_CHANGE,
-                    [master(r) | {CHANGE: REMOVED} for r in (delta.removed if delta else [])]
-                    + [master(r) | {CHANGE: ADDED} for r in (delta.added if delta else [])],
+                    roles.CACHE_CHANGE,
+                    [
+                        master(r) | {roles.CHANGE: roles.REMOVED}
+                        for r in (delta.removed if delta else [])
+                    ]
+                    + [
+                        master(r) | {roles.CHANGE: roles.ADDED}
+                        for r in (delta.added if delta else [])
+                    ],
                 ),
             ]
         )
@@ -311,10 +289,12 @@ def test_the_arrow_bucket_step_equals_the_reference_step(seed: int, steps: int, 
         deltas = BucketDeltas(cache="changes" if delta is not None else None)
         result = bucket_step(table, BucketStep(layout, arrow_plan, deltas))
 
-        assert of_role(result, OUT, [*STREAM, *MASTER, VERSION]) == Counter(
+        assert of_role(result, roles.OUT, [*STREAM, *MASTER, roles.VERSION]) == Counter(
             (*s, *(m if m is not None else (None,) * 3), v) for s, m, v in reference.output
         )
-        assert of_role(result, PENDING, [*STREAM, ENTRY_STEP, PINNED_VERSION, MATCHED]) == Counter(
+        assert of_role(
+            result, roles.PENDING, [*STREAM, roles.ENTRY_STEP, roles.PINNED_VERSION, roles.MATCHED]
+        ) == Counter(
             (*t.row, t.entry_step, t.pinned_version, t.matched) for t in reference.state.pending
         )
         expected_cache: Counter[Row] = Counter()
@@ -322,17 +302,19 @@ def test_the_arrow_bucket_step_equals_the_reference_step(seed: int, steps: int, 
             expected_cache.update((*r, False) for r in rows)
             if not rows:
                 expected_cache[(key[0], None, None, True)] += 1
-        assert of_role(result, CACHE, [*MASTER, EMPTY]) == expected_cache
-        assert of_role(result, COUNTER, [MASTER[0], HITS, MASTER_ROWS, OBSERVED]) == Counter(
+        assert of_role(result, roles.CACHE, [*MASTER, roles.EMPTY]) == expected_cache
+        assert of_role(
+            result, roles.COUNTER, [MASTER[0], roles.HITS, roles.MASTER_ROWS, roles.OBSERVED]
+        ) == Counter(
             (key[0], c.hits, c.master_rows, c.observed)
             for key, c in reference.state.counters.items()
         )
-        assert of_role(result, SWITCH, MASTER) == Counter(
+        assert of_role(result, roles.SWITCH, MASTER) == Counter(
             r for rows in reference.state.switch_buffer.values() for r in rows
         )
-        metrics = of_role(result, METRIC_ROLE, [METRIC, VALUE])
+        metrics = of_role(result, roles.METRIC_ROLE, [roles.METRIC, roles.VALUE])
         assert (("output_rows", len(reference.output)), 1) in metrics.items()
-        keep = pc.is_in(result.column(ROLE), value_set=pa.array(list(STATE_ROLES)))
+        keep = pc.is_in(result.column(roles.ROLE), value_set=pa.array(list(roles.STATE_ROLES)))
         stored = result.filter(keep)
         state = reference.state
         control = {
@@ -365,17 +347,21 @@ def test_nan_and_signed_zero_join_values_meet_as_in_spark_and_duckdb() -> None:
     key_type = pa.float64()
     table = pa.concat_tables(
         [
-            role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new], key_type),
+            role_rows(roles.NEW, [dict(zip(STREAM, t, strict=True)) for t in new], key_type),
             role_rows(
-                PARTITION,
-                [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master],
+                roles.PARTITION,
+                [dict(zip(MASTER, r, strict=True)) | {roles.VERSION: 0} for r in master],
                 key_type,
             ),
         ]
     )
     arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
     out = bucket_step(table, BucketStep(layout, arrow_plan, BucketDeltas()))
-    rows = out.filter(pc.equal(out.column(ROLE), OUT)).select([STREAM[0], MASTER[1]]).to_pylist()
+    rows = (
+        out.filter(pc.equal(out.column(roles.ROLE), roles.OUT))
+        .select([STREAM[0], MASTER[1]])
+        .to_pylist()
+    )
     assert Counter((r[STREAM[0]], r[MASTER[1]]) for r in rows) == matched
     assert nan != nan  # the test data's NaNs really are distinct objects that compare unequal
 
@@ -390,18 +376,23 @@ def hashed_bucket(
     of version 0, with the bucket label and each row's key hash (``hashes`` by join value)."""
     table = pa.concat_tables(
         [
-            role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+            role_rows(roles.NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
             role_rows(
-                PARTITION, [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master]
+                roles.PARTITION,
+                [dict(zip(MASTER, r, strict=True)) | {roles.VERSION: 0} for r in master],
             ),
         ]
     )
     key_of = [
-        hashes[r[stream_field("k")] if r[ROLE] == NEW else r[master_field("mk")]]
+        hashes[
+            r[roles.stream_field("k")]
+            if r[roles.ROLE] == roles.NEW
+            else r[roles.master_field("mk")]
+        ]
         for r in table.to_pylist()
     ]
-    table = table.append_column(BUCKET, pa.array([label] * table.num_rows, pa.int32()))
-    return table.append_column(KEY_HASH, pa.array(key_of, pa.int64()))
+    table = table.append_column(roles.BUCKET, pa.array([label] * table.num_rows, pa.int32()))
+    return table.append_column(roles.KEY_HASH, pa.array(key_of, pa.int64()))
 
 
 def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> None:
@@ -425,19 +416,23 @@ def test_a_bucket_sketches_its_new_keys_and_counts_only_the_tracked_ones() -> No
 
     exact, tracked = run(None), run([202])
     for result in (exact, tracked):
-        rows = result.filter(pc.equal(result.column(ROLE), KEY_SKETCH)).to_pylist()
-        assert [r[BUCKET] for r in rows] == [7]
-        sketch = ASketch.from_dict(json.loads(rows[0][SKETCH]))
+        rows = result.filter(pc.equal(result.column(roles.ROLE), roles.KEY_SKETCH)).to_pylist()
+        assert [r[roles.BUCKET] for r in rows] == [7]
+        sketch = ASketch.from_dict(json.loads(rows[0][roles.SKETCH]))
         assert sketch.added == 6  # the two null-key tuples are not counted
         assert dict(sketch.hot_keys()) == {101: 3, 202: 2}  # phi = 2: the two hottest
         assert sketch.estimate(303) >= 1
-    assert of_role(exact, COUNTER, [MASTER[0], MASTER_ROWS, OBSERVED]) == Counter(
+    assert of_role(exact, roles.COUNTER, [MASTER[0], roles.MASTER_ROWS, roles.OBSERVED]) == Counter(
         {(1, 1, 1): 1, (2, 2, 1): 1, (3, 0, 1): 1}
     )
-    assert of_role(tracked, COUNTER, [MASTER[0], MASTER_ROWS, OBSERVED]) == Counter({(2, 2, 1): 1})
-    assert of_role(tracked, METRIC_ROLE, [METRIC, VALUE])[("counter_rows", 1)] == 1
+    assert of_role(
+        tracked, roles.COUNTER, [MASTER[0], roles.MASTER_ROWS, roles.OBSERVED]
+    ) == Counter({(2, 2, 1): 1})
+    assert (
+        of_role(tracked, roles.METRIC_ROLE, [roles.METRIC, roles.VALUE])[("counter_rows", 1)] == 1
+    )
     out = [*STREAM, *MASTER]
-    assert of_role(exact, OUT, out) == of_role(tracked, OUT, out)
+    assert of_role(exact, roles.OUT, out) == of_role(tracked, roles.OUT, out)
 
 
 def test_a_split_keys_owner_weighs_the_whole_of_its_waiting_tuples() -> None:
@@ -466,18 +461,19 @@ def test_a_split_keys_owner_weighs_the_whole_of_its_waiting_tuples() -> None:
     layout = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
     table = pa.concat_tables(
         [
-            role_rows(NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
+            role_rows(roles.NEW, [dict(zip(STREAM, t, strict=True)) for t in new]),
             role_rows(
-                COUNTER,
-                [{MASTER[0]: 1, HITS: 0, MASTER_ROWS: 3, OBSERVED: 1}],
+                roles.COUNTER,
+                [{MASTER[0]: 1, roles.HITS: 0, roles.MASTER_ROWS: 3, roles.OBSERVED: 1}],
             ),
             role_rows(
-                PARTITION, [dict(zip(MASTER, r, strict=True)) | {VERSION: 0} for r in master]
+                roles.PARTITION,
+                [dict(zip(MASTER, r, strict=True)) | {roles.VERSION: 0} for r in master],
             ),
         ]
     )
-    table = table.append_column(BUCKET, pa.array([7] * table.num_rows, pa.int32()))
-    table = table.append_column(KEY_HASH, pa.array([101] * table.num_rows, pa.int64()))
+    table = table.append_column(roles.BUCKET, pa.array([7] * table.num_rows, pa.int32()))
+    table = table.append_column(roles.KEY_HASH, pa.array([101] * table.num_rows, pa.int64()))
     arrow_plan = replace(plan, stream_key=layout.stream_key_positions)
 
     def marked_in(owner: int) -> Counter[Row]:
@@ -485,7 +481,7 @@ def test_a_split_keys_owner_weighs_the_whole_of_its_waiting_tuples() -> None:
             table,
             BucketStep(layout, arrow_plan, BucketDeltas(), 4, {101: owner}, None, None, {101: 2}),
         )
-        return of_role(out, MARKED, [MASTER[0]])
+        return of_role(out, roles.MARKED, [MASTER[0]])
 
     assert marked_in(owner=7) == Counter({(1,): 1})
     assert marked_in(owner=8) == Counter()  # a replica: neither decides nor keeps s_B
@@ -516,7 +512,7 @@ def test_partition_rows_no_tuple_asks_for_change_nothing_in_a_bucket() -> None:
     assert Counter(map(tuple, (r.values() for r in beside.to_pylist()))) == Counter(
         map(tuple, (r.values() for r in alone.to_pylist()))
     )
-    assert of_role(beside, OUT, [STREAM[0], MASTER[1]]) == Counter(
+    assert of_role(beside, roles.OUT, [STREAM[0], MASTER[1]]) == Counter(
         {(0, 0): 1, (1, 0): 1, (1, 1): 1, (2, 0): 1, (2, 1): 1}
     )
     only = bucket_step(bucket([], unasked), BucketStep(layout, arrow_plan, BucketDeltas(), 4))

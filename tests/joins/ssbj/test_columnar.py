@@ -16,15 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from joins.ssbj import bucket_decode
 from joins.ssbj.algorithm import run_step
-from joins.ssbj.bucket_decode import (
-    BucketDeltas,
-    BucketRoles,
-    WideLayout,
-    decode_state,
-    master_delta,
-    partition_rows,
-)
 from joins.ssbj.bucket_encode import encode_result
 from joins.ssbj.buckets import BucketStep, bucket_step
 from joins.ssbj.cache.inequality import TupleSizes
@@ -59,7 +52,7 @@ from tests.joins.ssbj.test_algorithm import (
     wide_schema,
 )
 
-LAYOUT = WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
+LAYOUT = bucket_decode.WideLayout(("id", "k"), ("mk", "supplier", "price"), ("k",), ("mk",))
 
 
 def rows_of(table: pa.Table) -> Counter[tuple[Any, ...]]:
@@ -154,7 +147,7 @@ def run_against_reference(case: Case) -> Compared:
             switch_factor=factor,
             sizes=TupleSizes(*sizes),
         )
-        deltas = BucketDeltas(
+        deltas = bucket_decode.BucketDeltas(
             cache=None if reads.cache_from is None else "changes",
             switch=None if reads.switch_from is None else "changes",
         )
@@ -162,7 +155,7 @@ def run_against_reference(case: Case) -> Compared:
             reference = bucket_step(table, BucketStep(LAYOUT, arrow_plan, deltas), columnar=False)
         else:
             reference = reference_step(table, arrow_plan, tracked_keys, deltas)
-        if deltas == BucketDeltas():
+        if deltas == bucket_decode.BucketDeltas():
             shape = ColumnarLayout.of(
                 LAYOUT.stream_columns, LAYOUT.master_columns, LAYOUT.stream_keys, LAYOUT.master_keys
             )
@@ -254,24 +247,24 @@ def reference_step(
     table: pa.Table,
     plan: Any,
     tracked: frozenset[tuple[Any, ...]],
-    deltas: BucketDeltas | None = None,
+    deltas: bucket_decode.BucketDeltas | None = None,
 ) -> pa.Table:
     """The reference model's step with only ``tracked`` values instrumented (what
     ``bucket_step`` runs for a table whose rows carry key hashes)."""
-    deltas = deltas or BucketDeltas()
-    roles = BucketRoles(table)
-    state = decode_state(roles, LAYOUT, plan)
+    deltas = deltas or bucket_decode.BucketDeltas()
+    roles = bucket_decode.BucketRoles(table)
+    state = bucket_decode.decode_state(roles, LAYOUT, plan)
     new, _ = roles.stream_tuples(NEW, LAYOUT)
     wanted = {t.key for t in state.pending} | {plan.stream_key_of(row) for row in new}
     wanted |= set(state.switch_buffer)
-    parts = partition_rows(roles, LAYOUT, wanted)
+    parts = bucket_decode.partition_rows(roles, LAYOUT, wanted)
     result = run_step(
         plan,
         state,
         new,
         parts,
-        master_delta(roles, CACHE_CHANGE, deltas.cache, LAYOUT),
-        master_delta(roles, SWITCH_CHANGE, deltas.switch, LAYOUT),
+        bucket_decode.master_delta(roles, CACHE_CHANGE, deltas.cache, LAYOUT),
+        bucket_decode.master_delta(roles, SWITCH_CHANGE, deltas.switch, LAYOUT),
         tracked=tracked,
     )
     return encode_result(result, LAYOUT, plan, table, table.schema)
@@ -299,12 +292,16 @@ def test_the_columnar_step_leaves_floating_and_multi_column_joins_to_the_referen
     assert columnar_result(table, shape, plan, table.schema) is None
 
 
-def _one_step(table: pa.Table, layout: WideLayout = LAYOUT) -> tuple[pa.Table, pa.Table]:
+def _one_step(
+    table: pa.Table, layout: bucket_decode.WideLayout = LAYOUT
+) -> tuple[pa.Table, pa.Table]:
     plan, _ = plan_for(1, 2, 1, 0, True, True, "paper", _pending_versions(table), {
         "cache_version": None, "switch_version": None}, True)  # fmt: skip
     plan = replace(plan, stream_key=layout.stream_key_positions)
-    fast = bucket_step(table, BucketStep(layout, plan, BucketDeltas()))
-    return fast, bucket_step(table, BucketStep(layout, plan, BucketDeltas()), columnar=False)
+    fast = bucket_step(table, BucketStep(layout, plan, bucket_decode.BucketDeltas()))
+    return fast, bucket_step(
+        table, BucketStep(layout, plan, bucket_decode.BucketDeltas()), columnar=False
+    )
 
 
 def test_counters_handed_over_by_a_split_keys_replicas_are_merged_as_the_reference_does() -> None:
@@ -331,7 +328,9 @@ def test_counters_handed_over_by_a_split_keys_replicas_are_merged_as_the_referen
 
 def test_nested_stream_columns_ride_along_and_narrowing_keys_are_left_to_the_reference() -> None:
     schema = wide_schema().append(pa.field(stream_field("tags"), pa.list_(pa.string())))
-    layout = WideLayout(("id", "k", "tags"), ("mk", "supplier", "price"), ("k",), ("mk",))
+    layout = bucket_decode.WideLayout(
+        ("id", "k", "tags"), ("mk", "supplier", "price"), ("k",), ("mk",)
+    )
     rows = [
         {ROLE: NEW, STREAM[0]: 1, STREAM[1]: 1, stream_field("tags"): ["a", "b"]},
         {ROLE: PARTITION, MASTER[0]: 1, MASTER[1]: 0, MASTER[2]: 1.0, VERSION: 0},
@@ -384,8 +383,10 @@ def test_a_value_whose_rows_were_not_seen_yet_stays_in_h_s_under_extrapolation(
     plan, _ = plan_for(4, 4, 5, 0, True, False, estimator, _pending_versions(table), control, True)
     assert plan.position.state is CycleState.SWITCHING and plan.position.starts_cycle
     plan = replace(plan, stream_key=LAYOUT.stream_key_positions)
-    fast = bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()))
-    reference = bucket_step(table, BucketStep(LAYOUT, plan, BucketDeltas()), columnar=False)
+    fast = bucket_step(table, BucketStep(LAYOUT, plan, bucket_decode.BucketDeltas()))
+    reference = bucket_step(
+        table, BucketStep(LAYOUT, plan, bucket_decode.BucketDeltas()), columnar=False
+    )
     assert rows_of(fast) == rows_of(reference)
     marked = {r[MASTER[0]] for r in fast.filter(pc.equal(fast.column(ROLE), MARKED)).to_pylist()}
     assert marked == ({2, 3} if estimator == "extrapolated" else {1, 2, 3})
