@@ -407,13 +407,10 @@ def parse_args(argv: Sequence[str]) -> tuple[JobArgs, str]:
         raise ConfigError(f"backfill: --start {ns.start} must be before --end {ns.end}")
     run_id = getattr(ns, "run_id", None) or f"{ns.command}__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     given = vars(ns)
+    options = {f.name: OPTION_OF.get(f.name, f.name) for f in fields(JobArgs) if f.name != "run_id"}
     args = JobArgs(
         run_id=run_id,
-        **{
-            field.name: given[OPTION_OF.get(field.name, field.name)]
-            for field in fields(JobArgs)
-            if OPTION_OF.get(field.name, field.name) in given and field.name != "run_id"
-        },
+        **{name: given[option] for name, option in options.items() if option in given},
     )
     if args.via_worker and args.command in ("worker", "spark-server", "stream"):
         raise ConfigError(f"--worker runs pipeline commands; `{args.command}` runs on its own")

@@ -54,7 +54,7 @@ from pipeline.freshness import (
 from pipeline.stage_config import EquiStage, Stage, ThetaStage
 from quality.config import QualityConfig
 from warehouse.delta.api import CHECKPOINT_INTERVAL_PROPERTY
-from warehouse.landing_zone import GLOB_CHARACTERS
+from warehouse.landing_zone import GLOB_CHARACTERS, glob_characters_in
 from warehouse.object_store import is_object_store
 
 SIMPLE_TYPES = (
@@ -354,14 +354,14 @@ class PipelineConfig(Strict):
         zones = {name: _folder(stream.landing) for name, stream in self.streams.items()}
         for name, zone in zones.items():
             where = f"streams.{name}.landing"
-            if is_object_store(self.streams[name].landing):
-                found = [c for c in GLOB_CHARACTERS if c in self.streams[name].landing]
-                if found or not urlsplit(self.streams[name].landing).netloc:
-                    raise ValueError(
-                        f"{where}: expected s3://bucket/prefix without any of "
-                        f"{GLOB_CHARACTERS!r} (Spark expands them), found "
-                        f"{self.streams[name].landing!r}"
-                    )
+            landing = self.streams[name].landing
+            if is_object_store(landing) and (
+                glob_characters_in(landing) or not urlsplit(landing).netloc
+            ):
+                raise ValueError(
+                    f"{where}: expected s3://bucket/prefix without any of "
+                    f"{GLOB_CHARACTERS!r} (Spark expands them), found {landing!r}"
+                )
             root = _folder(self.warehouse.root)
             if zone.startswith(root) or root.startswith(zone):
                 raise ValueError(

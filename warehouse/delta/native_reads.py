@@ -88,8 +88,9 @@ class NativeReads(NativeSnapshots):
         self, path: str, version: int | None = None, timestamp: datetime | None = None
     ) -> DataFrame:
         root = table_root(path)
+        if timestamp is None:
+            self._jsnapshot(root, version)  # a clear error for a missing table or version
         version = self._version_as_of(root, version, timestamp)
-        self._jsnapshot(root, version)  # a clear error for a missing table or version
         reader = self._spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
