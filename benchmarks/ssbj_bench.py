@@ -156,9 +156,12 @@ def build_config(
     partitions: int,
     operators: Mapping[str, Mapping[str, Any]] = OPERATORS,
     name: str = "bench",
+    bound: str | None = None,
 ) -> dict:
     """A pipeline of one stream joined to ``master`` by one equi stage per entry of
-    ``operators`` (stage name -> its ``operator`` settings), k = ``partitions`` each."""
+    ``operators`` (stage name -> its ``operator`` settings), k = ``partitions`` each;
+    ``bound``: every stage's ``freshness.complete_within`` (None: the default, 1 interval,
+    so a stateful stage takes its whole R-cycle of k steps a run)."""
     spec = MASTERS[master]
     stages = []
     for mode, operator in operators.items():
@@ -172,6 +175,7 @@ def build_config(
                 "join": "inner",
                 "output": f"out_{mode}",
                 "operator": {**operator, "partitions": partitions},
+                **({"freshness": {"complete_within": bound}} if bound else {}),
             }
         )
     return {

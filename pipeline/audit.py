@@ -105,7 +105,7 @@ class AuditPublisher:
         self.engine, self.store, self.layout = handles.engine, handles.store, handles.layout
         self.drivers = drivers or StageDrivers(handles)
         self.inputs = self.drivers.inputs
-        self.validation = AuditValidation(self.config, self.engine, self.layout, gate)
+        self.validation = AuditValidation(handles, gate)
         self.published = PublishedTuples(self.spark, self.engine, self.layout)
         self.intents = AuditIntents(handles, self.validation)
 

@@ -7,7 +7,7 @@ decision of one output table's audit, one of the actions below.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 
 from common.rows import Rows
 from joins.columns import INTERVAL_START
+from quality.batch_engine import InMemoryBatch
 from quality.results import SuiteOutcome
 from warehouse.delta import DeltaEngine
 from warehouse.delta.live_rows import live_rows_added
@@ -63,7 +64,7 @@ class StagedBatch:
     Delta table version has."""
 
     def __init__(self, spark: SparkSession, rows: Rows, schema: T.StructType):
-        self._spark = spark
+        self.spark = spark
         self.rows = rows
         self._schema = schema
         self._frame: DataFrame | None = None
@@ -72,7 +73,7 @@ class StagedBatch:
     def frame(self) -> DataFrame:
         """The batch's rows as a Spark frame (planned once)."""
         if self._frame is None:
-            self._frame = self.rows.to_spark(self._spark)
+            self._frame = self.rows.to_spark(self.spark)
         return self._frame
 
     def cache(self) -> DataFrame:
@@ -90,7 +91,34 @@ class StagedBatch:
         """A frame with the batch's schema: the batch if it was read, else an empty one."""
         if self._frame is not None:
             return self._frame
-        return self._spark.createDataFrame([], self._schema)
+        return self.spark.createDataFrame([], self._schema)
+
+
+@dataclass(frozen=True)
+class ValidationInput:
+    """A staged batch in the form its validation reads (``AuditValidation.prepare``): its
+    row count, the batch collected into the driver (``in_memory``; None: validated on
+    Spark as the staged frame) and the audit views as Spark frames (``views``: for the
+    Spark engine's SQL expectations). :meth:`release` drops what was cached for it."""
+
+    staged: StagedBatch
+    views: dict[str, DataFrame]
+    rows: int
+    in_memory: InMemoryBatch | None = None
+
+    def validated(self) -> DataFrame | InMemoryBatch:
+        """What GX validates: the collected batch, or the staged Spark frame."""
+        return self.staged.frame() if self.in_memory is None else self.in_memory
+
+    def release(self) -> None:
+        release(self.staged, self.views)
+
+
+def release(staged: StagedBatch, views: Mapping[str, DataFrame]) -> None:
+    """Drop what was cached of a batch and its views for a validation."""
+    staged.unpersist()
+    for view in views.values():
+        view.unpersist()
 
 
 def live_batch(

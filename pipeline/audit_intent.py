@@ -13,17 +13,13 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-import pyarrow as pa
-from pyspark.sql import DataFrame
-
 from common.faults import crash_point
-from common.phase_clock import optional_phase
 from pipeline.audit_batch import AuditViews, StagedBatch, TableAudit, interval_batch, live_batch
 from pipeline.audit_publish import commit_decision
 from pipeline.audit_state import AuditIntent, AuditRecord, AuditState, record_intent, save_state
 from pipeline.audit_validation import AuditValidation
 from pipeline.handles import PipelineHandles
-from quality.batch_engine import choose_batch_engine, queries_views
+from quality.batch_engine import choose_batch_engine
 
 logger = logging.getLogger(__name__)
 
@@ -73,35 +69,9 @@ class AuditIntents:
         )
         if suites:
             logger.info("audit %s: validated with GX on %s (%s)", table, engine.name, engine.reason)
-        # Views are built only when a suite reads them: cached on Spark, or in the driver's
-        # memory for an in-memory batch (the Spark frames collected where that cannot be).
-        frames: dict[str, DataFrame] = {}
-        collected: dict[str, pa.Table] | None = None
-        if queries_views(expectations):
-            built = views.build()
-            if engine.name == "spark":
-                staged.cache()
-                frames = {name: view.to_spark(self.spark).cache() for name, view in built.items()}
-            else:
-                if views.in_driver:
-                    with optional_phase(self.engine.clock, "validate"):
-                        collected = self.validation.arrow_views(table, built)
-                if collected is None:
-                    frames = {name: view.to_spark(self.spark) for name, view in built.items()}
+        prepared = self.validation.prepare(table, staged, views, expectations, engine, rows)
         try:
-            audit = self.validation.decide(
-                table,
-                run_id,
-                staged,
-                batch,
-                frames,
-                collected,
-                failures,
-                rows,
-                suites,
-                engine,
-                interval,
-            )
+            audit = self.validation.decide(table, run_id, prepared, batch, failures, suites)
             state = state.with_intent(
                 AuditIntent(
                     run_id=run_id,
@@ -121,9 +91,7 @@ class AuditIntents:
             commit_decision(self.engine, self.layout, table, audit, staged, interval)
             crash_point("audit.after_publish")
         finally:
-            staged.unpersist()
-            for view in frames.values():
-                view.unpersist()
+            prepared.release()
         record_intent(self.store, self.layout, table, state)
         return audit
 

@@ -9,6 +9,7 @@ outcome decides publish, quarantine or warn, and one row per expectation is appe
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,14 +19,23 @@ from pyspark.sql import DataFrame
 
 from common.phase_clock import optional_phase
 from common.rows import Rows
-from pipeline.audit_batch import PUBLISHED, QUARANTINED, UNCHECKED, WARNED, StagedBatch, TableAudit
-from pipeline.config import PipelineConfig
-from pipeline.layout import WarehouseLayout
-from quality.batch_engine import BatchEngine, InMemoryBatch
+from pipeline.audit_batch import (
+    PUBLISHED,
+    QUARANTINED,
+    UNCHECKED,
+    WARNED,
+    AuditViews,
+    StagedBatch,
+    TableAudit,
+    ValidationInput,
+    release,
+)
+from pipeline.handles import PipelineHandles
+from quality.batch_engine import BatchEngine, InMemoryBatch, queries_views
 from quality.config import QualityConfig
 from quality.docs_queue import DocsQueue
 from quality.results import RESULTS_SCHEMA, SuiteOutcome, result_rows
-from warehouse.delta import AppTransaction, DeltaEngine
+from warehouse.delta import AppTransaction
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -36,16 +46,9 @@ logger = logging.getLogger(__name__)
 class AuditValidation:
     """Runs an output table's suites over a staged batch and writes their results."""
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        engine: DeltaEngine,
-        layout: WarehouseLayout,
-        gate: Any = None,
-    ) -> None:
-        self.config = config
-        self.engine = engine
-        self.layout = layout
+    def __init__(self, handles: PipelineHandles, gate: Any = None) -> None:
+        self.config, self.spark = handles.config, handles.spark
+        self.engine, self.layout = handles.engine, handles.layout
         self._gate = gate
 
     @property
@@ -82,8 +85,55 @@ class AuditValidation:
         logger.info("Data Docs: rendered %d queued page(s)", rendered)
         return rendered
 
+    def prepare(
+        self,
+        table: str,
+        staged: StagedBatch,
+        views: AuditViews,
+        expectations: Sequence[tuple[str, Mapping[str, Any]]],
+        engine: BatchEngine,
+        rows: int | None,
+    ) -> ValidationInput:
+        """The batch in the form ``engine`` validates: on Spark its frame (and the audit
+        views as Spark frames), in memory its rows collected into the driver (and the views
+        as Arrow tables). Views are built only when a suite queries them; where a suite
+        holds SQL expectations the Spark batch and views are cached for the validation (GX
+        computes each SQL expectation twice: :mod:`quality.batch_engine`). ``rows``: the
+        batch's row count where the Delta log gave it, else it is counted here.
+
+        Call :meth:`ValidationInput.release` when done, whatever happened."""
+        frames: dict[str, DataFrame] = {}
+        collected: dict[str, pa.Table] | None = None
+        try:
+            if queries_views(expectations):
+                built = views.build()
+                if engine.name == "spark":
+                    staged.cache()
+                    frames = {n: v.to_spark(self.spark).cache() for n, v in built.items()}
+                else:
+                    if views.in_driver:
+                        with optional_phase(self.engine.clock, "validate"):
+                            collected = self._arrow_views(table, built)
+                    if collected is None:
+                        frames = {name: view.to_spark(self.spark) for name, view in built.items()}
+            counted = staged.frame().count() if rows is None else rows
+            in_memory = None
+            if engine.name == "pandas":
+                with optional_phase(self.engine.clock, "validate"):
+                    # A live batch is whole files of silver: read them in the driver, no
+                    # Spark job; the views its suites query beside it, in memory too.
+                    if collected is None:
+                        collected = {name: view.toArrow() for name, view in frames.items()}
+                    in_memory = InMemoryBatch(
+                        staged.rows.to_arrow().to_pandas(), staged.schema_frame(), collected
+                    )
+        except BaseException:
+            release(staged, frames)
+            raise
+        return ValidationInput(staged, frames, counted, in_memory)
+
     @staticmethod
-    def arrow_views(table: str, views: dict[str, Rows]) -> dict[str, pa.Table] | None:
+    def _arrow_views(table: str, views: dict[str, Rows]) -> dict[str, pa.Table] | None:
         """The audit views built in the driver, or None when that failed (memory, say):
         the Spark views are then built and collected instead."""
         try:
@@ -100,26 +150,15 @@ class AuditValidation:
         self,
         table: str,
         run_id: str,
-        staged: StagedBatch,
+        prepared: ValidationInput,
         batch: tuple[int, int],
-        views: dict[str, DataFrame],
-        collected: dict[str, pa.Table] | None,
         failures: list[str],
-        rows: int | None,
         suites: list[ExpectationSuite],
-        engine: BatchEngine,
-        interval: tuple[datetime, datetime] | None,
     ) -> TableAudit:
-        """Run the suites over the staged batch on ``engine`` and write their results;
-        ``rows`` is the batch's row count if the log gave it; ``views`` the audit views as
-        Spark frames, or ``collected`` already in the driver's memory."""
-        if rows is None:
-            rows = staged.frame().count()
+        """Run the suites over the prepared batch and write their results."""
+        rows = prepared.rows
         quality = self.config.quality.get(table)
-        in_memory = None
-        if engine.name == "pandas":
-            in_memory = self._collect(table, staged, batch, views, collected, interval)
-        outcomes = self._run_suites(table, run_id, staged, views, suites, in_memory)
+        outcomes = self._run_suites(table, run_id, prepared, suites)
         failures = failures + [f"{o.suite}: {e.describe()}" for o in outcomes for e in o.failures]
         warn_only = quality is not None and quality.warn_only
         if failures:
@@ -154,42 +193,21 @@ class AuditValidation:
                 config_suite(table, quality)
             ]
 
-    def _collect(
-        self,
-        table: str,
-        staged: StagedBatch,
-        batch: tuple[int, int],
-        views: dict[str, DataFrame],
-        collected: dict[str, pa.Table] | None,
-        interval: tuple[datetime, datetime] | None,
-    ) -> InMemoryBatch:
-        """The batch in the driver, and the audit views its suites query: ``collected``
-        when they were built in memory, else ``views`` collected (either holds only the
-        views a suite reads: ``AuditIntents.decide_and_commit``)."""
-        with optional_phase(self.engine.clock, "validate"):
-            # A live batch is whole files of silver: read them in the driver, no Spark job.
-            rows = staged.rows.to_arrow().to_pandas()
-            if collected is None:
-                collected = {name: view.toArrow() for name, view in views.items()}
-        return InMemoryBatch(rows, staged.schema_frame(), collected)
-
     def _run_suites(
         self,
         table: str,
         run_id: str,
-        staged: StagedBatch,
-        views: dict[str, DataFrame],
+        prepared: ValidationInput,
         suites: list[ExpectationSuite],
-        in_memory: InMemoryBatch | None,
     ) -> list[SuiteOutcome]:
-        """Validate the batch against ``suites``: ``in_memory`` (GX's pandas engine, DuckDB
-        for SQL) when the batch was collected, else ``staged`` on Spark."""
+        """Validate the prepared batch against ``suites``: collected (GX's pandas engine,
+        DuckDB for SQL) or on Spark."""
         if not suites:
             return []
         with optional_phase(self.engine.clock, "validate"):
-            batch = staged.frame() if in_memory is None else in_memory
             return [
-                self.gate.validate(table, suite, batch, run_id, views=views) for suite in suites
+                self.gate.validate(table, suite, prepared.validated(), run_id, views=prepared.views)
+                for suite in suites
             ]
 
     def _write_results(self, audit: TableAudit) -> None:

@@ -21,7 +21,7 @@ from warehouse.delta import DeltaEngine
 from warehouse.ingest_report import IngestLog, IngestReport, now
 from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.landing_parse import FORMAT_NAMES, StreamSource
-from warehouse.landing_zone import FileRead, LandingEntry, LandingZone, StagedCopy, refused
+from warehouse.landing_zone import FetchedFile, LandingEntry, LandingZone, StagedCopy, refused
 from warehouse.state_landing import rejected_files_in_place
 from warehouse.state_store import StateStore
 from warehouse.state_tables import DUPLICATE, LOADED, MISSING, REGISTERED, REJECTED, LandingFile
@@ -186,9 +186,9 @@ class _StreamIngest:
 
     def _read(
         self, entry: LandingEntry, known: LandingFile | None, temps: list[StagedCopy], copy: bool
-    ) -> FileRead | None:
+    ) -> FetchedFile | None:
         try:
-            read = self.zone.read(entry.path, stage=copy, check_utf8=self.text and copy)
+            read = self.zone.fetch(entry.path, stage=copy, check_utf8=self.text and copy)
         except FileNotFoundError:
             # Gone since the scan: if it was in flight, it is missing (unless it reappears).
             logger.info("%s vanished while it was being read", entry.path)
@@ -203,7 +203,7 @@ class _StreamIngest:
         return read
 
     def _register(
-        self, entry: LandingEntry, known: LandingFile | None, read: FileRead, temp: StagedCopy
+        self, entry: LandingEntry, known: LandingFile | None, read: FetchedFile, temp: StagedCopy
     ) -> tuple[LandingFile, StagedCopy] | None:
         """Register a new delivery: a new name, or new content under a never-loaded name."""
         path = entry.path
@@ -250,7 +250,7 @@ class _StreamIngest:
         logger.debug("skip %s: already %s (ledger id %d)", entry.path, known.status, known.id)
         self.log.report.files_skipped += 1
 
-    def _changed(self, entry: LandingEntry, known: LandingFile, read: FileRead) -> None:
+    def _changed(self, entry: LandingEntry, known: LandingFile, read: FetchedFile) -> None:
         self.log.report_error(
             f"{entry.path}: content changed since it was registered on "
             f"{known.registered_at:%Y-%m-%d %H:%M:%S} (sha256 {known.sha256[:12]}…, "
@@ -258,7 +258,7 @@ class _StreamIngest:
             "Deliver corrections under a new file name."
         )
 
-    def _not_utf8(self, entry: LandingEntry, read: FileRead) -> str:
+    def _not_utf8(self, entry: LandingEntry, read: FetchedFile) -> str:
         return (
             f"{entry.path}: is not valid UTF-8: byte {read.bad_utf8_at} does not decode; "
             f"expected a UTF-8 {FORMAT_NAMES[self.source.format]} file. The file is left in "

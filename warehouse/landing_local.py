@@ -73,7 +73,7 @@ class LocalZone:
     def exists(self) -> bool:
         return self.directory.is_dir()
 
-    def read(self, path: str, *, stage: bool, check_utf8: bool) -> landing_zone.FileRead:
+    def fetch(self, path: str, *, stage: bool, check_utf8: bool) -> landing_zone.FetchedFile:
         temp = self._staging.temp() if stage else None
         try:
             found = _read_file(Path(path), temp, check_utf8)
@@ -148,7 +148,7 @@ def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
     return None
 
 
-def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> landing_zone.FileRead:
+def _read_file(path: Path, copy_to: Path | None, check_utf8: bool) -> landing_zone.FetchedFile:
     """Hash a regular file without following a symlink; copy it and check UTF-8 on the way.
 
     Raises FileNotFoundError if it is gone, :class:`RefusedFileError` if it is not a regular

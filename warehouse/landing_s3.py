@@ -183,7 +183,7 @@ class ObjectStoreZone:
         # which the scan reports (its files are then not known to be gone).
         return True
 
-    def read(self, path: str, *, stage: bool, check_utf8: bool) -> landing_zone.FileRead:
+    def fetch(self, path: str, *, stage: bool, check_utf8: bool) -> landing_zone.FetchedFile:
         from botocore.exceptions import ClientError
 
         key = self._key(path)

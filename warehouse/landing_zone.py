@@ -1,10 +1,10 @@
 """Landing zones: where a stream's files arrive, a local directory or an object-store prefix.
 
 :mod:`warehouse.landing` holds the contract (its module docstring) and loads what a zone
-offers. A :class:`LandingZone` lists what has arrived, reads a file once (its size and
+offers. A :class:`LandingZone` lists what has arrived, fetches a file once (its size and
 SHA-256, a UTF-8 check, and, for a file that is to load, a staged copy of exactly those
 bytes for Spark to read), cleans up staged copies and tells whether a file is still there.
-An object store also lists each object's ETag, and a read returns the ETag of the bytes it
+An object store also lists each object's ETag, and a fetch returns the ETag of the bytes it
 hashed: the ledger keeps it, so that an object listed again with the same ETag and size is
 known without being read (:mod:`warehouse.landing`).
 One small protocol keeps ingestion the same for both kinds of zone:
@@ -13,7 +13,7 @@ One small protocol keeps ingestion the same for both kinds of zone:
 - :class:`~warehouse.landing_s3.ObjectStoreZone`, ``s3://bucket/prefix``.
 
 :func:`warehouse.landing_location.zone_for` picks one for a stream's landing location. This
-module holds what both share: the entries, what a read found, the staged copy and the
+module holds what both share: the entries, what a fetch found, the staged copy and the
 digest. Nothing here imports Spark.
 """
 
@@ -70,8 +70,8 @@ class StagedCopy(Protocol):
 
 
 @dataclass(frozen=True)
-class FileRead:
-    """What one pass over a landing file found."""
+class FetchedFile:
+    """What one pass over a landing file found (:meth:`LandingZone.fetch`)."""
 
     size_bytes: int
     sha256: str
@@ -102,8 +102,8 @@ class LandingZone(Protocol):
         """False when the zone itself is not there (an unmounted directory, say)."""
         ...
 
-    def read(self, path: str, *, stage: bool, check_utf8: bool) -> FileRead:
-        """Hash one file, staging a copy in the same pass if ``stage``. Raises
+    def fetch(self, path: str, *, stage: bool, check_utf8: bool) -> FetchedFile:
+        """Fetch one file: hash it, staging a copy in the same pass if ``stage``. Raises
         FileNotFoundError if it is gone, :class:`RefusedFileError` if it must not be read,
         :class:`UnreadableFileError` if it cannot be; a failure to write the copy is the
         staging area's, not the file's, and propagates."""
@@ -169,10 +169,10 @@ class Digest:
             self._bad_at = _utf8_error_at(self._decoder, block, self.size_bytes, final=False)
         self.size_bytes += len(block)
 
-    def result(self, staged: StagedCopy | None = None, etag: str | None = None) -> FileRead:
+    def result(self, staged: StagedCopy | None = None, etag: str | None = None) -> FetchedFile:
         if self._decoder is not None and self._bad_at is None:
             self._bad_at = _utf8_error_at(self._decoder, b"", self.size_bytes, final=True)
-        return FileRead(self.size_bytes, self._sha256.hexdigest(), self._bad_at, staged, etag)
+        return FetchedFile(self.size_bytes, self._sha256.hexdigest(), self._bad_at, staged, etag)
 
 
 def _utf8_error_at(

@@ -20,7 +20,9 @@ master version column; unmatched rows of left joins carry nulls there, like the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +36,10 @@ from pyspark.sql import types as T
 from common.arrow_rows import rows_where
 from common.rows import Frame, Rows, with_timestamp_of_micros
 from joins.columns import version_column
+from joins.skew.asketch import ASketch
 from joins.skew.greedyfit import KeyLoad
 from joins.skew.key_routing import BucketLoad, task_labels
+from joins.ssbj.bucket_encode import LATE_MIN_METRICS
 from joins.ssbj.late import LATE, LATE_SINCE, WAITING_SINCE
 from joins.ssbj.roles import (
     BUCKET,
@@ -58,7 +62,7 @@ from joins.ssbj.roles import (
     master_field,
     stream_field,
 )
-from joins.ssbj.segments import SEGMENT, SHARED_SEGMENTS
+from joins.ssbj.segments import SEGMENT, SHARED_SEGMENTS, with_segments
 
 INPUT_VERSION = "_input_version"
 SCAN_PART = "_scan_part"
@@ -109,19 +113,64 @@ def state_of(result: DataFrame, segmented: bool = False) -> DataFrame:
     return state.withColumn(SEGMENT, segment)
 
 
-def state_of_arrow(result: pa.Table) -> pa.Table:
-    """:func:`state_of` of a step result collected as Arrow."""
-    kept = rows_where(result, pc.is_in(result.column(ROLE), pa.array(list(STATE_ROLES))))
-    return kept.drop_columns(list(_LOAD_COLUMNS))
+@dataclass(frozen=True)
+class StepSummary:
+    """A step's summary rows decoded: its counts (summed over buckets; the late rows'
+    minimum metrics by minimum), each bucket's load and the buckets' key sketches (none
+    unless ``key_counts: sketch``)."""
+
+    counts: Counter[str]
+    loads: list[BucketLoad]
+    sketches: list[ASketch]
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[tuple[Any, ...]], buckets: int) -> StepSummary:
+        """Decode :func:`summary_of`'s rows of a step over ``buckets`` buckets."""
+        counts: Counter[str] = Counter()
+        load_rows = []
+        sketches = []
+        for role, name, value, label, key_hash, stored, probes, sketch in rows:
+            if role == METRIC_ROLE and name in LATE_MIN_METRICS:
+                counts[name] = min(int(value), counts.get(name, int(value)))
+            elif role == METRIC_ROLE:
+                counts[name] += int(value)
+            elif role == KEY_LOAD:
+                load_rows.append((label, key_hash, stored, probes))
+            elif role == KEY_SKETCH:
+                sketches.append(ASketch.from_dict(json.loads(bytes(sketch))))
+        return cls(counts, bucket_loads(load_rows, buckets), sketches)
 
 
-def summary_rows_arrow(result: pa.Table) -> list[tuple[Any, ...]]:
-    """:func:`summary_of`'s rows from a step result collected as Arrow."""
-    roles = pa.array([METRIC_ROLE, KEY_LOAD, KEY_SKETCH])
-    # The summary rows are the result's last runs (slices, no copy), and few: read by
-    # column, not as a dict per row.
-    kept = rows_where(result.select(list(_SUMMARY_COLUMNS)), pc.is_in(result.column(ROLE), roles))
-    return list(zip(*(column.to_pylist() for column in kept.columns), strict=True))
+@dataclass(frozen=True)
+class CollectedResult:
+    """A step result collected as Arrow, split once: its decoded summary and
+    :func:`state_of`'s new state (with ``_segment`` when asked), as zero-copy slices."""
+
+    summary: StepSummary
+    state: pa.Table
+
+
+def split_collected(result: pa.Table, buckets: int, segmented: bool = False) -> CollectedResult:
+    """:func:`summary_of` (decoded) and :func:`state_of` of a step result over ``buckets``
+    buckets, collected as Arrow.
+
+    Written apart from the Spark pair because the result's roles are runs of rows: a
+    slice per run copies nothing where a filter would copy every column
+    (``common.arrow_rows``); ``tests/pipeline/ssbj/test_stage.py`` holds both placements to
+    the same output and state."""
+    roles = result.column(ROLE)
+    # The summary rows are the result's last runs, and few: read by column, not as a dict
+    # per row.
+    summary = rows_where(
+        result.select(list(_SUMMARY_COLUMNS)),
+        pc.is_in(roles, pa.array([METRIC_ROLE, KEY_LOAD, KEY_SKETCH])),
+    )
+    state = rows_where(result, pc.is_in(roles, pa.array(list(STATE_ROLES))))
+    state = state.drop_columns(list(_LOAD_COLUMNS))
+    return CollectedResult(
+        StepSummary.of_rows(zip(*(c.to_pylist() for c in summary.columns), strict=True), buckets),
+        with_segments(state) if segmented else state,
+    )
 
 
 def bucket_loads(
@@ -152,7 +201,8 @@ def summary_of(result: DataFrame) -> DataFrame:
     Rows ``(role, name, value, label, key hash, stored, probes, sketch)``: role ``metric``
     rows are counters (a few per bucket: the driver sums them, which spares the step a
     shuffle), role ``key_load`` rows are loads (``joins.ssbj.buckets.key_loads``, read by
-    :func:`bucket_loads`), role ``key_sketch`` rows the buckets' key sketches."""
+    :func:`bucket_loads`), role ``key_sketch`` rows the buckets' key sketches; decoded by
+    :meth:`StepSummary.of_rows`."""
     return result.where(F.col(ROLE).isin(METRIC_ROLE, KEY_LOAD, KEY_SKETCH)).select(
         *_SUMMARY_COLUMNS
     )

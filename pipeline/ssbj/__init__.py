@@ -11,12 +11,11 @@ Read it downward:
   its plan, saved before anything is written;
 - :mod:`pipeline.ssbj.step_pass`: the step's pass over its data and its commits (at most two), with
   :mod:`pipeline.ssbj.placement` (where it runs: the driver, a collect, Spark tasks),
-  :mod:`pipeline.ssbj.step_writes` (the commits of its result),
   :mod:`pipeline.ssbj.reading` (what it reads), :mod:`pipeline.ssbj.scan_copy` (the
   master's copy for the cyclic scan) and :mod:`pipeline.ssbj.hot_keys` (key routing and
   the key sketch between steps);
-- :mod:`pipeline.ssbj.commit`: the commits, the controller state after the step and the
-  version pins;
+- :mod:`pipeline.ssbj.commit`: the commits of the pass's result (from the driver or from
+  Spark), the controller state after the step and the version pins;
 - :mod:`pipeline.ssbj.state` (the controller state, typed), :mod:`pipeline.ssbj.report`
   (a step's report and metrics) and :mod:`pipeline.ssbj.wiring` (the stage's config,
   tables and services).

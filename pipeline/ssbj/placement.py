@@ -34,9 +34,9 @@ from joins.ssbj.bucket_decode import BucketDeltas
 from joins.ssbj.buckets import BucketStep
 from joins.ssbj.wide_table import WideTable
 from pipeline.ssbj import reading
+from pipeline.ssbj.commit import PassOutcome, run_and_write, write_collected
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState, SavedPlan
-from pipeline.ssbj.step_writes import PassOutcome, run_and_write, write_collected
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
 

@@ -9,7 +9,7 @@ state are committed from it (``pipeline.ssbj.commit``).
 
 Where the pass runs (the driver, a collect, Spark tasks) is decided once per step by
 ``pipeline.ssbj.placement``, which reads the rows for that place and commits the result
-(``pipeline.ssbj.step_writes``); this module does not branch on it.
+(``pipeline.ssbj.commit``); this module does not branch on it.
 """
 
 from __future__ import annotations
@@ -157,8 +157,9 @@ def run_pass(
     outcome = step_pass.run(function)
     written = time.monotonic()
     report.tracked_keys = len(tracked) if tracked is not None else 0
+    summary = outcome.summary
     return PassResult(
-        outcome.counts,
+        summary.counts,
         reads,
         planned,
         written,
@@ -166,7 +167,7 @@ def run_pass(
         # Without split keys every value's rows met in one bucket: its counters and mark
         # are one row each in the state just written.
         replica_rows=bool(routing.split),
-        routing=hot_keys.rebalance_after_step(w, step, routing, outcome.loads, report),
-        key_sketch=hot_keys.merge_sketches(position, shape, saved_sketch, outcome.sketches, report),
+        routing=hot_keys.rebalance_after_step(w, step, routing, summary.loads, report),
+        key_sketch=hot_keys.merge_sketches(position, shape, saved_sketch, summary.sketches, report),
         segments=outcome.segments,
     )
