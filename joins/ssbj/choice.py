@@ -34,7 +34,8 @@ runs no Spark job. A master with no record counts in its log is weighed by bytes
 
 Where the sizes give SSBJ, the measured costs decide (:func:`measured_choice`): the
 seconds per tuple of the stage's recent steps in each mode, SSBJ's over one R-cycle at
-least (every partition read once). A stage that never ran the plain join runs it once
+least (every partition read once) and without the one-off creation of its scan copy
+(``pipeline.mode_costs``). A stage that never ran the plain join runs it once
 first, to measure it; then SSBJ, as long as it costs no more per tuple, or 10% more when
 it is the mode that ran last (a margin that keeps two close modes from taking turns).
 Measurements only take SSBJ away: a master the sizes call small is always joined whole.

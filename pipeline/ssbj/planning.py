@@ -147,16 +147,25 @@ def position(w: SsbjWiring, state: ControllerState) -> StepPosition:
     )
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A step's planned state (:func:`plan_step`), and the seconds planning spent
+    creating the scan copy (``pipeline.ssbj.scan_copy.ScanVersions``)."""
+
+    state: ControllerState
+    scan_created_seconds: float = 0.0
+
+
 def plan_step(
     w: SsbjWiring, state: ControllerState, take_input: bool, offset: StageOffset
-) -> ControllerState:
+) -> Planned:
     """``state`` with the plan of the step it is at: the saved one when a rerun finds it,
     else a new one, saved (after its pins) before it is returned. ``offset``: the
     stage's, read with the state (:func:`load`)."""
     step = state.next_step
     plan = state.plan
     if plan is not None and plan.step == step:
-        return state
+        return Planned(state)
     input_to = offset.input_version
     if take_input and w.engine.exists(w.input_path):
         input_to = w.engine.snapshot(w.input_path).version
@@ -186,12 +195,12 @@ def plan_step(
     needed = {int(v) for v in state.chunks.values()} | {master.version}
     if state.switch_version is not None:
         needed.add(int(state.switch_version))
-    plan = plan.updated(scan=scan_versions(w, state.scan, state.scan_partitions, master, needed))
-    state = state.planned(plan, w.params.partitions)
+    scan = scan_versions(w, state.scan, state.scan_partitions, master, needed)
+    state = state.planned(plan.updated(scan=scan.versions), w.params.partitions)
     # The plan is saved with the pins of what it reads, in one transaction.
-    planned = pins(w, state, int(plan.input_from), plan)
+    planned = pins(w, state, int(plan.input_from), state.plan)
     w.store.save_operator_state(w.name, state.to_dict(), pins=(PinHolder.SSBJ.of(w.name), planned))
-    return state
+    return Planned(state, scan.created_seconds)
 
 
 def admit_input(

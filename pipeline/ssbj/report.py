@@ -23,6 +23,8 @@ class SsbjStepReport(StepCounts):
     master_version: int = 0
     output_version: int | None = None
     seconds: float = 0.0
+    # Of ``seconds``, what creating the scan copy took (a setup paid once; 0.0 at most steps).
+    scan_created_seconds: float = 0.0
     state: str = ""
     # Eq. 1 at the end of the step, s_B's rows with H_R's: (b + h_R + |s_B|)·v_R + |H_S|·v_S
     state_bytes: float = 0.0
@@ -100,6 +102,8 @@ class SsbjStepReport(StepCounts):
             values["state_segments_written"] = self.state_segments_written
         if self.memory_bytes is not None:
             values["memory_bytes"] = self.memory_bytes
+        if self.scan_created_seconds:
+            values["scan_created_seconds"] = self.scan_created_seconds
         return values
 
     @property

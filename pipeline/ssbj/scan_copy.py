@@ -10,7 +10,9 @@ version, each an idempotent commit: see :func:`scan_versions`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from common.faults import crash_point
 from joins.ssbj.mesh_partitions import partition_by_bytes
@@ -21,13 +23,24 @@ from warehouse.delta import AppTransaction, DataFile, Snapshot
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class ScanVersions:
+    """The scan-copy version of each master version a step needs (-1: never copied), and
+    the seconds the step spent creating the copy (0.0 unless this step made its first
+    version for this k: a setup paid once, which ``mode: auto`` does not count as the
+    cost of the tuples, ``pipeline.mode_costs``)."""
+
+    versions: dict[str, int]
+    created_seconds: float = 0.0
+
+
 def scan_versions(
     w: SsbjWiring,
     saved: Mapping[str, int],
     saved_partitions: int | None,
     master: Snapshot,
     needed: set[int],
-) -> dict[str, int]:
+) -> ScanVersions:
     """Scan-copy versions of the master versions ``needed`` (by the ``saved`` ones, of
     ``saved_partitions``, and a sync of the copy to ``master``), for the step's plan and
     the state after it.
@@ -46,13 +59,17 @@ def scan_versions(
     synced = (
         w.engine.transaction_version(w.scan_path, app) if w.engine.exists(w.scan_path) else None
     )
+    created = 0.0
     if synced is not None and synced - 1 == master.version:
         mapping.setdefault(master.version, w.engine.snapshot(w.scan_path).version)
     elif synced is None or synced - 1 < master.version:
+        started = time.monotonic()
         mapping[master.version] = sync_scan(
             w, master, synced, AppTransaction(app, master.version + 1)
         )
-    return {str(v): mapping.get(v, -1) for v in sorted(needed)}
+        if synced is None:  # the copy's first version (for this k): a one-off setup
+            created = time.monotonic() - started
+    return ScanVersions({str(v): mapping.get(v, -1) for v in sorted(needed)}, created)
 
 
 def sync_scan(w: SsbjWiring, master: Snapshot, synced: int | None, txn: AppTransaction) -> int:

@@ -189,7 +189,8 @@ class SsbjStage:
             progress = planning.load(w)
         state = progress.state.repartitioned(self.wiring.params.partitions, self.stage.name)
         position = planning.position(w, state)
-        state = planning.plan_step(w, state, take_input, progress.offset)
+        planned = planning.plan_step(w, state, take_input, progress.offset)
+        state = planned.state
         plan = state.plan
         assert plan is not None  # plan_step leaves the step's plan open
         step = plan.step
@@ -202,6 +203,7 @@ class SsbjStage:
             state=position.state.value,
             memory_bytes=self.wiring.params.memory_bytes,
             backlog_rows=int(plan.backlog_rows),
+            scan_created_seconds=planned.scan_created_seconds,
         )
         done = step_pass.run_pass(w, state, plan, position, master, report)
         counts = done.counts

@@ -83,6 +83,18 @@ def test_auto_measures_the_plain_join_once_then_picks_ssbj_for_a_large_master(
     h.run()
     h.drain()
     assert_same_multiset(h.output(), h.oracle("left"))
+    # The first SSBJ step created the scan copy and says what that took of its seconds,
+    # which the measured choice leaves out (pipeline/mode_costs.py); no later step did.
+    ssbj_steps: dict[int, dict[str, float]] = {}
+    for m in h.store.metrics():
+        if m.stage == "enrich":
+            ssbj_steps.setdefault(m.step, {})[m.name] = m.value
+    ssbj_steps = {n: v for n, v in ssbj_steps.items() if "cache_hits" in v}
+    first, *later = sorted(ssbj_steps)
+    assert later, "the drain ran SSBJ steps after the first"
+    created = ssbj_steps[first].get("scan_created_seconds", 0.0)
+    assert 0.0 < created <= ssbj_steps[first]["step_seconds"]
+    assert all("scan_created_seconds" not in ssbj_steps[n] for n in later)
 
 
 def plant_steps(h: SsbjHarness, mode: str, steps: int, seconds: float, tuples: int) -> None:

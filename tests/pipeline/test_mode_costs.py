@@ -25,3 +25,20 @@ def test_only_the_latest_steps_count_whatever_their_mode(state_store_url: str) -
     assert costs.last == "baseline"
     empty = recent_mode_costs(store, "nothing")
     assert (empty.ssbj, empty.plain, empty.last) == (None, None, None)
+
+
+def test_an_ssbj_step_s_seconds_leave_out_the_scan_copy_s_creation(state_store_url: str) -> None:
+    store = StateStore(state_store_url)
+    # The first step spent 9 of its 10 seconds creating the scan copy; the next two none.
+    store.record_metrics(
+        "a",
+        "s",
+        1,
+        {"step_seconds": 10.0, "tuples_in": 10.0, "cache_hits": 0.0, "scan_created_seconds": 9.0},
+    )
+    for step in (2, 3):
+        values = {"step_seconds": 1.0, "tuples_in": 10.0, "cache_hits": 2.0}
+        store.record_metrics("a", "s", step, values)
+    costs = recent_mode_costs(store, "s")
+    assert costs.ssbj is not None and costs.plain is None
+    assert (costs.ssbj.steps, costs.ssbj.tuples, costs.ssbj.seconds) == (3, 30.0, 3.0)
