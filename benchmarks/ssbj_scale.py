@@ -265,6 +265,9 @@ def run_shape(spark: Any, shape: Shape, args: argparse.Namespace) -> ShapeResult
         batch_file.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(batch.drop(["_source_file", "_batch_id"]), batch_file)
         ran = [m for m in STAGE_MODES if stateless or m in STATEFUL]
+        # A batch is one scheduled command's run, and each command decides ``auto`` anew
+        # from the steps measured so far (one registry serves the whole benchmark).
+        case.runner.drivers.decide_again()
         for mode in ran:
             stage_tables = Path(case.layout.operator_state(mode, "x")).parent
             output = Path(case.layout.staged(f"out_{mode}"))
