@@ -64,7 +64,7 @@ class StagedBatch:
     Delta table version has."""
 
     def __init__(self, spark: SparkSession, rows: Rows, schema: T.StructType):
-        self.spark = spark
+        self._spark = spark
         self.rows = rows
         self._schema = schema
         self._frame: DataFrame | None = None
@@ -73,7 +73,7 @@ class StagedBatch:
     def frame(self) -> DataFrame:
         """The batch's rows as a Spark frame (planned once)."""
         if self._frame is None:
-            self._frame = self.rows.to_spark(self.spark)
+            self._frame = self.rows.to_spark(self._spark)
         return self._frame
 
     def cache(self) -> DataFrame:
@@ -91,7 +91,7 @@ class StagedBatch:
         """A frame with the batch's schema: the batch if it was read, else an empty one."""
         if self._frame is not None:
             return self._frame
-        return self.spark.createDataFrame([], self._schema)
+        return self._spark.createDataFrame([], self._schema)
 
 
 @dataclass(frozen=True)

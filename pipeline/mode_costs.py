@@ -8,10 +8,8 @@ the costs follow the stage's data; the ones older are read no more.
 
 An SSBJ step's seconds leave out what it spent creating the operator's scan copy of the
 master (``scan_created_seconds``: the first step, or the first after k changed): a setup
-paid once, not a cost of the tuples. Counted, it made SSBJ's first R-cycle dearer per
-tuple than the plain join where its later steps cost a fifth of it (TPC-H SF30
-customer_wide, one step a batch: BENCHMARKS.md, section 3), and ``auto`` kept the plain
-join. A sync to a later master version stays counted: the master's changes recur.
+paid once, not a cost of the tuples, and one that grows with the master, the case SSBJ is
+for. A sync to a later master version stays counted: the master's changes recur.
 """
 
 from __future__ import annotations

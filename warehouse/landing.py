@@ -146,7 +146,7 @@ class _StreamIngest:
         # Loaded and duplicate files are only hashed, to notice new content; anything
         # that may load is copied in the same pass, so the copy is what was hashed.
         copy = known is None or known.status not in (LOADED, DUPLICATE)
-        read = self._read(entry, known, temps, copy)
+        read = self._fetch(entry, known, temps, copy)
         if read is None:
             return None
         same = known is not None and (known.sha256, known.size_bytes) == (
@@ -173,7 +173,7 @@ class _StreamIngest:
             self._same_again(entry, known)
             return None
         if not copy:  # a duplicate's name now holds new content: read it again, copying
-            read = self._read(entry, known, temps, copy=True)
+            read = self._fetch(entry, known, temps, copy=True)
             if read is None:
                 return None
         return self._register(entry, known, read, temps[-1])
@@ -184,7 +184,7 @@ class _StreamIngest:
             return  # still rejected; _remind_rejected reports it
         self._skip(entry, known)
 
-    def _read(
+    def _fetch(
         self, entry: LandingEntry, known: LandingFile | None, temps: list[StagedCopy], copy: bool
     ) -> FetchedFile | None:
         try:
