@@ -56,6 +56,33 @@ def workers_stopped_after_each_file(pipeline_workers: Path) -> Iterator[None]:
     stop_workers_in(pipeline_workers)
 
 
+@pytest.fixture(autouse=True)
+def session_settings_restored() -> Iterator[None]:
+    """The shared Spark session's runtime settings as they were before the test.
+
+    A command run in-process (``jobs.enrich.main``) builds its session with
+    ``getOrCreate``, which applies the config's settings to the session already running:
+    the demo config's ``spark.sql.shuffle.partitions: "4"`` stayed after the test that ran
+    it, and a later test of the same process whose SSBJ stage takes its buckets from that
+    setting cached another key (``tests/pipeline/ssbj/test_stage.py``'s hot-key tests
+    failed after ``test_pipeline_on_both_engines.py``). A test that starts no session
+    costs nothing here.
+    """
+    active = SparkSession.getActiveSession()
+    before = active.conf.getAll if active is not None else None
+    yield
+    session = SparkSession.getActiveSession()
+    if session is None or before is None or session is not active:
+        return
+    after = session.conf.getAll
+    for key, value in after.items():
+        if before.get(key) != value and session.conf.isModifiable(key):
+            if key in before:
+                session.conf.set(key, before[key])
+            else:
+                session.conf.unset(key)
+
+
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An isolated Airflow home (SQLite metadata DB), set before anything imports Airflow:
