@@ -46,7 +46,6 @@ from warehouse.delta.api import (
     DataFile,
     PartitionFilter,
     Snapshot,
-    total_records,
 )
 from warehouse.delta.commit_protocol import COMMIT_ID_KEY, tagged_metadata
 from warehouse.delta.embedded_commits import Committer, skip_if_committed
@@ -223,11 +222,10 @@ class EmbeddedDeltaEngine(DeltaEngine[DataFile]):
     ) -> FileActions[DataFile]:
         return self._snapshots.file_actions(root, after_version, to_version)
 
-    def _count_added(self, added: AddedRange) -> int | None:
-        """The files' ``numRecords`` (the embedded engine refuses deletion vectors, so a
+    def _live_records(self, payload: DataFile) -> int | None:
+        """The file's ``numRecords`` (the embedded engine refuses deletion vectors, so a
         live file's rows are all its records)."""
-        _, by_version = self._added_by_version(added)
-        return total_records(f for files in by_version.values() for f in files)
+        return payload.num_records
 
     def _added_arrow(self, added: AddedRange, with_version: bool) -> pa.Table:
         """Reads the added files with pyarrow in the driver: no Spark job. Partition values

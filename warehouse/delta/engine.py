@@ -368,9 +368,21 @@ class DeltaEngine(ABC, Generic[Payload]):
         )
 
     def _count_added(self, added: AddedRange) -> int | None:
-        """None: a file's live rows may be its records minus a deletion vector's, which
-        only a read tells apart."""
-        return None
+        """The live rows of the files :meth:`rows_added` reads, each file's from its log
+        entry (:meth:`_live_records`): no data read, no snapshot built."""
+        root = added.root
+        require_version_range(f"rows added to {root}", added.after_version, added.to_version)
+        actions = self._file_actions(root, added.after_version, added.to_version)
+        counts = [
+            self._live_records(payload)
+            for files in live_files_by_version(root, actions, added.skip_versions).values()
+            for payload in files
+        ]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+    @abstractmethod
+    def _live_records(self, payload: Payload) -> int | None:
+        """A live file's rows from its log entry; None when its statistics do not say."""
 
     @abstractmethod
     def rows_by_version(

@@ -156,6 +156,11 @@ class NativeReads(NativeSnapshots):
         )
         return feed.select(*schema.fieldNames())
 
+    def _live_records(self, payload: Any) -> int | None:
+        """The Java AddFile's ``numRecords`` less the rows its deletion vector removes (its
+        cardinality), as :meth:`_built` counts a snapshot's files."""
+        return logical_records(json.loads(payload.json())["add"])
+
     def rows_by_version(
         self, path: str, after_version: int, to_version: int
     ) -> list[tuple[int, int]]:
@@ -197,6 +202,16 @@ class NativeReads(NativeSnapshots):
                 )
                 (adds if kind == "AddFile" else removes).append(file)
             yield version, adds, removes
+
+
+def logical_records(add: dict[str, Any]) -> int | None:
+    """The live rows of a file from its ``add`` action: the statistics' ``numRecords``
+    less its deletion vector's cardinality; None without statistics."""
+    stats = json.loads(add["stats"]) if add.get("stats") else {}
+    if "numRecords" not in stats:
+        return None
+    deleted = (add.get("deletionVector") or {}).get("cardinality", 0)
+    return int(stats["numRecords"]) - int(deleted)
 
 
 def tagged_user_metadata(raw: Any) -> dict[str, Any]:

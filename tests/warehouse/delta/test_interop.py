@@ -186,6 +186,9 @@ def test_deletion_vectors_written_by_delta_spark(
     only_a = [f for f in snapshot.files if f.partition_values["label"] == "a"]
     assert_same_multiset(native.read_files(snapshot, only_a), [r for r in live if r[1] == "a"])
     assert_same_multiset(native.rows_added(path, 0, 2), [(*r, 1) for r in live])
+    # from the log alone: the files' records less their deletion vectors' cardinalities
+    assert native.count_rows_added(path, 0, 2) == len(live)
+    assert native.count_rows_added(path, 0, 1) == len(rows)
 
     # The embedded engine cannot see which rows a deletion vector masks: it refuses.
     with pytest.raises(UnsupportedTableFeatureError) as info:
