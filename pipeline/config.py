@@ -228,6 +228,11 @@ class WorkerConfig(Strict):
 class ScheduleConfig(Strict):
     interval: DurationText = "1h"
     start: datetime = datetime(2024, 1, 1)
+    end: datetime | None = Field(
+        default=None,
+        description="the DAG's end date (Airflow's end_date): no interval starting after it "
+        "is scheduled; unset, the schedule runs on",
+    )
     catchup: bool = False
     retries: int = Field(default=2, ge=0, description="Airflow task retries")
     task_timeout: DurationText = Field(
@@ -242,6 +247,15 @@ class ScheduleConfig(Strict):
         "bounds how many Spark drivers run at once",
     )
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+
+    @model_validator(mode="after")
+    def _ends_after_it_starts(self) -> ScheduleConfig:
+        if self.end is not None and self.end < self.start:
+            raise ValueError(
+                f"end: {self.end.isoformat()} is before start {self.start.isoformat()}; "
+                "expected the start of the last interval to run, or later"
+            )
+        return self
 
     @property
     def task_timeout_delta(self) -> timedelta:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,15 @@ def quality_dag_path(config: PipelineConfig, dag_path: Path) -> Path:
     return dag_path.parent / f"quality_report_{config.name}.py"
 
 
+def _datetime_args(moment: datetime) -> str:
+    """``datetime(...)``'s arguments for ``moment`` (to the minute), as a DAG file writes it."""
+    return ", ".join(
+        str(v) for v in (moment.year, moment.month, moment.day, moment.hour, moment.minute)
+    )
+
+
 def _common_fields(config: PipelineConfig, config_path: Path, dag_path: Path) -> dict[str, Any]:
-    start = config.schedule.start
+    start, end = config.schedule.start, config.schedule.end
     repo_root = dag_path.resolve().parent.parent
     config_rel = os.path.relpath(config_path.resolve(), repo_root)
     return {
@@ -44,9 +52,8 @@ def _common_fields(config: PipelineConfig, config_path: Path, dag_path: Path) ->
         "name_literal": json.dumps(config.name),
         "config_rel": config_rel,
         "config_literal": json.dumps(config_rel),
-        "start_args": ", ".join(
-            str(v) for v in (start.year, start.month, start.day, start.hour, start.minute)
-        ),
+        "start_args": _datetime_args(start),
+        "end_args": _datetime_args(end) if end is not None else None,
         "catchup": config.schedule.catchup,
         "outputs": _tuple_literal(config.outputs()),
     }

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipeline.config import load_config
 from pipeline.dag_generator import quality_dag_path, render_dag, render_quality_dag
@@ -96,3 +97,26 @@ def test_generated_dags_are_up_to_date(dag_file: Path) -> None:
     assert report_file.read_text() == render_quality_dag(config, config_path, dag_file), (
         f"{report_file.name} {stale}"
     )
+
+
+def test_a_schedule_with_an_end_gives_the_dag_that_end_date(
+    airflow_home: Path, tmp_path: Path
+) -> None:
+    """``schedule.end`` becomes the DAG's ``end_date``: the scheduler creates no run for an
+    interval starting after it; without it the DAG has none (the committed DAGs)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    raw = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
+    raw["schedule"] |= {"start": "2024-01-01T00:00:00", "end": "2024-01-03T05:00:00"}
+    config_path = tmp_path / "configs" / "demo.yaml"
+    config_path.parent.mkdir()
+    config_path.write_text(yaml.safe_dump(raw))
+    dag_path = tmp_path / "dags" / "enrich_demo.py"
+    dag_path.parent.mkdir()
+    dag_path.write_text(render_dag(load_config(config_path), config_path, dag_path))
+    bag = DagBag(dag_folder=str(dag_path.parent))
+    assert bag.import_errors == {}
+    dag = bag.get_dag("enrich_demo")
+    assert dag is not None and dag.end_date == datetime(2024, 1, 3, 5, tzinfo=UTC)
+    committed = DagBag(dag_folder=str(DAGS / "enrich_demo.py"))
+    assert committed.get_dag("enrich_demo").end_date is None

@@ -5,10 +5,10 @@ The test starts ``airflow api-server``, ``airflow scheduler`` and ``airflow dag-
 pipeline trimmed to its orders stream and its first stage, and its DAG generated into the
 services' DAG folder, beside a consumer DAG scheduled on the stage's ``complete`` Asset. The
 stage runs SSBJ with k = 2 partitions, one step a run and a freshness bound of 2 intervals,
-so a run answers half an R-cycle. The DAG starts one interval before the current hour and
-does not catch up, so unpausing it through the REST API makes the scheduler create exactly
-one run, for the interval the demo data was written for. The test then checks, through the
-REST API:
+so a run answers half an R-cycle. The DAG starts and ends (``schedule.end``) at the last
+complete hourly interval and catches up, so unpausing it through the REST API makes the
+scheduler create exactly one run, for the interval the demo data was written for. The test
+then checks, through the REST API:
 
 - the run and every task of its live path succeeded, and the backfill task was skipped;
 - the pipeline's own log lines (stage progress with tuple counts) are in the task logs the
@@ -174,19 +174,12 @@ class Airflow:
         return json.dumps(found["content"])
 
 
-# Airflow schedules the latest complete interval when its scheduler starts (catchup off): a
-# test begun just before the hour would expect the interval before the one it gets.
-HOUR_MARGIN = dt.timedelta(minutes=3)
-
-
 def interval_start() -> dt.datetime:
-    """The start of the last complete hourly interval, once it stays the last for the
-    test's duration (within ``HOUR_MARGIN`` of the next hour, the hour is waited out)."""
+    """The start of the last complete hourly interval. The DAG starts and ends there
+    (``schedule.end``) and catches up: the scheduler creates a run for that interval and
+    for no other, even when the hour turns during the test (with catchup off and no end, a
+    test begun just before the hour had to wait it out, up to 3 minutes)."""
     now = dt.datetime.now(dt.UTC)
-    next_hour = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-    if next_hour - now < HOUR_MARGIN:
-        time.sleep((next_hour - now).total_seconds() + 1)
-        now = dt.datetime.now(dt.UTC)
     return now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
 
 
@@ -203,8 +196,9 @@ def prepare_pipeline(work: Path, start: dt.datetime) -> None:
     raw["stages"][0]["operator"] = {"mode": "ssbj", "partitions": 2, "steps_per_run": 1}
     raw["stages"][0]["freshness"] = {"complete_within": "2 intervals"}
     raw["expectations_dir"] = str(REPO_ROOT / "expectations")
-    raw["schedule"] = {**raw.get("schedule", {}), "start": start.replace(tzinfo=None).isoformat()}
-    raw["schedule"]["catchup"] = False
+    at = start.replace(tzinfo=None).isoformat()
+    # One interval: the DAG's first is its last, so catching up runs exactly that one.
+    raw["schedule"] = {**raw.get("schedule", {}), "start": at, "end": at, "catchup": True}
     config = work / "demo.yaml"
     config.write_text(yaml.safe_dump(raw))
     for argv in (

@@ -115,6 +115,11 @@ def test_valid_config_parses() -> None:
             "stages.0.equi.operator.sketch_width: Input should be greater than or equal to 16",
         ),
         ("schedule", {"interval": "5 parsecs"}, "schedule.interval: expected a duration like 30s"),
+        (
+            "schedule",
+            {"start": "2024-01-02T00:00:00", "end": "2024-01-01T00:00:00"},
+            "schedule: end: 2024-01-01T00:00:00 is before start 2024-01-02T00:00:00; expected",
+        ),
         ("quality", {"nope": {}}, "quality.nope: not an output table"),
         ("masters.m.columns", [], "masters.m.columns: List should have at least 1 item"),
     ],
