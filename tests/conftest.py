@@ -75,8 +75,8 @@ def session_settings_restored() -> Iterator[None]:
     if session is None or before is None or session is not active:
         return
     after = session.conf.getAll
-    for key, value in after.items():
-        if before.get(key) != value and session.conf.isModifiable(key):
+    for key in before.keys() | after.keys():
+        if before.get(key) != after.get(key) and session.conf.isModifiable(key):
             if key in before:
                 session.conf.set(key, before[key])
             else:
