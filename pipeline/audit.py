@@ -42,9 +42,8 @@ with a clear error until the backfill is rerun to completion.
 This module holds the audit's runs (live, backfill) and the resolution of quarantined
 batches; the parts are modules of their own: the batch under audit
 (:mod:`pipeline.audit_batch`), its validation (:mod:`pipeline.audit_validation`), the
-published view (:mod:`pipeline.audit_published`), the intent
-(:mod:`pipeline.audit_intent`), the commits (:mod:`pipeline.audit_publish`) and the audit
-state (:mod:`pipeline.audit_state`).
+published view (:mod:`pipeline.audit_published`), the intent and its commits
+(:mod:`pipeline.audit_intent`) and the audit state (:mod:`pipeline.audit_state`).
 """
 
 from __future__ import annotations
@@ -69,12 +68,12 @@ from pipeline.audit_batch import (
     interval_batch,
     live_batch,
 )
-from pipeline.audit_intent import AuditIntents
-from pipeline.audit_publish import (
+from pipeline.audit_intent import (
     BATCH_TO,
     FAILED_EXPECTATIONS,
     QUARANTINED_AT,
     RUN_ID,
+    AuditIntents,
     publish_rows,
 )
 from pipeline.audit_published import PublishedTuples

@@ -7,6 +7,10 @@ each keeps its ledger row, counts and quarantine append. A crash leaves files
 ``registered``; the next run resumes them, and a file of a shared commit is found in bronze
 by its ledger id and counted, not written again. The whole contract:
 ``docs/reliability.md``, "The landing zone's contract".
+
+Also here, what one ingest of a stream did: its counts (:class:`IngestReport`) and the log
+of its problems (:class:`IngestLog`), kept by admission (:mod:`warehouse.landing`) and the
+load alike.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +31,6 @@ from pyspark.sql import types as T
 from common.errors import IngestionError, LedgerOrderError
 from warehouse.delta import AppTransaction, CommitOutcome, DeltaEngine
 from warehouse.delta.schema import spark_to_arrow
-from warehouse.ingest_report import IngestLog, now
 from warehouse.landing_parse import (
     ParsedFile,
     StreamSource,
@@ -37,9 +42,61 @@ from warehouse.landing_parse import (
 )
 from warehouse.landing_zone import StagedCopy
 from warehouse.record_identity import IdRange, KnownRecords, id_range, known_records
-from warehouse.state_tables import LOADED, LandingFile
+from warehouse.state_store import StateStore
+from warehouse.state_tables import LOADED, REJECTED, LandingFile
 
 logger = logging.getLogger("warehouse.landing")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class IngestReport:
+    """What one ingest of a stream did, in counts."""
+
+    stream: str
+    files_loaded: int = 0
+    files_skipped: int = 0
+    files_rejected: int = 0
+    files_missing: int = 0
+    # Rejected files still in the landing directory after this run, old and new.
+    files_rejected_in_place: int = 0
+    records_received: int = 0
+    records_loaded: int = 0
+    records_quarantined: int = 0
+    # Records whose id an earlier file loaded with the same content (not loaded again); a
+    # re-sent id with other content is counted as quarantined.
+    records_resent: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_metrics(self) -> dict[str, float]:
+        """Every count, under its field's name (the metrics table's)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"}
+
+
+class IngestLog:
+    """An ingest's report and the problems it reports: each rejected file once a run, every
+    error logged and kept for the run's exit code."""
+
+    def __init__(self, store: StateStore, report: IngestReport) -> None:
+        self.store, self.report = store, report
+        self.reported: set[str] = set()  # paths whose problem this run already reported
+
+    def reject(self, row: LandingFile, message: str) -> None:
+        self.store.update_landing_file(row.id, status=REJECTED, error=message, finished_at=now())
+        self.rejected(row.path, message)
+
+    def rejected(self, path: str, message: str) -> None:
+        self.report.files_rejected += 1
+        self.reported.add(path)
+        self.report_error(message)
+
+    def report_error(self, message: str) -> None:
+        logger.error("%s", message)
+        self.report.errors.append(message)
+
 
 SOURCE_FILE = "_source_file"
 BATCH_ID = "_batch_id"

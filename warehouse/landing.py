@@ -16,9 +16,8 @@ import logging
 from pyspark.sql import SparkSession
 
 from common.errors import RefusedFileError, UnreadableFileError
-from warehouse.bronze_load import BronzeLoad
+from warehouse.bronze_load import BronzeLoad, IngestLog, IngestReport, now
 from warehouse.delta import DeltaEngine
-from warehouse.ingest_report import IngestLog, IngestReport, now
 from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.landing_parse import FORMAT_NAMES, StreamSource
 from warehouse.landing_zone import FetchedFile, LandingEntry, LandingZone, StagedCopy, refused

@@ -32,8 +32,15 @@ from common.faults import crash_point
 from joins.columns import INTERVAL_START
 from joins.skew.key_routing import KeyRouting
 from joins.ssbj.cache.intake import OperatorMemory
-from joins.ssbj.segments import SEGMENT, changed_segments, prints_of
-from joins.ssbj.step import StepSummary, split_collected, state_of, summary_of
+from joins.ssbj.step import (
+    SEGMENT,
+    StepSummary,
+    changed_segments,
+    prints_of,
+    split_collected,
+    state_of,
+    summary_of,
+)
 from joins.ssbj.wide_table import WideTable
 from pipeline.pins import PinHolder, input_versions, union_pins
 from pipeline.ssbj.reading import file_rows
@@ -65,7 +72,7 @@ def write_collected(
 ) -> PassOutcome:
     """The output and the state of a step whose result was collected, written from the
     driver (the embedded engine writes them without a Spark job). A segmented state
-    table gets only the segments that changed (``joins.ssbj.segments``) from the
+    table gets only the segments that changed (``joins.ssbj.step``) from the
     ``stored`` ones (the controller state's); the new state is held for this process's
     next step (``pipeline.ssbj.warm``)."""
     segmented = state_segmented(w, stored)
@@ -193,7 +200,7 @@ def commit_step(
 
 
 def segmented_schema(wide: WideTable) -> StructType:
-    """The state table's schema when it is segmented (``joins.ssbj.segments``)."""
+    """The state table's schema when it is segmented (``joins.ssbj.step``)."""
     return StructType([*wide.schema.fields, StructField(SEGMENT, LongType(), True)])
 
 

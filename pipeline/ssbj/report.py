@@ -50,7 +50,7 @@ class SsbjStepReport(StepCounts):
     late_waiting: int = 0  # tuples waiting after the step: late rows and returned ones in H_S
     late_oldest_us: int | None = None  # when the longest-waiting of them first met no row
     late_min_version: int | None = None  # the oldest version a late row met no row at
-    # What the step wrote to the state table (``joins.ssbj.segments``): its rows and, when
+    # What the step wrote to the state table (``joins.ssbj.step``): its rows and, when
     # it replaced segments, how many; None when written from Spark tasks (not counted).
     state_rows_written: int | None = None
     state_segments_written: int | None = None

@@ -21,7 +21,7 @@ Operator state lives in two Delta tables under ``_operators/<stage>/`` (``wiring
            pinned master version and matched flag; the cache H_R at the cache's master
            version (a value without master rows as one empty-entry row); the per-value
            counters f_count and s_count; the values marked for switching and the rows of
-           the switching buffer s_B. Partitioned by segment (``joins.ssbj.segments``): a step
+           the switching buffer s_B. Partitioned by segment (``joins.ssbj.step``): a step
            replaces the segments that changed, in one commit (none if none did).
 ``scan``   the operator's copy of the master for the cyclic scan, partitioned by
            ``_scan_part`` = hash(row) mod k, so partition p of every version holds |R|/k

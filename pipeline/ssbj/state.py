@@ -156,7 +156,7 @@ class ControllerState(Stored):
     late_min_version: int | None = None  # the oldest version a late row met no row at
     miss_rate: float = 1.0  # the share of tuples that entered H_S in the last step
     # What the segmented state table holds, segment -> [rows, matched]
-    # (``joins.ssbj.segments``); None when not known (the table is not segmented, or the
+    # (``joins.ssbj.step``); None when not known (the table is not segmented, or the
     # last step wrote it from Spark tasks), and the next step rewrites it whole.
     segments: Mapping[str, Sequence[int]] | None = None
     # The state table may hold a value's counters and s_B mark more than once, one per

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from common.errors import BackfillIncompleteError, ValidationFailedError
 from common.rows import Rows
 from joins.ssbj.step import pending_tuples
-from pipeline.audit_publish import FAILED_EXPECTATIONS, RUN_ID
+from pipeline.audit_intent import FAILED_EXPECTATIONS, RUN_ID
 from pipeline.backfill import rejoin_interval
 from tests.conftest import REPO_ROOT
 from tests.helpers import assert_same_multiset, kill_harness_at, row_multiset

@@ -21,8 +21,7 @@ from common.errors import JoinError
 from joins.skew.asketch import ASketch, SketchShape
 from joins.ssbj.cache.inequality import should_switch_into_cache
 from joins.ssbj.roles import BUCKET
-from joins.ssbj.segments import SEGMENT
-from joins.ssbj.step import SCAN_PART, JoinSpec, scan_rows
+from joins.ssbj.step import SCAN_PART, SEGMENT, JoinSpec, scan_rows
 from joins.ssbj.wide_table import WideTable
 from pipeline.handles import PipelineHandles
 from pipeline.runner import PipelineRunner
@@ -515,7 +514,7 @@ def test_keys_move_between_buckets_while_tuples_wait_and_the_output_stays_exact(
 def test_a_step_writes_the_segments_that_changed_and_a_cold_process_goes_on_exactly(
     spark: SparkSession, tmp_path: Path, how: str
 ) -> None:
-    """The state table is partitioned by segment (``joins.ssbj.segments``): once H_S holds
+    """The state table is partitioned by segment (``joins.ssbj.step``): once H_S holds
     several chunks, a step writes its new chunk (and the shared segments), not H_S, and
     holds the new state for its next step; a new process (a new runner, nothing held)
     reads the segments back and goes on to the oracle's output."""

@@ -1,4 +1,4 @@
-"""The segmented operator state table (``joins/ssbj/segments.py``): each role's segment,
+"""The segmented operator state table (``joins/ssbj/step.py``): each role's segment,
 the chunks' fingerprints, and which segments a step rewrites."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from joins.ssbj.roles import CACHE, COUNTER, LATE, MARKED, PENDING, SWITCH
-from joins.ssbj.segments import (
+from joins.ssbj.step import (
     SEGMENT,
     changed_segments,
     prints_of,

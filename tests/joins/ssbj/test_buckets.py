@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from joins.skew.greedyfit import KeyLoad
 from joins.skew.key_routing import BucketLoad, task_labels
-from joins.ssbj.key_loads import heaviest, key_loads, key_loads_by_bucket
+from joins.ssbj.buckets import heaviest, key_loads, key_loads_by_bucket
 from joins.ssbj.roles import (
     BUCKET,
     CACHE,
