@@ -40,10 +40,10 @@ backfill is recorded as running (it died), live publishes of the tables it touch
 with a clear error until the backfill is rerun to completion.
 
 This module holds the audit's runs (live, backfill) and the resolution of quarantined
-batches; the parts are modules of their own: the batch under audit
-(:mod:`pipeline.audit_batch`), its validation (:mod:`pipeline.audit_validation`), the
-published view (:mod:`pipeline.audit_published`), the intent and its commits
-(:mod:`pipeline.audit_intent`) and the audit state (:mod:`pipeline.audit_state`).
+batches; the parts are modules of their own: the batch under audit and its validation
+(:mod:`pipeline.audit_batch`), the published view (:mod:`pipeline.audit_published`), the
+intent and its commits (:mod:`pipeline.audit_intent`) and the audit state
+(:mod:`pipeline.audit_state`).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from joins.columns import INTERVAL_START
 from pipeline.audit_batch import (
     NOTHING_NEW,
     QUARANTINED,
+    AuditValidation,
     AuditViews,
     TableAudit,
     interval_batch,
@@ -78,7 +79,6 @@ from pipeline.audit_intent import (
 )
 from pipeline.audit_published import PublishedTuples
 from pipeline.audit_state import AuditRecord, load_state, require_no_backfill_running, save_state
-from pipeline.audit_validation import AuditValidation
 from pipeline.drivers import StageDrivers
 from pipeline.handles import PipelineHandles
 from quality.audit_views import (

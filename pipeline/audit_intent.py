@@ -28,6 +28,7 @@ from common.faults import crash_point
 from joins.columns import INTERVAL_START
 from pipeline.audit_batch import (
     QUARANTINED,
+    AuditValidation,
     AuditViews,
     StagedBatch,
     TableAudit,
@@ -35,7 +36,6 @@ from pipeline.audit_batch import (
     live_batch,
 )
 from pipeline.audit_state import AuditIntent, AuditRecord, AuditState, record_intent, save_state
-from pipeline.audit_validation import AuditValidation
 from pipeline.handles import PipelineHandles
 from pipeline.layout import WarehouseLayout
 from quality.batch_engine import choose_batch_engine

@@ -1,4 +1,4 @@
-"""Preparing a staged batch for its validation (``pipeline/audit_validation.py``): what it
+"""Preparing a staged batch for its validation (``pipeline/audit_batch.py``): what it
 caches for the validation is released when preparing fails part way."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common.rows import Rows
-from pipeline.audit_batch import AuditViews, StagedBatch
-from pipeline.audit_validation import AuditValidation
+from pipeline.audit_batch import AuditValidation, AuditViews, StagedBatch
 from pipeline.handles import PipelineHandles
 from quality.batch_engine import BatchEngine
 from tests.pipeline.ssbj_harness import SsbjHarness
