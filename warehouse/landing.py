@@ -20,7 +20,7 @@ from warehouse.bronze_load import BronzeLoad, IngestLog, IngestReport, now
 from warehouse.delta import DeltaEngine
 from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.landing_parse import FORMAT_NAMES, StreamSource
-from warehouse.landing_zone import FetchedFile, LandingEntry, LandingZone, StagedCopy, refused
+from warehouse.landing_zone import FetchedFile, LandingEntry, LandingZone, StagedCopy
 from warehouse.state_landing import rejected_files_in_place
 from warehouse.state_store import StateStore
 from warehouse.state_tables import DUPLICATE, LOADED, MISSING, REGISTERED, REJECTED, LandingFile
@@ -121,7 +121,7 @@ class _StreamIngest:
         ledger row and staged copy to load, if any."""
         if entry.refusal is not None:
             self.in_flight.pop(entry.path, None)
-            self._refuse(entry, known, refused(entry.path, entry.refusal))
+            self._refuse(entry, known, entry.refusal)
             return None
         temps: list[StagedCopy] = []
         admitted = None

@@ -134,6 +134,12 @@ def _entry(path: Path, root: str) -> landing_zone.LandingEntry:
 
 
 def _refusal(path: Path, info: os.stat_result, root: str) -> str | None:
+    """The message refusing ``path``, or None for a file that is read."""
+    reason = _refusal_reason(path, info, root)
+    return None if reason is None else landing_zone.refused(str(path), reason)
+
+
+def _refusal_reason(path: Path, info: os.stat_result, root: str) -> str | None:
     if stat.S_ISLNK(info.st_mode):
         try:
             target = os.readlink(path)

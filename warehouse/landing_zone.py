@@ -43,7 +43,9 @@ class LandingEntry:
     path: str  # the ledger's name for it: an absolute path, or ``s3://bucket/key``
     size_bytes: int
     mtime_ns: int
-    refusal: str | None  # why it is never read; None for a file that is read
+    # Why it is never read, as the message the ledger records (:func:`refused`); None for a
+    # file that is read.
+    refusal: str | None
     # The store's tag of the object's content, as listed (an object store's ETag, exactly as
     # the server gives it); None where a zone has none (a local file).
     etag: str | None = None
