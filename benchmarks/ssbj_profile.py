@@ -1,7 +1,8 @@
 """Profile one stage's steps inside the SSBJ scale benchmark (cProfile).
 
     python -m benchmarks.ssbj_profile --shape 10:partsupp:20000:0:8 [--stage ssbj meshjoin]
-                                      [--from-step 16] [--out var/bench/prof/ssbj.txt]
+                                      [--from-step 16] [--bound 1|k] [--cycles 3]
+                                      [--out var/bench/prof/ssbj.txt]
 
 Runs ``benchmarks.ssbj_scale`` for one shape and profiles the named stages'
 ``PipelineRunner.run_stage_step`` calls from ``--from-step`` on (the measured steps by
@@ -37,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stage", nargs="+", default=["ssbj"], choices=list(ssbj_scale.STAGE_MODES)
     )
     parser.add_argument("--from-step", type=int, default=None)
+    parser.add_argument("--bound", choices=("1", "k"), default="1", help="as ssbj_scale's")
+    parser.add_argument("--cycles", type=int, default=3, help="as ssbj_scale's")
     parser.add_argument("--out", type=Path, default=Path("var/bench/prof/ssbj.txt"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     shape = ssbj_scale.Shape.parse(args.shape)
@@ -59,7 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     PipelineRunner.run_stage_step = run_stage_step  # type: ignore[method-assign,assignment]
     try:
-        code = ssbj_scale.main(["--shapes", args.shape, "--out", str(args.out) + ".md"])
+        code = ssbj_scale.main(
+            [
+                *("--shapes", args.shape, "--bound", args.bound, "--cycles", str(args.cycles)),
+                *("--out", str(args.out) + ".md"),
+            ]
+        )
     finally:
         PipelineRunner.run_stage_step = original  # type: ignore[method-assign]
     args.out.parent.mkdir(parents=True, exist_ok=True)

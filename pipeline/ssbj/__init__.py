@@ -10,8 +10,8 @@ Read it downward:
 - :mod:`pipeline.ssbj.planning`: the state a step starts from, its R-cycle position and
   its plan, saved before anything is written;
 - :mod:`pipeline.ssbj.step_pass`: the step's pass over its data and its commits (at most two), with
-  :mod:`pipeline.ssbj.placement` (where it runs: the driver, a collect, Spark tasks),
-  :mod:`pipeline.ssbj.reading` (what it reads), :mod:`pipeline.ssbj.scan_copy` (the
+  :mod:`pipeline.ssbj.placement` (where it runs: the driver, a collect, Spark tasks, and
+  what it reads there), :mod:`pipeline.ssbj.scan_copy` (the
   master's copy for the cyclic scan) and :mod:`pipeline.ssbj.hot_keys` (key routing and
   the key sketch between steps);
 - :mod:`pipeline.ssbj.commit`: the commits of the pass's result (from the driver or from

@@ -43,11 +43,11 @@ from joins.ssbj.step import (
 )
 from joins.ssbj.wide_table import WideTable
 from pipeline.pins import PinHolder, input_versions, union_pins
-from pipeline.ssbj.reading import file_rows
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import ControllerState, SavedPlan, StepOutcome
 from pipeline.ssbj.wiring import STATE_TABLE, SsbjWiring
 from warehouse.delta import AppTransaction, CommitOutcome, PartitionFilter, Snapshot
+from warehouse.delta.api import records_in
 from warehouse.state_metrics import StepMetricValues
 
 
@@ -229,7 +229,7 @@ def complete(
         report.pending_bytes = int(report.pending_rows * sizes.stream_bytes)
         report.cache_bytes = int(report.cache_rows * sizes.master_bytes)
         report.state_bytes = OperatorMemory(
-            file_rows(master.files) / w.params.partitions,
+            records_in(master.files) / w.params.partitions,
             report.cache_rows,
             report.pending_rows,
             report.switch_rows,

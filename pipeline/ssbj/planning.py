@@ -21,11 +21,12 @@ from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.late import LateRule
 from pipeline.pins import PinHolder
 from pipeline.ssbj.commit import pins
-from pipeline.ssbj.reading import file_rows, measure_sizes
+from pipeline.ssbj.placement import measure_sizes
 from pipeline.ssbj.scan_copy import scan_versions
 from pipeline.ssbj.state import UNMEASURED_SIZES, ControllerState, SavedPlan
 from pipeline.ssbj.wiring import SsbjWiring
 from warehouse.delta import Snapshot
+from warehouse.delta.api import records_in
 from warehouse.state_tables import StageOffset
 
 logger = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def admit_input(
     # The chunk that expires at the end of this step leaves room for this step's chunk.
     expiring = int(state.chunk_rows.get(str(step - k + 1), 0))
     memory = OperatorMemory(
-        disk_buffer_rows=file_rows(master.files) / k,
+        disk_buffer_rows=records_in(master.files) / k,
         cache_rows=int(state.cache_rows) if w.use_cache else 0,
         pending_rows=max(0, int(state.pending_rows) - expiring),
         switch_rows=int(state.switch_rows) if w.use_cache else 0,

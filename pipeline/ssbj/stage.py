@@ -5,7 +5,7 @@ A step reads downward through this package:
 
 1. ``planning``: the controller state it starts from (``state``), its place in the
    R-cycle, and its plan, saved before anything is written;
-2. ``step_pass``: its reads (``reading``, ``scan_copy``), one pass over the data
+2. ``step_pass``: its reads (``placement``, ``scan_copy``), one pass over the data
    (``joins.ssbj.step``: the new tuples, the state, master partition ``step mod k`` of each
    version the step needs and the master's changes, grouped by a hash of the join value,
    Algorithm 1 per bucket) and at most two commits, the output rows and the state segments

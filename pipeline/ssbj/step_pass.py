@@ -1,7 +1,7 @@
 """One SSBJ step's pass over its data (seeds/ssbj_semi_stream_balanced_join.txt,
 Algorithm 1, one loop iteration), and its commits (at most two).
 
-The step's rows (``pipeline.ssbj.reading``) are laid out as one wide table, split by the
+The step's rows (``pipeline.ssbj.placement``) are laid out as one wide table, split by the
 join value's hash into key buckets as the step's routing says, and each bucket runs
 Algorithm 1 (``joins.ssbj.step`` -> ``joins.ssbj.buckets``). The result holds the enriched
 rows, the whole new operator state and each bucket's counts and load; the output and the
@@ -26,7 +26,7 @@ from joins.ssbj.algorithm import Schedule, StepPlan, schedule
 from joins.ssbj.cache.inequality import TupleSizes
 from joins.ssbj.cache.rcycle import StepPosition
 from joins.ssbj.wide_table import WideTable
-from pipeline.ssbj import hot_keys, placement, planning, reading
+from pipeline.ssbj import hot_keys, placement, planning
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.state import UNMEASURED_SIZES, ControllerState, SavedPlan, StepOutcome
 from pipeline.ssbj.wiring import SsbjWiring
@@ -92,11 +92,11 @@ def run_pass(
     version = plan.master_version
     # The new input's DataFrame is built only when used: a step that runs in the driver
     # reads the rows as Arrow, and needs only their schema (known after the first step).
-    new_rows = cache(lambda: reading.new_rows(w, state, plan))
+    new_rows = cache(lambda: placement.new_rows(w, state, plan))
     known = state.tuple_sizes()
-    measured = None if known is not None else reading.measure_sizes(w, new_rows, master)
+    measured = None if known is not None else placement.measure_sizes(w, new_rows, master)
     sizes = known or measured or UNMEASURED_SIZES
-    wide = WideTable.of(w.spec, reading.new_rows_schema(w, plan, new_rows), master.schema)
+    wide = WideTable.of(w.spec, placement.new_rows_schema(w, plan, new_rows), master.schema)
 
     late = planning.late_rule(w, state, plan)
     reads = schedule(
@@ -110,9 +110,9 @@ def run_pass(
         cache_version=state.cache_version,
         switch_version=state.switch_version,
     )
-    asking = reading.asking_tuples(w, state, plan)
+    asking = placement.asking_tuples(w, state, plan)
     routing = hot_keys.step_routing(w, state.routing)
-    scans = reading.partition_scans(w, plan, position, master, reads)
+    scans = placement.partition_scans(w, plan, position, master, reads)
     where = placement.place(w, state, reads, wide, routing, asking, scans)
     step_pass = placement.open_pass(
         where,

@@ -137,6 +137,12 @@ class DataFile:
         )
 
 
+def records_in(files: Iterable[DataFile]) -> int:
+    """The rows of ``files`` from their log statistics, a file without them counting none:
+    a lower bound, for an estimate that an unknown must not stop."""
+    return sum(f.num_records or 0 for f in files)
+
+
 def total_records(files: Iterable[DataFile]) -> int | None:
     """The rows of ``files`` from their log statistics; None when a file has none."""
     counts = [f.num_records for f in files]

@@ -12,7 +12,7 @@ from joins.columns import INTERVAL_START
 from joins.ssbj.late import LATE_SINCE
 from joins.ssbj.roles import LATE, PENDING, ROLE, stream_field
 from joins.ssbj.step import INPUT_VERSION
-from pipeline.ssbj.reading import suppressed, suppressed_pending
+from pipeline.ssbj.placement import suppressed, suppressed_pending
 from pipeline.ssbj.state import ControllerState
 
 UTC = dt.UTC
