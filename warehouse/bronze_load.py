@@ -48,10 +48,6 @@ from warehouse.state_tables import LOADED, REJECTED, LandingFile
 logger = logging.getLogger("warehouse.landing")
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 @dataclass
 class IngestReport:
     """What one ingest of a stream did, in counts."""
@@ -85,7 +81,9 @@ class IngestLog:
         self.reported: set[str] = set()  # paths whose problem this run already reported
 
     def reject(self, row: LandingFile, message: str) -> None:
-        self.store.update_landing_file(row.id, status=REJECTED, error=message, finished_at=now())
+        self.store.update_landing_file(
+            row.id, status=REJECTED, error=message, finished_at=datetime.now(UTC)
+        )
         self.rejected(row.path, message)
 
     def rejected(self, path: str, message: str) -> None:
@@ -441,7 +439,7 @@ class BronzeLoad:
             records_loaded=received - bad,
             records_quarantined=bad - resent,
             records_resent=resent,
-            finished_at=now(),
+            finished_at=datetime.now(UTC),
         )
         self.log.report.files_loaded += 1
         self.log.report.records_received += received

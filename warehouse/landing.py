@@ -12,11 +12,12 @@ vanished before it loaded (missing). The full contract, with how a crash resumes
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
 from common.errors import RefusedFileError, UnreadableFileError
-from warehouse.bronze_load import BronzeLoad, IngestLog, IngestReport, now
+from warehouse.bronze_load import BronzeLoad, IngestLog, IngestReport
 from warehouse.delta import DeltaEngine
 from warehouse.landing_location import rejected_in_place, zone_for
 from warehouse.landing_parse import FORMAT_NAMES, StreamSource
@@ -285,7 +286,7 @@ class _StreamIngest:
                     sha256="",
                     etag=None,  # no content known: whatever is listed here later is read
                     error=message,
-                    finished_at=now(),
+                    finished_at=datetime.now(UTC),
                 )
                 self.log.rejected(known.path, message)
         else:  # loaded or in flight: its row describes the file that was here before
@@ -317,7 +318,9 @@ class _StreamIngest:
                 f"{row.registered_at:%Y-%m-%d %H:%M:%S} by run {row.run_id}); nothing of it "
                 "was committed. Deliver it again to have it loaded."
             )
-            self.store.update_landing_file(row.id, status=MISSING, error=message, finished_at=now())
+            self.store.update_landing_file(
+                row.id, status=MISSING, error=message, finished_at=datetime.now(UTC)
+            )
             self.log.report.files_missing += 1
             self.log.report_error(message)
             return

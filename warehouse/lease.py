@@ -84,10 +84,6 @@ class LeaseSettings:
             raise ValueError(f"lease wait_seconds must be >= 0, got {self.wait_seconds}")
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _process_start(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone."""
     try:
@@ -184,7 +180,7 @@ class PipelineLease:
             session.execute(
                 update(LeaseRow)
                 .where(LeaseRow.name == self.name, LeaseRow.token == self.token)
-                .values(owner="", purpose="", expires_at=_now())
+                .values(owner="", purpose="", expires_at=datetime.now(UTC))
             )
         logger.info("lease %s released (token %d)", self.name, self.token)
         self.token = None
@@ -232,7 +228,7 @@ class PipelineLease:
     # ------------------------------------------------------------------ internals
 
     def _try_acquire(self) -> tuple[bool, LeaseInfo]:
-        now = _now()
+        now = datetime.now(UTC)
         expires = now + timedelta(seconds=self.settings.ttl_seconds)
         try:
             with self.store.transaction(guarded=False) as session:
@@ -306,7 +302,7 @@ class PipelineLease:
                 logger.warning("lease %s: renewal failed, retrying: %s", self.name, e)
 
     def _renew(self) -> None:
-        expires = _now() + timedelta(seconds=self.settings.ttl_seconds)
+        expires = datetime.now(UTC) + timedelta(seconds=self.settings.ttl_seconds)
         with self.store.transaction(guarded=False) as session:
             renewed = session.execute(
                 update(LeaseRow)
