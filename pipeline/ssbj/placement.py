@@ -384,7 +384,8 @@ def keyed_rows_in_driver(
     partitions = []
     read: list[DataFile] = []
     # Only the master rows a tuple asks for leave each file as it is read: a partition
-    # costs the scan of its key columns, not its rows' memory.
+    # costs the decode of its files (every column: Parquet has no row selection), not the
+    # memory of its rows.
     asked = wide.asked_keys(inputs)
     bounds = asked.bounds() if asked is not None else {}
     for pinned, table, partition_files in scans:
