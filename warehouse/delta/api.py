@@ -145,8 +145,13 @@ def records_in(files: Iterable[DataFile]) -> int:
 
 def total_records(files: Iterable[DataFile]) -> int | None:
     """The rows of ``files`` from their log statistics; None when a file has none."""
-    counts = [f.num_records for f in files]
-    return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+    return known_total(f.num_records for f in files)
+
+
+def known_total(counts: Iterable[int | None]) -> int | None:
+    """The sum of ``counts``; None when any is not known."""
+    found = list(counts)
+    return None if any(c is None for c in found) else sum(c or 0 for c in found)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from warehouse.delta.api import (
     DataFile,
     PartitionFilter,
     Snapshot,
+    known_total,
 )
 from warehouse.delta.commit_protocol import COMMIT_ID_KEY, new_commit_id
 from warehouse.delta.schema import (
@@ -372,13 +373,11 @@ class DeltaEngine(ABC, Generic[Payload]):
         entry (:meth:`_live_records`): no data read, no snapshot built."""
         root = added.root
         require_version_range(f"rows added to {root}", added.after_version, added.to_version)
-        actions = self._file_actions(root, added.after_version, added.to_version)
-        counts = [
+        return known_total(
             self._live_records(payload)
-            for files in live_files_by_version(root, actions, added.skip_versions).values()
+            for files in self._live_added(added).values()
             for payload in files
-        ]
-        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+        )
 
     @abstractmethod
     def _live_records(self, payload: Payload) -> int | None:
@@ -400,9 +399,13 @@ class DeltaEngine(ABC, Generic[Payload]):
         """The range's last version and the payloads of its still-live files by version."""
         root = added.root
         require_version_range(f"rows added to {root}", added.after_version, added.to_version)
-        end = self._range_end(root, added.to_version)
-        actions = self._file_actions(root, added.after_version, added.to_version)
-        return end, live_files_by_version(root, actions, added.skip_versions)
+        return self._range_end(root, added.to_version), self._live_added(added)
+
+    def _live_added(self, added: AddedRange) -> dict[int, list[Payload]]:
+        """The payloads of the range's still-live files by version, from its log actions
+        alone (no snapshot built); the caller has checked the range."""
+        actions = self._file_actions(added.root, added.after_version, added.to_version)
+        return live_files_by_version(added.root, actions, added.skip_versions)
 
     @abstractmethod
     def _range_end(self, root: str, version: int) -> RangeEnd[Payload]:
