@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import rows_at
+from common.rows import rows_at
 from joins.ssbj.algorithm import (
     BucketState,
     KeyCounters,
@@ -108,7 +108,7 @@ class BucketRoles:
         return pc.indices_nonzero(pc.equal(self._roles, role))
 
     def rows(self, role: str) -> pa.Table:
-        # A role's rows are one run of the bucket's rows (``common.arrow_rows``): a slice.
+        # A role's rows are one run of the bucket's rows (``common.rows``): a slice.
         return rows_at(self.table, self.positions(role))
 
     def stream_tuples(self, role: str, layout: WideLayout) -> tuple[list[Row], pa.Table]:

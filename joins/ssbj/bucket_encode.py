@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from common.rows import TableOfParts
 from joins.ssbj import roles
 from joins.ssbj.algorithm import Row, StepCounts, StepPlan, StepResult
 from joins.ssbj.bucket_decode import WideLayout
@@ -27,36 +28,6 @@ def _key_columns(layout: WideLayout, keys: Sequence[tuple[Any, ...]]) -> dict[st
     return {
         roles.master_field(c): [key[i] for key in keys] for i, c in enumerate(layout.master_keys)
     }
-
-
-class Encoder:
-    """Rows of several roles into one table with the wide schema (absent columns null)."""
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-        self.parts: list[pa.Table] = []
-
-    def add(self, role: str, n: int, columns: dict[str, Any]) -> None:
-        """``columns``: Python lists, or Arrow columns already of the schema's types."""
-        if n == 0:
-            return
-        arrays: list[Any] = []
-        for f in self.schema:
-            value = columns.get(f.name)
-            if f.name == roles.ROLE:
-                arrays.append(pa.repeat(pa.scalar(role, f.type), n))
-            elif value is None:
-                arrays.append(pa.nulls(n, f.type))
-            elif isinstance(value, pa.ChunkedArray | pa.Array):
-                arrays.append(value.cast(f.type))
-            else:
-                arrays.append(pa.array(value, f.type))
-        self.parts.append(pa.Table.from_arrays(arrays, schema=self.schema).combine_chunks())
-
-    def table(self) -> pa.Table:
-        if not self.parts:
-            return self.schema.empty_table()
-        return pa.concat_tables(self.parts)
 
 
 def _columns(names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Any]]:
@@ -88,7 +59,7 @@ LATE_MIN_METRICS = ("late_oldest_us", "late_min_version")
 
 
 def _settle(
-    result: StepResult, source: pa.Table, late: LateRows, layout: WideLayout, enc: Encoder
+    result: StepResult, source: pa.Table, late: LateRows, layout: WideLayout, enc: TableOfParts
 ) -> tuple[list[tuple[Row, Row | None, int | None]], list[tuple[str, int]]]:
     """The output rows a step with late rows emits, its new late rows (added to ``enc``)
     and their metrics. ``output_rows`` becomes what is emitted."""
@@ -145,7 +116,7 @@ def encode_result(
     ``source`` is the bucket's input table, which decoded stream tuples point into. With
     ``late`` the unmatched tuples of the output wait or expire (``joins.ssbj.late``), and
     the bucket's late rows are sorted out of ``source`` already."""
-    enc = Encoder(schema)
+    enc = TableOfParts(schema, roles.ROLE)
     width = len(layout.master_columns)
     nothing: Row = (None,) * width
     out = result.output

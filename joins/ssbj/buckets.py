@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.rows import TableOfParts
 from joins.skew.asketch import ASketch, SketchShape
 from joins.ssbj.algorithm import StepPlan, join_value, run_step
 from joins.ssbj.bucket_decode import (
@@ -37,7 +38,7 @@ from joins.ssbj.bucket_decode import (
     partition_rows,
     row_tuples,
 )
-from joins.ssbj.bucket_encode import Encoder, LateRows, encode_result
+from joins.ssbj.bucket_encode import LateRows, encode_result
 from joins.ssbj.columnar import columnar_result
 from joins.ssbj.columnar_tables import ColumnarLayout, supports
 from joins.ssbj.late import LateRule, sort_late_rows
@@ -207,7 +208,7 @@ def _columnar_layout(
 def _with_loads(encoded: pa.Table, loads: pa.Table, partial: ASketch | None) -> pa.Table:
     """A bucket's encoded result with its load rows (and its key sketch) after it."""
     schema = encoded.schema
-    enc = Encoder(schema)
+    enc = TableOfParts(schema, ROLE)
     enc.add(KEY_LOAD, loads.num_rows, {name: loads.column(name) for name in loads.column_names})
     if partial is not None:
         enc.add(
@@ -278,7 +279,7 @@ class BucketStep:
         encoded = columnar_result(table, shape, self.plan, schema, tracked_values)
         if encoded is None:  # pragma: no cover - supports() checked the same scope above
             return None
-        enc = Encoder(schema)
+        enc = TableOfParts(schema, ROLE)
         enc.add(KEY_LOAD, loads.num_rows, {n: loads.column(n) for n in loads.column_names})
         labels = [label for label, _ in sketches]
         enc.add(KEY_SKETCH, len(sketches), {BUCKET: labels, SKETCH: [s for _, s in sketches]})
@@ -397,6 +398,11 @@ def sketch_rows(
 def sketch_json(sketch: ASketch) -> bytes:
     """A bucket's key sketch as its ``key_sketch`` row holds it."""
     return json.dumps(sketch.to_dict(), separators=(",", ":")).encode()
+
+
+def sketch_of_json(stored: bytes) -> ASketch:
+    """A bucket's key sketch read back from its ``key_sketch`` row (:func:`sketch_json`)."""
+    return ASketch.from_dict(json.loads(stored))
 
 
 LOAD_SCHEMA = pa.schema(

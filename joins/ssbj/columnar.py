@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import rows_where
+from common.rows import rows_where
 from joins.ssbj.algorithm import StepCounts, StepPlan
 from joins.ssbj.cache.rcycle import CycleState
 from joins.ssbj.columnar_tables import (

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.arrow_rows import rows_where
+from common.rows import rows_where
 from joins.ssbj.roles import (
     HITS,
     MASTER_ROWS,
@@ -72,7 +72,7 @@ def supports(table: pa.Table, layout: ColumnarLayout) -> bool:
 
 
 def role_rows(table: pa.Table, role: str) -> pa.Table:
-    # A role's rows are one run of the step's rows (``common.arrow_rows``): a slice.
+    # A role's rows are one run of the step's rows (``common.rows``): a slice.
     return rows_where(table, pc.equal(table.column(ROLE), role))
 
 

@@ -31,7 +31,6 @@ master version column; unmatched rows of left joins carry nulls there, like the 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,10 +44,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from common.arrow_rows import rows_where
-from common.rows import Frame, Rows, with_timestamp_of_micros
+from common.rows import Frame, Rows, rows_where, with_timestamp_of_micros
 from joins.columns import version_column
-from joins.skew.asketch import ASketch
 from joins.skew.greedyfit import KeyLoad
 from joins.skew.key_routing import BucketLoad, task_labels
 from joins.ssbj.bucket_encode import LATE_MIN_METRICS
@@ -133,11 +130,12 @@ def state_of(result: DataFrame, segmented: bool = False) -> DataFrame:
 class StepSummary:
     """A step's summary rows decoded: its counts (summed over buckets; the late rows'
     minimum metrics by minimum), each bucket's load and the buckets' key sketches (none
-    unless ``key_counts: sketch``)."""
+    unless ``key_counts: sketch``) as their rows hold them (``joins.ssbj.buckets.sketch_json``):
+    they are read where they merge into the operator's."""
 
     counts: Counter[str]
     loads: list[BucketLoad]
-    sketches: list[ASketch]
+    sketches: list[bytes]
 
     @classmethod
     def of_rows(cls, rows: Iterable[tuple[Any, ...]], buckets: int) -> StepSummary:
@@ -153,7 +151,7 @@ class StepSummary:
             elif role == KEY_LOAD:
                 load_rows.append((label, key_hash, stored, probes))
             elif role == KEY_SKETCH:
-                sketches.append(ASketch.from_dict(json.loads(bytes(sketch))))
+                sketches.append(bytes(sketch))
         return cls(counts, bucket_loads(load_rows, buckets), sketches)
 
 
@@ -172,7 +170,7 @@ def split_collected(result: pa.Table, buckets: int, segmented: bool = False) -> 
 
     Written apart from the Spark pair because the result's roles are runs of rows: a
     slice per run copies nothing where a filter would copy every column
-    (``common.arrow_rows``); ``tests/pipeline/ssbj/test_stage.py`` holds both placements to
+    (``common.rows``); ``tests/pipeline/ssbj/test_stage.py`` holds both placements to
     the same output and state."""
     roles = result.column(ROLE)
     # The summary rows are the result's last runs, and few: read by column, not as a dict

@@ -27,8 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from common.arrow_rows import rows_where
-from common.rows import Native
+from common.rows import Native, rows_where
 from common.sql_text import quoted_identifier, string_literal
 from joins.skew.asketch import SketchShape
 from joins.skew.key_routing import KeyRouting, task_labels

@@ -16,6 +16,7 @@ from typing import Any
 
 from joins.skew.asketch import ASketch, SketchShape
 from joins.skew.key_routing import BucketLoad, KeyRouting, moves_of, rebalance
+from joins.ssbj.buckets import sketch_of_json
 from joins.ssbj.cache.rcycle import CycleState, StepPosition
 from pipeline.ssbj.report import SsbjStepReport
 from pipeline.ssbj.wiring import SsbjWiring
@@ -155,11 +156,11 @@ def merge_sketches(
     position: StepPosition,
     shape: SketchShape | None,
     saved: ASketch | None,
-    parts: list[ASketch],
+    parts: list[bytes],
     report: SsbjStepReport,
 ) -> dict[str, Any] | None:
-    """The buckets' key sketches merged into the operator's (``saved``), to save with the
-    step (None: no sketch is kept).
+    """The buckets' key sketches (as their rows hold them) merged into the operator's
+    (``saved``), to save with the step (None: no sketch is kept).
 
     The sketch counts the stream since the current incrementing cycle began, the
     cycle whose s_count the switching decision reads: it starts afresh at that cycle's
@@ -168,6 +169,7 @@ def merge_sketches(
         return None
     restart = position.starts_cycle and position.state is CycleState.INCREMENTING
     base = [] if saved is None or restart else [saved]
-    merged = ASketch.merge_all(base + parts) if base or parts else shape.empty()
+    sketches = base + [sketch_of_json(part) for part in parts]
+    merged = ASketch.merge_all(sketches) if sketches else shape.empty()
     report.sketch_bytes = merged.size_bytes()
     return merged.to_dict()

@@ -27,8 +27,8 @@ from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from common.arrow_rows import rows_at
 from common.phase_clock import PhaseClock, optional_phase
+from common.rows import rows_at
 from warehouse.delta.api import CommitOutcome, DataFile
 from warehouse.delta.file_stats import delta_stats_json
 from warehouse.delta.log_writer import sync_files
