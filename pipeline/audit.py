@@ -343,7 +343,7 @@ class AuditPublisher:
         rows = self.engine.read_arrow(
             self.engine.snapshot(path),
             columns=[id_column, INTERVAL_START, BATCH_TO],
-            where=pc.field(BATCH_TO).isin(batches),
+            where=lambda rows: pc.is_in(rows.column(BATCH_TO), value_set=pa.array(batches)),
         )
         return rows.select([id_column, INTERVAL_START])
 

@@ -453,11 +453,11 @@ def key_loads_by_bucket(table: pa.Table, top: int) -> pa.Table:
 def _per_key(
     table: pa.Table, replicated: pa.Array | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(hash, bucket label, stored, probes) of every key with some load, one per hash,
-    hashes ascending. Only the weighed rows are grouped: a step's counters and s_B are
-    most of its rows in some cycles, and weigh nothing. The group-by is numpy's sorting
-    ``unique``: on a step's 70k weighed rows it took 1.1 ms against Arrow's 2.4 ms over
-    the rows' many chunks."""
+    """(hash, bucket label, stored, probes) of every key with some load, one per hash, in
+    no particular order. Only the weighed rows are grouped: a step's counters and s_B are
+    most of its rows in some cycles, and weigh nothing. The group-by hashes the weighed
+    hashes as one array (Arrow's ``dictionary_encode``): H_S is most of them, and numpy's
+    sorting ``unique`` cost a step over it 17 times as much (BENCHMARKS.md, section 3)."""
     roles = table.column(ROLE)
     loaded = pc.is_in(roles, value_set=pa.array(LOADED_ROLES))
     probing = pc.is_in(roles, value_set=pa.array(PROBING_ROLES))
@@ -466,7 +466,9 @@ def _per_key(
         loaded = pc.and_(loaded, pc.invert(pc.is_in(table.column(KEY_HASH), replicated)))
     hashes = _numpy(table.column(KEY_HASH))[weighed]
     labels = _numpy(table.column(BUCKET))[weighed]
-    keys, inverse = np.unique(hashes, return_inverse=True)
+    encoded = pa.array(hashes).dictionary_encode()
+    keys = encoded.dictionary.to_numpy()
+    inverse = encoded.indices.to_numpy()
     # A key's rows are in one bucket: any of them gives its label (``return_index``
     # would sort stably, 5x slower).
     key_labels = np.empty(len(keys), labels.dtype)

@@ -394,7 +394,7 @@ def keyed_rows_in_driver(
             table,
             files,
             w.spec.master_columns,
-            asked.row_filter() if asked is not None else None,
+            asked.row_mask if asked is not None else None,
         )
         partitions.append(wide.partition_rows(master_rows, pinned))
         read += files

@@ -7,16 +7,22 @@ live pipeline reads and publishes through them are :mod:`warehouse.delta.live_ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql.types import StructType
 
 
 EngineChoice = Literal["auto", "embedded", "native"]
+
+# Which of a file's rows an Arrow read keeps: a boolean per row of the rows read (their
+# asked columns), a null dropping its row as ``Table.filter`` does. A function rather than
+# an Arrow expression, so a caller can prepare its test once for every file it reads.
+RowMask = Callable[["pa.Table"], "pa.Array | pa.ChunkedArray"]
 
 # Part of the protocol, the same for every engine: the columns ``changes`` adds to each
 # row (the kind of change, as in Delta's change data feed, and the commit's version; the

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -29,7 +28,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from common.errors import DeltaTableError
 from warehouse.delta.added_files import FileAction
 from warehouse.delta.added_rows import require_version_range
-from warehouse.delta.api import COMMIT_VERSION, DataFile, Snapshot
+from warehouse.delta.api import COMMIT_VERSION, DataFile, RowMask, Snapshot
 from warehouse.delta.embedded_tip import REPLAYED_COMMITS, TableTips
 from warehouse.delta.engine import FileActions
 from warehouse.delta.file_stats import column_bounds
@@ -318,11 +317,12 @@ def arrow_of_files(
     snapshot: Snapshot,
     files: Sequence[DataFile],
     columns: Sequence[str] | None = None,
-    where: pc.Expression | None = None,
+    where: RowMask | None = None,
 ) -> pa.Table:
     """The rows of ``files`` of ``snapshot`` (``columns`` of them, all by default, in that
-    order), with the snapshot's Arrow types; partition values come from the log, and a
-    column added to the table after a file was written reads as nulls there."""
+    order) that ``where`` keeps, each file filtered as it is read, with the snapshot's
+    Arrow types; partition values come from the log, and a column added to the table after
+    a file was written reads as nulls there."""
     full = spark_to_arrow(snapshot.schema)
     names = list(full.names if columns is None else columns)
     unknown = [c for c in names if c not in full.names]
@@ -352,7 +352,7 @@ def arrow_of_files(
             else:  # a column added to the table after this file was written
                 out.append(pa.nulls(rows, type=field.type))
         part = pa.table(out, schema=schema)
-        parts.append(part if where is None else part.filter(where))
+        parts.append(part if where is None else part.filter(where(part)))
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts)

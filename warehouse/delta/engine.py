@@ -49,6 +49,7 @@ from warehouse.delta.api import (
     Compaction,
     DataFile,
     PartitionFilter,
+    RowMask,
     Snapshot,
     known_total,
 )
@@ -63,7 +64,6 @@ from warehouse.delta.table_paths import table_root
 if TYPE_CHECKING:
     from datetime import datetime
 
-    import pyarrow.compute as pc
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -112,7 +112,7 @@ class ArrowRead:
     snapshot: Snapshot
     files: Sequence[DataFile] | None
     columns: Sequence[str] | None
-    where: pc.Expression | None
+    where: RowMask | None
 
 
 @dataclass(frozen=True)
@@ -238,19 +238,20 @@ class DeltaEngine(ABC, Generic[Payload]):
         snapshot: Snapshot,
         files: Sequence[DataFile] | None = None,
         columns: Sequence[str] | None = None,
-        where: pc.Expression | None = None,
+        where: RowMask | None = None,
     ) -> pa.Table:
         """The rows :meth:`read_files` reads (only ``columns``, in that order, all by
-        default) in the driver's memory as Arrow, only those ``where`` holds for (an Arrow
-        expression over ``columns``). For data the caller knows is small once filtered; an
-        engine that can reads the files without a Spark job, a file at a time."""
+        default) in the driver's memory as Arrow, only those ``where`` keeps (a mask of the
+        rows read, :data:`~warehouse.delta.api.RowMask`). For data the caller knows is
+        small once filtered; an engine that can reads the files without a Spark job, a
+        file at a time."""
         return self._read_arrow(ArrowRead(snapshot, files, columns, where))
 
     def _read_arrow(self, read: ArrowRead) -> pa.Table:
         """Through Spark (one job); ``where`` is applied to the collected rows."""
         frame = self.read_files(read.snapshot, read.files)
         table = frame.select(*(read.columns or frame.columns)).toArrow()
-        return table if read.where is None else table.filter(read.where)
+        return table if read.where is None else table.filter(read.where(table))
 
     @abstractmethod
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:

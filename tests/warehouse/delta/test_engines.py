@@ -505,7 +505,9 @@ def test_read_arrow_reads_what_read_files_reads(
     assert_same_multiset(rows, naive(AWKWARD_ROWS))
     # some files, some columns in the asked order, filtered as read
     first = [f for f in snapshot.files if f in engine.snapshot(path, 1).files]
-    asked = engine.read_arrow(snapshot, first, ["day", "id"], pc.field("id") > 1)
+    asked = engine.read_arrow(
+        snapshot, first, ["day", "id"], lambda r: pc.greater(r.column("id"), 1)
+    )
     assert asked.column_names == ["day", "id"]
     assert sorted(asked.to_pylist(), key=str) == sorted(
         [{"day": r[2], "id": r[0]} for r in AWKWARD_ROWS[1:4]], key=str
