@@ -457,7 +457,7 @@ def _per_key(
     no particular order. Only the weighed rows are grouped: a step's counters and s_B are
     most of its rows in some cycles, and weigh nothing. The group-by hashes the weighed
     hashes as one array (Arrow's ``dictionary_encode``): H_S is most of them, and numpy's
-    sorting ``unique`` cost a step over it 17 times as much (BENCHMARKS.md, section 3)."""
+    sorting ``unique`` over them was most of a step's key loads (BENCHMARKS.md, section 3)."""
     roles = table.column(ROLE)
     loaded = pc.is_in(roles, value_set=pa.array(LOADED_ROLES))
     probing = pc.is_in(roles, value_set=pa.array(PROBING_ROLES))
