@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.rows import Frame, Rows
+from joins.asked_keys import AskedValues
 from pipeline.stage_config import EquiStage, ThetaStage
 from quality.audit_views import input_accounting, union_accounting
 from warehouse.delta import DeltaEngine
@@ -95,10 +96,10 @@ def _asked_master_keys(
         return engine.read_arrow(snapshot, columns=keys)
     if len(asked) == 0:
         return engine.read_arrow(snapshot, [], columns=keys)
-    bounds = pc.min_max(asked)
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    files = [f for f in snapshot.files if f.may_hold(first_master, low, high)]
-    return engine.read_arrow(snapshot, files, keys, pc.field(first_master).isin(asked))
+    wanted = AskedValues.of(first_master, asked)
+    bounds = wanted.bounds()
+    files = [f for f in snapshot.files if bounds is None or f.may_hold(first_master, *bounds)]
+    return engine.read_arrow(snapshot, files, keys, wanted.members)
 
 
 def _without_master(must_emit: bool, tuples: Rows, waiting: Rows | None, id_column: str) -> Rows:

@@ -8,15 +8,13 @@ import datetime as dt
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from joins.skew.key_routing import KeyRouting
 from joins.ssbj.roles import CACHE, ENTRY_STEP, PENDING, ROLE, master_field, stream_field
 from joins.ssbj.step import INPUT_VERSION, JoinSpec
-from joins.ssbj.wide_table import AskedKeys, AskedValues, WideTable
+from joins.ssbj.wide_table import WideTable
 from tests.helpers import assert_same_multiset
 
 UTC = dt.UTC
@@ -144,45 +142,6 @@ def test_asked_keys_keep_every_master_row_a_tuple_or_pending_tuple_asks_for() ->
     assert asked.bounds() == {"mk": (-5, 2**31 - 1)}
     nothing = WIDE.asked_keys([WIDE.state_rows(state_table().slice(1))])
     assert nothing is not None and nothing.bounds() == {"mk": None}
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    asked=st.lists(st.integers(-50, 50), max_size=12),
-    far=st.sampled_from([None, 2**40, -(2**62), 2**31 - 1]),
-    rows=st.lists(st.one_of(st.none(), st.integers(-60, 60), st.just(2**62)), max_size=40),
-    master_type=st.sampled_from([pa.int64(), pa.int32()]),
-)
-def test_asked_values_keep_a_row_exactly_when_its_key_is_asked(
-    asked: list[int], far: int | None, rows: list[int | None], master_type: pa.DataType
-) -> None:
-    """The bitmap over a near range and Arrow's ``is_in`` over a far one keep the same
-    rows: those whose key is asked, never a null or a value outside the range."""
-    values = sorted(set(asked) | ({far} if far is not None else set()))
-    if master_type == pa.int32():
-        values = [v for v in values if -(2**31) <= v < 2**31]
-        rows = [r if r is None or -(2**31) <= r < 2**31 else None for r in rows]
-    two = AskedKeys(
-        (
-            AskedValues.of("a", pa.array(values, master_type)),
-            AskedValues.of("b", pa.array(values, pa.int64())),
-        )
-    )
-    table = pa.table({"a": pa.array(rows, master_type), "b": pa.array(rows[::-1], pa.int64())})
-    kept = table.filter(two.row_mask(table)).to_pylist()
-    expected = [
-        {"a": a, "b": b}
-        for a, b in zip(rows, rows[::-1], strict=True)
-        if a in values and b in values
-    ]
-    assert kept == expected
-
-
-def test_a_near_range_of_integers_is_tested_by_bitmap() -> None:
-    near = AskedValues.of("k", pa.array([3, 9, 4000], pa.int64()))
-    assert near.bitmap is not None and near.low == 3 and len(near.bitmap) == 3998
-    assert AskedValues.of("k", pa.array([1, 2**40], pa.int64())).bitmap is None
-    assert AskedValues.of("k", pa.array(["x"], pa.string())).bitmap is None
 
 
 def test_floating_keys_are_not_filtered_by_value() -> None:
