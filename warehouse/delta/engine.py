@@ -245,6 +245,12 @@ class DeltaEngine(ABC, Generic[Payload]):
         rows read, :data:`~warehouse.delta.api.RowMask`). For data the caller knows is
         small once filtered; an engine that can reads the files without a Spark job, a
         file at a time."""
+        if where is not None and not callable(where):
+            # pyarrow is untyped, so a type checker lets an Arrow expression through.
+            raise TypeError(
+                "read_arrow's where: expected a function of the rows read returning a "
+                f"boolean mask (RowMask), found {type(where).__name__}"
+            )
         return self._read_arrow(ArrowRead(snapshot, files, columns, where))
 
     def _read_arrow(self, read: ArrowRead) -> pa.Table:

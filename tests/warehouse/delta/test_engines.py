@@ -513,6 +513,8 @@ def test_read_arrow_reads_what_read_files_reads(
         [{"day": r[2], "id": r[0]} for r in AWKWARD_ROWS[1:4]], key=str
     )
     assert engine.read_arrow(snapshot, []).num_rows == 0
+    with pytest.raises(TypeError, match=r"\(RowMask\), found Expression"):
+        engine.read_arrow(snapshot, first, ["id"], pc.field("id") > 1)
     with pytest.raises(Exception, match="nope"):
         engine.read_arrow(snapshot, columns=["id", "nope"])
 
